@@ -1,0 +1,24 @@
+"""Entry point. The hook paths (Claude Code hooks, git hooks, status line) are dispatched before the
+CLI framework is imported: they run on every tool call of every agent and must stay light."""
+from __future__ import annotations
+
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["hook"]:
+        from .hooks_claude import main as hook_main
+        return hook_main(argv[1:])
+    if argv[:2] == ["claude", "statusline"]:
+        from .claude_settings import statusline_main
+        return statusline_main()
+    if argv[:1] == ["githook"]:
+        from .githooks import main as githook_main
+        return githook_main(argv[1:])
+    from .cli import run
+    return run(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""The brain repository: where it is, its folders, and its config file (nika-brain.yml)."""
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+from . import fsio
+from .errors import BrainError
+from .schema import F, fields, str_list
+from .yamlsafe import load_doc
+
+CONFIG_NAME = "nika-brain.yml"
+STATE_DIR = ".nika"
+
+
+@dataclass(frozen=True)
+class Config:
+    version: int = 1
+    base_branch: str = "main"
+    worktrees_dir: str = ".nika/worktrees"
+    lock_ttl: float = 1800.0          # seconds a lock lives without renewal
+    lock_poll: float = 0.2            # seconds between tries while waiting for a lock
+    fsync: bool = True                # fsync state files (kill -9 safety needs only rename)
+    breaker_threshold: int = 3        # consecutive fails on one scope that trip the breaker
+    gate_backend: str = "cli"         # cli | github
+    github_repo: str | None = None    # owner/name for the pull-request gate
+    github_api: str = "https://api.github.com"
+    bus: str = "embedded"             # embedded | redis
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    satellite_command: tuple[str, ...] = ()   # swarm mode; empty = Claude Code headless
+    index_template: str | None = None  # a brain may override the BRAIN-INDEX.md template
+    default_agent: str = "satellite-boot"
+
+
+_CONFIG_SPEC = {
+    "version": F(int, default=1, choices=(1,)),
+    "base_branch": F(str, default="main"),
+    "worktrees_dir": F(str, default=".nika/worktrees"),
+    "lock_ttl": F(float, default=1800.0, check=lambda v: None if v > 0 else "must be positive"),
+    "lock_poll": F(float, default=0.2, check=lambda v: None if v > 0 else "must be positive"),
+    "fsync": F(bool, default=True),
+    "breaker_threshold": F(int, default=3, check=lambda v: None if v >= 1 else "must be at least 1"),
+    "gate_backend": F(str, default="cli", choices=("cli", "github")),
+    "github_repo": F(str),
+    "github_api": F(str, default="https://api.github.com"),
+    "bus": F(str, default="embedded", choices=("embedded", "redis")),
+    "redis_url": F(str, default="redis://127.0.0.1:6379/0"),
+    "satellite_command": F(list, default=[], check=str_list),
+    "index_template": F(str),
+    "default_agent": F(str, default="satellite-boot"),
+}
+
+
+def load_config(path: Path) -> Config:
+    doc = load_doc(path)
+    data = {} if doc.data is None else doc.data
+    values = fields(doc, data, (), _CONFIG_SPEC)
+    values["lock_ttl"] = float(values["lock_ttl"])
+    values["lock_poll"] = float(values["lock_poll"])
+    values["satellite_command"] = tuple(values["satellite_command"])
+    return Config(**values)
+
+
+def _main_worktree(root: Path) -> Path:
+    """A linked worktree's `.git` is a file pointing into the main repo; state lives in the main one."""
+    dotgit = root / ".git"
+    if dotgit.is_file():
+        with contextlib.suppress(OSError, ValueError):
+            text = dotgit.read_text(encoding="utf-8").strip()
+            if text.startswith("gitdir:"):
+                gitdir = Path(text.split(":", 1)[1].strip())
+                if not gitdir.is_absolute():
+                    gitdir = (root / gitdir).resolve()
+                common = gitdir.parent.parent  # <main>/.git/worktrees/<name>
+                if common.name == ".git" and (common.parent / CONFIG_NAME).is_file():
+                    return common.parent
+    return root
+
+
+@dataclass(frozen=True)
+class Brain:
+    root: Path
+    config: Config = field(default_factory=Config)
+
+    @classmethod
+    def at(cls, root: Path | str) -> "Brain":
+        root = Path(root).resolve()
+        cfg = root / CONFIG_NAME
+        if not cfg.is_file():
+            raise BrainError(f"not a brain: {root} has no {CONFIG_NAME} (run `nika-brain init`)")
+        return cls(root, load_config(cfg))
+
+    @classmethod
+    def find(cls, start: Path | str | None = None) -> "Brain":
+        env = os.environ.get("NIKA_BRAIN_DIR")
+        if env and start is None:
+            return cls.at(_main_worktree(Path(env).resolve()))
+        here = Path(start or os.getcwd()).resolve()
+        for folder in (here, *here.parents):
+            if (folder / CONFIG_NAME).is_file():
+                return cls.at(_main_worktree(folder))
+        raise BrainError(f"no brain found at or above {here} (no {CONFIG_NAME}; run `nika-brain init`)")
+
+    # Folders of the brain layout (see DESIGN.md).
+    @property
+    def agents_dir(self) -> Path: return self.root / "agents"
+    @property
+    def workflows_dir(self) -> Path: return self.root / "workflows"
+    @property
+    def claims_dir(self) -> Path: return self.root / "claims"
+    @property
+    def locks_dir(self) -> Path: return self.root / "locks"
+    @property
+    def gates_dir(self) -> Path: return self.root / "gates"
+    @property
+    def kernels_dir(self) -> Path: return self.root / "kernels"
+    @property
+    def journal_dir(self) -> Path: return self.root / "journal"
+    @property
+    def kernel_md(self) -> Path: return self.root / "brain" / "KERNEL.md"
+    @property
+    def index_path(self) -> Path: return self.root / "BRAIN-INDEX.md"
+    @property
+    def state_dir(self) -> Path: return self.root / STATE_DIR
+    @property
+    def worktrees_dir(self) -> Path: return self.root / self.config.worktrees_dir
+
+    def rel(self, path: Path | str) -> str | None:
+        """Brain-relative posix path of `path`, or None when it lies outside the brain."""
+        p = Path(path)
+        if not p.is_absolute():
+            p = Path(os.getcwd()) / p
+        p = Path(os.path.normpath(p))
+        try:
+            return p.relative_to(self.root).as_posix()
+        except ValueError:
+            return None
+
+    def mutex(self, name: str):
+        """Inter-process mutex guarding read-modify-write of one kind of state."""
+        return fsio.mutex(self.state_dir / "mutex" / f"{name}.lock")
+
+    def write(self, path: Path, text: str) -> None:
+        fsio.atomic_write(path, text, fsync=self.config.fsync)
+
+    def iter_yaml(self, folder: Path) -> Iterator[Path]:
+        if not folder.is_dir():
+            return iter(())
+        return iter(sorted(p for p in folder.iterdir() if p.suffix == ".yml" and not p.name.startswith(".")))

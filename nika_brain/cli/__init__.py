@@ -1,0 +1,47 @@
+"""The thin CLI: each command parses options, calls one core function and prints.
+
+Every BrainError becomes one line on stderr (`nika-brain: <message>`) and its exit code; no traceback
+reaches the user for bad input.
+"""
+from __future__ import annotations
+
+import sys
+
+import click
+import typer
+
+from ..errors import BrainError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="nika-brain: run many coding-agent sessions from one git-native brain.")
+
+
+def fail(message: str, code: int = 1) -> None:
+    raise BrainError(message, code)
+
+
+def _register() -> None:
+    # Command modules attach themselves to `app` (and its sub-apps) on import.
+    from . import state  # noqa: F401
+    from . import optional  # noqa: F401
+
+
+def run(argv: list[str]) -> int:
+    _register()
+    try:
+        app(args=argv, prog_name="nika-brain", standalone_mode=False)
+    except BrainError as exc:
+        print(f"nika-brain: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except click.exceptions.Abort:
+        print("nika-brain: aborted", file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:
+        print("nika-brain: interrupted", file=sys.stderr)
+        return 130
+    return 0

@@ -1,0 +1,196 @@
+"""Commands over the brain's state files: lock, claim, gate."""
+from __future__ import annotations
+
+import json
+import os
+from typing import Optional
+
+import typer
+
+from .. import claims, clock, gates, locks
+from ..brain import Brain
+from . import app
+
+lock_app = typer.Typer(no_args_is_help=True, help="Path locks on scopes (paths, folders, globs).")
+claim_app = typer.Typer(no_args_is_help=True, help="Claims: one per step execution.")
+gate_app = typer.Typer(no_args_is_help=True, help="Human gates.")
+app.add_typer(lock_app, name="lock")
+app.add_typer(claim_app, name="claim")
+app.add_typer(gate_app, name="gate")
+
+
+def _owner(owner: Optional[str]) -> str:
+    owner = owner or os.environ.get("NIKA_CLAIM")
+    if not owner:
+        raise typer.BadParameter("give --owner (a claim id) or set NIKA_CLAIM")
+    return owner
+
+
+def _lock_dict(lk: locks.Lock) -> dict:
+    return {"scope": lk.scope, "owner": lk.owner, "mode": lk.mode, "token": lk.token,
+            "acquired": clock.iso(lk.acquired), "expires": clock.iso(lk.expires),
+            "holder": {"host": lk.holder.host, "pid": lk.holder.pid}}
+
+
+@lock_app.command("acquire")
+def lock_acquire(scope: str, owner: Optional[str] = typer.Option(None, help="claim id (default $NIKA_CLAIM)"),
+                 ttl: Optional[float] = typer.Option(None, help="seconds (default from nika-brain.yml)"),
+                 wait: float = typer.Option(0.0, help="seconds to wait for a busy scope"),
+                 shared: bool = typer.Option(False, help="shared lock (conflicts only with exclusive)"),
+                 pid: Optional[int] = typer.Option(None, help="holder pid (default: the calling process)"),
+                 no_pid: bool = typer.Option(False, help="record no holder process: only the TTL protects"),
+                 as_json: bool = typer.Option(False, "--json")):
+    """Acquire a lock on SCOPE; exit 3 with the holder named when it is busy."""
+    brain = Brain.find()
+    holder = None if no_pid else (pid if pid is not None else os.getppid())
+    lk = locks.acquire(brain, scope, _owner(owner), mode="shared" if shared else "exclusive",
+                       ttl=ttl, wait=wait, pid=holder)
+    print(json.dumps(_lock_dict(lk)) if as_json else f"acquired {lk.scope} (token {lk.token}, "
+          f"expires {clock.iso(lk.expires)})")
+
+
+@lock_app.command("release")
+def lock_release(scope: str, owner: Optional[str] = typer.Option(None)):
+    """Release SCOPE; refused unless you are its owner."""
+    brain = Brain.find()
+    locks.release(brain, scope, _owner(owner))
+    print(f"released {locks.normalize_scope(scope)}")
+
+
+@lock_app.command("renew")
+def lock_renew(scope: str, owner: Optional[str] = typer.Option(None), ttl: Optional[float] = None):
+    """Push back the expiry of a lock you own."""
+    lk = locks.renew(Brain.find(), scope, _owner(owner), ttl=ttl)
+    print(f"renewed {lk.scope} until {clock.iso(lk.expires)}")
+
+
+@lock_app.command("status")
+def lock_status(scope: str, as_json: bool = typer.Option(False, "--json")):
+    """Who holds SCOPE or anything overlapping it (exit 3 when something does)."""
+    brain = Brain.find()
+    held = [lk for lk in locks.list_locks(brain) if locks.scopes_overlap(lk.scope, scope)]
+    now = clock.now()
+    if as_json:
+        print(json.dumps([dict(_lock_dict(lk), expired=lk.expired(now)) for lk in held]))
+    elif not held:
+        print(f"{locks.normalize_scope(scope)}: free")
+    for lk in held if not as_json else ():
+        print(locks.describe(lk) + (" [expired]" if lk.expired(now) else ""))
+    raise typer.Exit(3 if held else 0)
+
+
+@lock_app.command("list")
+def lock_list(as_json: bool = typer.Option(False, "--json")):
+    """All held locks."""
+    held = locks.list_locks(Brain.find())
+    if as_json:
+        print(json.dumps([_lock_dict(lk) for lk in held]))
+        return
+    for lk in held:
+        print(locks.describe(lk))
+
+
+def _claim_dict(c: claims.Claim) -> dict:
+    return claims.to_dict(c)
+
+
+@claim_app.command("open")
+def claim_open(workflow: str = typer.Option(...), step: str = typer.Option(...),
+               type: str = typer.Option("code", "--type", help="satellite type"),
+               scope: list[str] = typer.Option(..., help="repeatable"),
+               zone: Optional[str] = None, level: str = typer.Option("domain"),
+               story_angle: str = "", parent: Optional[str] = None, theme: Optional[str] = None,
+               as_json: bool = typer.Option(False, "--json")):
+    """Open a claim by hand (the orchestrator opens its own)."""
+    c = claims.open_claim(Brain.find(), workflow=workflow, step=int(step) if step.isdigit() else step,
+                          satellite_type=type, scope=scope, zone=zone, satellite_level=level,
+                          story_angle=story_angle, parent=parent, theme=theme)
+    print(json.dumps(_claim_dict(c)) if as_json else c.id)
+
+
+@claim_app.command("close")
+def claim_close(claim_id: str, status: str = typer.Option(..., help="ok | partial | failed"),
+                summary: str = typer.Option(""), tests_passed: Optional[int] = None,
+                tests_failed: Optional[int] = None):
+    """Close a claim with its result; the orchestrator routes the exit action next."""
+    brain = Brain.find()
+    c = claims.close_claim(brain, claim_id, status, summary, tests_passed=tests_passed,
+                           tests_failed=tests_failed)
+    print(f"closed {c.id}: {status}")
+    _after_close(brain, c)
+
+
+def _after_close(brain: Brain, c: claims.Claim) -> None:
+    """Let the orchestrator route the result right away when it is installed."""
+    try:
+        from .. import orchestrator
+    except ModuleNotFoundError:
+        return
+    orchestrator.on_claim_closed(brain, c)
+
+
+@claim_app.command("show")
+def claim_show(claim_id: str, as_json: bool = typer.Option(False, "--json")):
+    c = claims.load_claim(Brain.find(), claim_id)
+    if as_json:
+        print(json.dumps(_claim_dict(c)))
+    else:
+        print(claims.claim_path(Brain.find(), claim_id).read_text(), end="")
+
+
+@claim_app.command("list")
+def claim_list(status: Optional[str] = typer.Option(None, help="open | closed"),
+               as_json: bool = typer.Option(False, "--json")):
+    cs = claims.list_claims(Brain.find(), status)
+    if as_json:
+        print(json.dumps([_claim_dict(c) for c in cs]))
+        return
+    for c in cs:
+        res = f" {c.result.status}" if c.result else ""
+        print(f"{c.id}\t{c.status}{res}\t{' '.join(c.scope)}")
+
+
+@gate_app.command("open")
+def gate_open(gate_id: str, message: str, workflow: Optional[str] = None,
+              claim: Optional[str] = None):
+    """Open a pending human gate (human-gate-ack.sh gate <id> "<msg>")."""
+    g = gates.open_gate(Brain.find(), gate_id, message, workflow=workflow, claim=claim)
+    print(f"gate {g.id}: {g.status} — {g.message}")
+
+
+def _decide(gate_id: str, decision: str, note: str) -> None:
+    brain = Brain.find()
+    g = gates.decide(brain, gate_id, decision, note=note)
+    print(f"gate {g.id}: {g.status} by {g.decided_by}")
+    try:
+        from .. import orchestrator
+    except ModuleNotFoundError:
+        return
+    orchestrator.on_gate_decided(brain, g)
+
+
+@gate_app.command("approve")
+def gate_approve(gate_id: str, note: str = ""):
+    _decide(gate_id, "approve", note)
+
+
+@gate_app.command("reject")
+def gate_reject(gate_id: str, note: str = ""):
+    _decide(gate_id, "reject", note)
+
+
+@gate_app.command("list")
+def gate_list(status: Optional[str] = typer.Option(None), as_json: bool = typer.Option(False, "--json")):
+    gs = gates.list_gates(Brain.find(), status)
+    if as_json:
+        print(json.dumps([gates.to_dict(g) for g in gs]))
+        return
+    for g in gs:
+        print(f"{g.id}\t{g.status}\t{g.message}")
+
+
+@gate_app.command("sync")
+def gate_sync(backend: Optional[str] = typer.Option(None, help="cli | github (default from config)")):
+    """Apply pull-request review decisions (or another backend's) to pending gates."""
+    for g in gates.sync(Brain.find(), backend):
+        print(f"gate {g.id}: {g.status} by {g.decided_by} via {g.via}")

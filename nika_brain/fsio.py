@@ -1,0 +1,92 @@
+"""Atomic writes and inter-process mutexes for the brain's state files.
+
+A process killed at any moment must leave each file either old or new: we write a temporary file in
+the same folder, fsync it, and rename it over the target (rename is atomic on POSIX). Read-modify-write
+of shared state happens under an flock-based mutex in the git-ignored state folder.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
+from .errors import BrainError
+
+
+def atomic_write(path: Path | str, text: str, *, fsync: bool = True) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            if fsync:
+                os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    if fsync:
+        _fsync_dir(path.parent)
+
+
+def _fsync_dir(folder: Path) -> None:
+    with contextlib.suppress(OSError):
+        dfd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+
+def remove(path: Path | str) -> bool:
+    """Unlink if present; True when something was removed."""
+    try:
+        os.unlink(path)
+        return True
+    except FileNotFoundError:
+        return False
+
+
+@contextlib.contextmanager
+def mutex(path: Path | str, *, shared: bool = False) -> Iterator[None]:
+    """Hold an exclusive (or shared) flock on `path` for the duration of the block.
+
+    flock is released by the kernel when the holder dies, so a kill -9 never leaves it stuck.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise BrainError(f"cannot open mutex {path}: {exc.strerror}") from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def read_text(path: Path | str, *, limit: int) -> str:
+    """Read a UTF-8 file of at most `limit` bytes, with the failures worded for a user."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(limit + 1)
+    except FileNotFoundError as exc:
+        raise BrainError("no such file", file=str(path)) from exc
+    except IsADirectoryError as exc:
+        raise BrainError("is a directory, expected a file", file=str(path)) from exc
+    except OSError as exc:
+        raise BrainError(f"cannot read: {exc.strerror}", file=str(path)) from exc
+    if len(data) > limit:
+        raise BrainError(f"file too large (over {limit} bytes)", file=str(path))
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BrainError(f"not valid UTF-8 (byte {exc.start})", file=str(path)) from exc

@@ -1,0 +1,56 @@
+"""Thin wrapper over the git command line.
+
+We shell out to git rather than use a library: it is what the user runs, it is light to import on the
+hook path, and every failure becomes a BrainError with git's own message.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from .errors import BrainError
+
+
+def run(repo: Path | str, *args: str, check: bool = True, input: str | None = None,
+        env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run `git -C repo args...`; raise BrainError with git's stderr when check and it fails."""
+    full_env = None
+    if env:
+        full_env = dict(os.environ)
+        full_env.update(env)
+    try:
+        proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
+                              input=input, env=full_env)
+    except FileNotFoundError as exc:
+        raise BrainError("git is not installed or not on PATH") from exc
+    if check and proc.returncode != 0:
+        msg = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
+        raise BrainError(f"git {args[0]} failed: {msg[-1] if msg else 'exit ' + str(proc.returncode)}")
+    return proc
+
+
+def out(repo: Path | str, *args: str, env: dict[str, str] | None = None) -> str:
+    """stdout of a git command that must succeed, stripped."""
+    return run(repo, *args, env=env).stdout.strip()
+
+
+def is_repo(path: Path | str) -> bool:
+    return run(path, "rev-parse", "--git-dir", check=False).returncode == 0
+
+
+def current_branch(repo: Path | str) -> str | None:
+    proc = run(repo, "symbolic-ref", "--quiet", "--short", "HEAD", check=False)
+    return proc.stdout.strip() or None
+
+
+def git_dir(repo: Path | str) -> Path:
+    """The git dir of this worktree (for a linked worktree, its private one)."""
+    p = Path(out(repo, "rev-parse", "--git-dir"))
+    return p if p.is_absolute() else (Path(repo) / p).resolve()
+
+
+def common_dir(repo: Path | str) -> Path:
+    """The git dir shared by all worktrees of the repository."""
+    p = Path(out(repo, "rev-parse", "--git-common-dir"))
+    return p if p.is_absolute() else (Path(repo) / p).resolve()
