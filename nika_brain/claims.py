@@ -161,12 +161,22 @@ def slug(text: str) -> str:
     return s[:60] or "x"
 
 
+def next_id(brain: Brain, theme: str, step: int | str, now: datetime) -> str:
+    """sess-YYYYMMDD-HHMM-<theme>-step-N, with -rK for a retry of the same step in the same minute."""
+    base = f"sess-{now:%Y%m%d-%H%M}-{slug(theme)}-step-{slug(str(step))}"
+    claim_id, n = base, 1
+    while claim_path(brain, claim_id).exists():
+        n += 1
+        claim_id = f"{base}-r{n}"
+    return claim_id
+
+
 def open_claim(brain: Brain, *, workflow: str, step: int | str, satellite_type: str,
                scope: list[str] | tuple[str, ...] | str, theme: str | None = None,
                satellite_level: str = "domain", zone: str | None = None, story_angle: str = "",
                agent: str | None = None, on_done: str | None = None, on_partial: str | None = None,
                on_fail: str | None = None, parent: str | None = None, session: str | None = None,
-               now: datetime | None = None) -> Claim:
+               claim_id: str | None = None, now: datetime | None = None) -> Claim:
     if satellite_type not in SATELLITE_TYPES:
         raise BrainError(f"satellite_type must be one of {', '.join(SATELLITE_TYPES)}")
     if satellite_level not in LEVELS:
@@ -174,12 +184,11 @@ def open_claim(brain: Brain, *, workflow: str, step: int | str, satellite_type: 
     now = now or clock.now()
     theme = slug(theme or workflow)
     scopes = tuple(normalize_scope(s) for s in ([scope] if isinstance(scope, str) else scope))
-    base = f"sess-{now:%Y%m%d-%H%M}-{theme}-step-{slug(str(step))}"
     with brain.mutex("claims"):
-        claim_id, n = base, 1
-        while claim_path(brain, claim_id).exists():
-            n += 1
-            claim_id = f"{base}-r{n}"  # a retry of the same step within the same minute
+        if claim_id is None:
+            claim_id = next_id(brain, theme, step, now)
+        elif claim_path(brain, claim_id).exists():
+            raise BrainError(f"claim {claim_id} already exists", EXIT_REFUSED)
         if parent:
             p = load_claim(brain, parent)
             _save(brain, replace(p, children=p.children + (claim_id,)))

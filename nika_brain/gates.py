@@ -165,7 +165,44 @@ class CliGate:
         return None, None
 
 
-BACKENDS: dict[str, Callable[[Brain], GateBackend]] = {"cli": lambda brain: CliGate()}
+class PullRequestGate:
+    """The theme branch's pull request on GitHub is the gate: approved → approve, changes
+    requested → reject. Token from GITHUB_TOKEN / NIKA_GITHUB_TOKEN; API URL from nika-brain.yml
+    (github_api) unless NIKA_GITHUB_API overrides it."""
+    name = "github-pr"
+
+    def __init__(self, brain: Brain):
+        from .prgate import GitHubReviewGate
+        env = dict(os.environ)
+        env.setdefault("NIKA_GITHUB_API", brain.config.github_api)
+        self.client = GitHubReviewGate.from_env(repo=brain.config.github_repo, env=env)
+
+    def _branches(self, brain: Brain, gate: Gate) -> tuple[str, str]:
+        from .workflows import find_workflow
+        if not gate.workflow:
+            raise BrainError(f"gate {gate.id} names no workflow: no theme branch to review")
+        wf = find_workflow(brain, gate.workflow)
+        return wf.branch, wf.base or brain.config.base_branch
+
+    def announce(self, brain: Brain, gate: Gate) -> Gate:
+        head, base = self._branches(brain, gate)
+        pr = self.client.find_or_open_pr(head, base, f"[nika-brain] {gate.workflow}: {head}",
+                                         "Review this pull request to decide the brain's human gates.")
+        self.client.comment(pr, f"Human gate `{gate.id}`: {gate.message}\n\nApprove the pull request "
+                                "to approve, request changes to reject.")
+        return replace(gate, pr=pr)
+
+    def poll(self, brain: Brain, gate: Gate) -> tuple[str | None, str | None]:
+        if gate.pr is None:
+            return None, None
+        decision, who = self.client.decision(gate.pr)
+        return {"approved": "approve", "rejected": "reject"}.get(decision or ""), who
+
+
+BACKENDS: dict[str, Callable[[Brain], GateBackend]] = {
+    "cli": lambda brain: CliGate(),
+    "github": PullRequestGate,
+}
 
 
 def backend(brain: Brain, name: str | None = None) -> GateBackend:
@@ -175,11 +212,14 @@ def backend(brain: Brain, name: str | None = None) -> GateBackend:
     return BACKENDS[name](brain)
 
 
-def sync(brain: Brain, name: str | None = None, now: datetime | None = None) -> list[Gate]:
-    """Apply the backend's view to every pending gate; return the gates it decided."""
+def sync(brain: Brain, name: str | None = None, now: datetime | None = None,
+         pr: int | None = None) -> list[Gate]:
+    """Apply the backend's view to every pending gate (of one PR if given); return those decided."""
     be = backend(brain, name)
     decided = []
     for g in list_gates(brain, "pending"):
+        if pr is not None and g.pr != pr:
+            continue
         decision, who = be.poll(brain, g)
         if decision:
             decided.append(decide(brain, g.id, decision, by=who, via=be.name, now=now))

@@ -113,20 +113,10 @@ def claim_close(claim_id: str, status: str = typer.Option(..., help="ok | partia
                 summary: str = typer.Option(""), tests_passed: Optional[int] = None,
                 tests_failed: Optional[int] = None):
     """Close a claim with its result; the orchestrator routes the exit action next."""
-    brain = Brain.find()
-    c = claims.close_claim(brain, claim_id, status, summary, tests_passed=tests_passed,
-                           tests_failed=tests_failed)
-    print(f"closed {c.id}: {status}")
-    _after_close(brain, c)
-
-
-def _after_close(brain: Brain, c: claims.Claim) -> None:
-    """Let the orchestrator route the result right away when it is installed."""
-    try:
-        from .. import orchestrator
-    except ModuleNotFoundError:
-        return
-    orchestrator.on_claim_closed(brain, c)
+    from .. import launch
+    c = launch.report(Brain.find(), claim_id, status, summary, tests_passed=tests_passed,
+                      tests_failed=tests_failed)
+    print(f"closed {c.id}: {c.result.status if c.result else status}")
 
 
 @claim_app.command("show")
@@ -161,12 +151,8 @@ def gate_open(gate_id: str, message: str, workflow: Optional[str] = None,
 def _decide(gate_id: str, decision: str, note: str) -> None:
     brain = Brain.find()
     g = gates.decide(brain, gate_id, decision, note=note)
-    print(f"gate {g.id}: {g.status} by {g.decided_by}")
-    try:
-        from .. import orchestrator
-    except ModuleNotFoundError:
-        return
-    orchestrator.on_gate_decided(brain, g)
+    print(f"gate {g.id}: {g.status} by {g.decided_by}"
+          + (f" — resume with `nika-brain workflow resume {g.workflow}`" if g.workflow else ""))
 
 
 @gate_app.command("approve")
@@ -190,7 +176,8 @@ def gate_list(status: Optional[str] = typer.Option(None), as_json: bool = typer.
 
 
 @gate_app.command("sync")
-def gate_sync(backend: Optional[str] = typer.Option(None, help="cli | github (default from config)")):
+def gate_sync(backend: Optional[str] = typer.Option(None, help="cli | github (default from config)"),
+              pr: Optional[int] = typer.Option(None, help="only the gates of this pull request")):
     """Apply pull-request review decisions (or another backend's) to pending gates."""
-    for g in gates.sync(Brain.find(), backend):
+    for g in gates.sync(Brain.find(), backend, pr=pr):
         print(f"gate {g.id}: {g.status} by {g.decided_by} via {g.via}")
