@@ -79,6 +79,8 @@ def record(brain: Brain, scopes: tuple[str, ...], status: str, claim: str, *,
         for scope in scopes:
             path = breaker_path(brain, scope)
             old = load_path(path) if path.exists() else None
+            if old and old.last_claim == claim:
+                continue  # this result was already counted (a resume after a crash re-routes it)
             if status != "failed":
                 if old and old.fails and not old.tripped:
                     _save(brain, replace(old, fails=0, updated=now, last_claim=claim))

@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Callable
 
 from . import adapt as adapt_mod
-from . import claims, clock, gates, git, locks, orchestrator, runs, satellites, signals
+from . import claims, clock, faults, gates, git, locks, orchestrator, runs, satellites, signals
 from .brain import Brain
 from .errors import EXIT_BLOCKED, EXIT_REFUSED, BrainError
 from .orchestrator import Outcome
@@ -129,6 +129,7 @@ def report(brain: Brain, claim_id: str, status: str, summary: str = "", *, tests
             tests_passed, tests_failed = tr.passed, tr.failed
     c = claims.close_claim(brain, claim_id, status, summary, tests_passed=tests_passed,
                            tests_failed=tests_failed, now=now)
+    faults.point("after-claim-close")
     if run is not None and run.claim == c.id:
         orchestrator.step_once(brain, c.workflow)  # routes the result, releases the locks
     else:

@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable
 
-from . import branches, breakers, claims, clock, gates, git, locks, preflight, runs, satellites, signals
+from . import branches, breakers, claims, clock, faults, gates, git, locks, preflight, runs, satellites, signals
 from .brain import Brain
 from .errors import EXIT_BLOCKED, EXIT_GATE_PENDING, EXIT_REFUSED, BrainError
 from .runs import END, Run
@@ -213,6 +213,7 @@ def _open_gate(brain: Brain, wf: Workflow, run: Run, gate_id: str, message: str,
     run = runs.update(brain, run, status="gated", gate=g.id, after_gate=after, claim=None,
                       gates=run.gates + ((g.id,) if g.id not in run.gates else ()),
                       history=run.history if history is None else history)
+    faults.point("after-gate-open")
     _emit(brain, "GATE_PENDING", run, step, claim, message, payload={"gate": g.id})
     _reindex(brain)
     return Outcome(wf.name, "gated", message, gate=g.id, claim=claim)
@@ -229,9 +230,10 @@ def _after_gate(brain: Brain, wf: Workflow, run: Run, now: datetime) -> Outcome:
             if b.gate == g.id:
                 breakers.reset(brain, b.scope)
     step_id, _, what = (run.after_gate or "").partition("::")
-    run = runs.update(brain, run, status="running", gate=None, after_gate=None)
     if what == "run":
+        runs.update(brain, run, status="running", gate=None, after_gate=None, cursor=step_id)
         return Outcome(wf.name, "progress", f"gate {g.id} approved")
+    run = runs.update(brain, run, status="running", gate=None, after_gate=None)
     return _apply(brain, wf, run, wf.step(step_id), parse_action(what), None, "ok", now)
 
 
@@ -258,6 +260,7 @@ def _start_step(brain: Brain, wf: Workflow, run: Run, step: Step, now: datetime)
     if failed:
         return _block(brain, run, step.id, "preflight failed: " + "; ".join(
             f"{c.name}: {c.reason}" for c in failed))
+    faults.point("after-preflight")
     claim_id = claims.next_id(brain, wf.name, step.id, now)
     holder = os.getpid() if run.mode == "swarm" else None
     taken: list[str] = []
@@ -269,11 +272,13 @@ def _start_step(brain: Brain, wf: Workflow, run: Run, step: Step, now: datetime)
         for s in taken:
             locks.release(brain, s, claim_id, missing_ok=True)
         return _block(brain, run, step.id, f"lock: {exc.message}")
+    faults.point("after-lock")
     c = claims.open_claim(brain, workflow=wf.name, step=int(step.id) if step.id.isdigit() else step.id,
                           satellite_type=step.type, scope=step.scope, satellite_level=wf.level_of(step),
                           zone=step.zone, story_angle=step.story_angle, agent=agent,
                           on_done=str(step.on_done), on_partial=str(step.partial_action),
                           on_fail=str(step.on_fail), claim_id=claim_id, now=now)
+    faults.point("after-claim-open")
     run = runs.update(brain, run, claim=c.id, status="running")
     _reindex(brain)
     brief = satellites.render_brief(brain, wf, step, c, worktree=worktree, context=run.context)
@@ -359,6 +364,7 @@ def _apply(brain: Brain, wf: Workflow, run: Run, step: Step, action: Action, cla
                                 "context": {"from": wf.name}})
             target = None
         runs.save(brain, replace(run, cursor=target or END, status="running", claim=None))
+        faults.point("after-route")
         _reindex(brain)
         return Outcome(wf.name, "progress", f"step {step.id} → {target or 'end'}")
     if action.kind == "gate":
@@ -423,6 +429,7 @@ def _close(brain: Brain, wf: Workflow, run: Run, now: datetime) -> Outcome:
         tr = satellites.run_tests(wf.test, worktree if worktree.is_dir() else brain.root)
         green, why = tr.green, f"{tr.failed} failed in `{wf.test}`"
     commit_state(brain, f"brain: {wf.name} ready to merge")
+    faults.point("before-merge")
     res = branches.merge_theme_branch(brain.root, wf.branch, base_of(brain, wf), green=green,
                                       message=f"Merge theme {wf.branch} ({wf.name})",
                                       worktrees_dir=brain.worktrees_dir)
@@ -431,6 +438,7 @@ def _close(brain: Brain, wf: Workflow, run: Run, now: datetime) -> Outcome:
         if res.conflicts:
             reason = f"merge conflict on {', '.join(res.conflicts)}"
         return _block(brain, run, END, reason)
+    faults.point("after-merge")
     skipped = [a.get("step") for a in run.adaptations if a.get("op") == "skip"]
     report = {"delivered": sorted(s for s, r in results.items() if r == "ok"),
               "partial": sorted(s for s, r in results.items() if r == "partial"),

@@ -29,7 +29,8 @@ def _register() -> None:
 def run(argv: list[str]) -> int:
     _register()
     try:
-        app(args=argv, prog_name="nika-brain", standalone_mode=False)
+        # Without standalone mode click returns (not raises) a typer.Exit's code.
+        rv = app(args=argv, prog_name="nika-brain", standalone_mode=False)
     except BrainError as exc:
         print(f"nika-brain: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -44,4 +45,4 @@ def run(argv: list[str]) -> int:
     except KeyboardInterrupt:
         print("nika-brain: interrupted", file=sys.stderr)
         return 130
-    return 0
+    return rv if isinstance(rv, int) else 0
