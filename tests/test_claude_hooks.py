@@ -355,7 +355,8 @@ def test_successor_may_read_but_not_write_its_predecessor(hb):
     read = {"session_id": SID, "cwd": str(cwd), "tool_name": "Read", "hook_event_name": "PreToolUse",
             "tool_input": {"file_path": str(brain.root / "kernels/alpha/memory/handover.md")}}
     assert not hook("PreToolUse", read, env=clean_env()).denied
-    assert hook("PreToolUse", edit(brain, "kernels/alpha/memory/handover.md", cwd=cwd), env=clean_env()).denied
+    write = hook("PreToolUse", edit(brain, "kernels/alpha/memory/handover.md", cwd=cwd), env=clean_env())
+    assert write.denied and "belongs to kernel alpha" in write.reason
     gamma = {**read, "tool_input": {"file_path": str(brain.root / "kernels/gamma/memory/x.md")}}
     assert hook("PreToolUse", gamma, env=clean_env()).denied
 
