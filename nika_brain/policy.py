@@ -7,13 +7,13 @@ returns the reason to deny, written for Claude to act on, or None to allow.
 
 What is denied:
 - writes (Edit, Write, MultiEdit, NotebookEdit) into the folders only nika-brain writes (claims/,
-  locks/, gates/, .nika/) or a `tool-only` zone; into another kernel's folder; under another
-  owner's unexpired exclusive lock (the git pre-commit hook's rule); outside the open claim's scope;
-  into a zone the session's card does not grant; any write inside the brain when a fact needed to
-  judge it could not be read (`problems`). A kernel's own kernels/<id>/memory/ is its notebook:
-  only locks apply there;
+  locks/, gates/, .nika/) or a `tool-only` zone; into .git/; into a `.claude/settings*.json` (the
+  hooks guarding the session); into another kernel's folder; under another owner's unexpired
+  exclusive lock (the git pre-commit hook's rule); outside the open claim's scope; into a zone the
+  session's card does not grant; any write inside the brain when a fact needed to judge it could
+  not be read (`problems`). A kernel's own kernels/<id>/memory/ is its notebook: only locks apply;
 - reads (Read, Grep, Glob, LS, NotebookRead) of another kernel's folder, or of a secret file;
-- Bash commands that approve or reject a human gate, write into claims/, locks/, gates/ or .nika/,
+- Bash commands that approve or reject a human gate, write by hand where a write tool may not,
   touch another kernel's folder, or name a secret file.
 The Bash checks read the command's words (redirections, the operands of rm/mv/cp/tee/sed -i...);
 they are a tripwire against an agent doing by hand what nika-brain does, not a sandbox: code run by
@@ -118,9 +118,20 @@ def _kernel_reason(rel: str, other: str, facts: Facts) -> str:
             "another kernel's folder. Share through the federation layer (bus, shared RAG) instead.")
 
 
-def _state_dir(rel: str | None) -> str | None:
+def _guarded(rel: str | None) -> str | None:
+    """Why nobody may write `rel` by hand: nika-brain's state, git's internals, or the Claude Code
+    settings that hold these very hooks (an agent must not switch its own guard off)."""
     seg = _segments(rel)
-    return seg[0] if seg and seg[0] in STATE_DIRS else None
+    if not seg:
+        return None
+    if seg[0] in STATE_DIRS:
+        return f"{rel} is under {seg[0]}/: {_STATE_HINT}."
+    if seg[0] == ".git":
+        return f"{rel} is inside git's own folder; use git commands."
+    if ".claude" in seg[:-1] and (seg[-1].startswith("settings") or seg[-1] == "nika-brain.json"):
+        return (f"{rel} holds the Claude Code hooks and rules that guard this session; a human changes "
+                "them with `nika-brain claude install|uninstall`.")
+    return None
 
 
 # ---- file tools ---------------------------------------------------------------------------------
@@ -129,9 +140,9 @@ def _check_write(t: Target, facts: Facts) -> str | None:
     rel = t.rel
     if rel is None:
         return None  # outside the brain: not ours to govern
-    state = _state_dir(rel)
-    if state:
-        return f"{rel} is under {state}/: {_STATE_HINT}."
+    guarded = _guarded(rel)
+    if guarded:
+        return guarded
     other = _other_kernel(rel, facts)
     if other:
         return _kernel_reason(rel, other, facts)
@@ -302,10 +313,9 @@ def _check_bash(command: str, cwd: str, facts: Facts) -> str | None:
             here = _abs(seg.operands[0], here, facts.home) if seg.operands else facts.home
             continue
         for word in seg.writes:
-            t = facts.locate(_abs(word, here, facts.home))
-            state = _state_dir(t.rel)
-            if state:
-                return (f"this command writes {t.rel} under {state}/ by hand: {_STATE_HINT}.")
+            guarded = _guarded(facts.locate(_abs(word, here, facts.home)).rel)
+            if guarded:
+                return f"this command writes by hand: {guarded}"
         for word in seg.operands:
             path = _abs(word, here, facts.home)
             t = facts.locate(path)

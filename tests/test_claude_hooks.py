@@ -288,6 +288,10 @@ ZONE_CASES = [
     ("gamma", "brain/KERNEL.md", False),          # card kernel-writer grants 'kernel'
     ("gamma", "claims/x.yml", True),              # tool-only, whatever the card
     ("alpha", "BRAIN-NOTES.md", False),           # open zone '.'
+    ("gamma", ".git/hooks/pre-commit", True),     # git's own folder: switching a guard off
+    ("gamma", ".claude/settings.json", True),     # the hooks guarding the session itself
+    ("gamma", "kernels/gamma/.claude/settings.local.json", True),
+    ("gamma", ".claude/commands/review.md", False),
 ]
 
 
@@ -373,6 +377,8 @@ BASH_CASES = [
     ("cd claims && touch x.yml", "under claims/"),
     ("bash -c 'cp /tmp/a gates/'", "under gates/"),
     ("tee locks/a.yml < /dev/null", "under locks/"),
+    ("rm .git/hooks/pre-commit", "git's own folder"),
+    ("echo '{}' > .claude/settings.json", "guard this session"),
     ("cat kernels/gamma/memory/notes.md", "belongs to kernel gamma"),
     ("cat .env", "secret"),
     ("nika-brain gate list", None),
