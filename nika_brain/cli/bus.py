@@ -1,0 +1,59 @@
+"""Commands over the bus: publish a message, tail a channel, ping the store."""
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import typer
+
+from .. import bus as busmod
+from ..brain import Brain
+from ..errors import BrainError
+from . import app
+
+bus_app = typer.Typer(no_args_is_help=True,
+                      help="The bus between kernels and the orchestrator (embedded SQLite or Redis).")
+app.add_typer(bus_app, name="bus")
+
+FOLLOW_SLICE = 5.0  # seconds one blocking read waits before the next; Ctrl-C ends --follow
+
+
+def _line(mid: str, message: dict) -> str:
+    return f"{mid} {json.dumps(message, ensure_ascii=False, sort_keys=True)}"
+
+
+@bus_app.command("publish")
+def publish(channel: str, message: str = typer.Argument(..., help="a JSON object")):
+    """Append MESSAGE (a JSON object) to CHANNEL; print its id."""
+    try:
+        value = json.loads(message)
+    except ValueError as exc:
+        raise BrainError(f"bus: the message is not valid JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise BrainError("bus: the message must be a JSON object ({...})")
+    print(busmod.open_bus(Brain.find()).publish(channel, value))
+
+
+@bus_app.command("tail")
+def tail(channel: str,
+         after: Optional[str] = typer.Option(None, help="print only messages after this id"),
+         follow: bool = typer.Option(False, "--follow", "-f", help="keep printing new messages"),
+         count: int = typer.Option(100, help="messages fetched per read")):
+    """Print the messages of CHANNEL, one `<id> <json>` per line, oldest first."""
+    bus = busmod.open_bus(Brain.find())
+    while True:
+        batch = bus.read(channel, after=after, count=count, block=FOLLOW_SLICE if follow else 0)
+        for mid, message in batch:
+            print(_line(mid, message), flush=follow)
+        if batch:
+            after = batch[-1][0]
+        elif not follow:
+            return
+
+
+@bus_app.command("ping")
+def ping():
+    """Check that the configured bus answers."""
+    bus = busmod.open_bus(Brain.find())
+    bus.ping()
+    print(f"ok: {bus.backend} bus at {bus.where}")
