@@ -55,6 +55,19 @@ def _abs_rule(tool: str, path: Path | str, glob: str) -> str:
     return f"{tool}(/{Path(path).as_posix()}/{glob})"
 
 
+def kernel_deny_rules(root: Path, kernel_id: str) -> list[str]:
+    """Claude Code deny rules isolating one kernel: the other kernels' folders (as they exist now:
+    a re-install picks up new ones, and the PreToolUse hook covers them meanwhile), secrets, and
+    the folders only nika-brain or git write."""
+    kernels_dir = root / "kernels"
+    others = sorted(p.name for p in kernels_dir.iterdir() if p.is_dir() and p.name != kernel_id) \
+        if kernels_dir.is_dir() else []
+    rules = [_abs_rule(tool, kernels_dir / other, "**") for other in others for tool in ("Read", "Edit")]
+    rules += [_abs_rule("Read", root, g) for g in SECRET_GLOBS]
+    rules += [_abs_rule("Edit", root / d, "**") for d in ("gates", "locks", "claims", ".nika", ".git")]
+    return rules
+
+
 def _load_json(path: Path) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")
@@ -176,26 +189,15 @@ def install(target_dir: Path, *, command: str | None = None, kernel_id: str | No
     if kernel_id or found:
         kid = kernel_id or found[0]  # type: ignore[index]
         root = Path(brain_dir).resolve() if brain_dir else (found[1] if found else target_dir.parent.parent)
-        deny: list[str] = []
-        kernels_dir = root / "kernels"
-        others = sorted(p.name for p in kernels_dir.iterdir() if p.is_dir() and p.name != kid) \
-            if kernels_dir.is_dir() else []
-        for other in others:
-            deny += [_abs_rule("Read", kernels_dir / other, "**"), _abs_rule("Edit", kernels_dir / other, "**")]
-        deny += [_abs_rule("Read", root, g) for g in SECRET_GLOBS]
-        deny += [_abs_rule("Edit", root / d, "**") for d in ("gates", "locks", "claims", ".nika")]
         perms = _section(data, "permissions", settings_path)
         have = perms.setdefault("deny", [])
         if not isinstance(have, list):
             raise BrainError("expected a list", file=str(settings_path), key="permissions.deny")
-        added = [r for r in deny if r not in have]
+        added = [r for r in kernel_deny_rules(root, kid) if r not in have]
         have.extend(added)
-        env = _section(data, "env", settings_path)
         ours_env = {"NIKA_KERNEL_ID": kid, "NIKA_BRAIN_DIR": str(root)}
-        env.update(ours_env)
-        mine["permissions"] = {"deny": added}
-        mine["env"] = ours_env
-        mine["kernel"] = kid
+        _section(data, "env", settings_path).update(ours_env)
+        mine.update(kernel=kid, permissions={"deny": added}, env=ours_env)
 
     if "statusLine" not in data:
         data["statusLine"] = {"type": "command", "command": f"{command} claude statusline"}
