@@ -409,9 +409,10 @@ def on_post_tool_use(hook: Hook) -> Reply | None:
     new = sessions.add_touched(hook.brain, hook.session_id, [rel])
     claim = hook.claim()
     if new and claim:
-        from .claims import record_touched
+        from .claims import load_claim, record_touched
         try:
-            record_touched(hook.brain, claim, new)
+            if load_claim(hook.brain, claim).is_open:  # a closed claim is final
+                record_touched(hook.brain, claim, new)
         except BrainError as exc:
             _say(f"touched files not recorded on claim {claim}: {exc}")
     return None

@@ -464,6 +464,14 @@ def test_post_tool_use_records_touched_files_on_session_and_claim(hb):
         assert ans.code == 0 and ans.stdout == "", ans.stderr
     assert sessions.load(brain, SID).touched == ("src/auth/login.py", "tests/auth/test_login.py")
     assert claims.load_claim(brain, claim_id).touched == ("src/auth/login.py", "tests/auth/test_login.py")
+    # After the close the claim is final: later edits are the session's record only.
+    claims.close_claim(brain, claim_id, "ok", "done")
+    before = claims.claim_path(brain, claim_id).read_text()
+    late = fixture("post_tool_use_edit", brain)
+    late["tool_input"]["file_path"] = str(brain.root / "src/auth/late.py")
+    assert hook("PostToolUse", late, env=env).code == 0
+    assert claims.claim_path(brain, claim_id).read_text() == before
+    assert "src/auth/late.py" in sessions.load(brain, SID).touched
 
 
 def test_stop_and_pre_compact_record_context_use_with_a_heartbeat(hb):
