@@ -440,7 +440,10 @@ def on_session_end(hook: Hook) -> Reply | None:
     return None
 
 
-HANDLERS: dict[str, list[Handler]] = {
+# A handler is a function, or "module:function" imported only when its event fires: the federation
+# layer adds e.g. "nika_brain.federation.handover:on_stop" to "Stop" without PreToolUse paying for
+# importing it.
+HANDLERS: dict[str, list[Handler | str]] = {
     "PreToolUse": [on_pre_tool_use],
     "PostToolUse": [on_post_tool_use],
     "UserPromptSubmit": [on_user_prompt_submit],
@@ -451,8 +454,8 @@ HANDLERS: dict[str, list[Handler]] = {
 }
 
 
-def register(event: str, handler: Handler) -> None:
-    """Add a handler for an event (after the built-in ones)."""
+def register(event: str, handler: Handler | str) -> None:
+    """Add a handler (a function or "module:function") for an event, after the built-in ones."""
     name = canonical(event)
     if name is None:
         raise ValueError(f"unknown Claude Code hook event {event!r}")
@@ -518,11 +521,16 @@ def run(argv: list[str], data: dict[str, Any]) -> tuple[int, dict[str, Any] | No
     hook = Hook(event, data)
     replies: list[Reply] = []
     code = 0
-    for handler in HANDLERS.get(event, []):
+    for entry in HANDLERS.get(event, []):
+        handler = entry
         try:
+            if isinstance(entry, str):
+                import importlib
+                module, _, name = entry.partition(":")
+                handler = getattr(importlib.import_module(module), name)
             reply = handler(hook)
         except Exception as exc:  # fail open: bookkeeping must never stop the agent
-            _say(f"{event}: {getattr(handler, '__name__', 'handler')} failed: {type(exc).__name__}: {exc}")
+            _say(f"{event}: {getattr(handler, '__name__', handler)} failed: {type(exc).__name__}: {exc}")
             code = 1
             continue
         if reply is not None:

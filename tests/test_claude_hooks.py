@@ -589,3 +589,27 @@ def test_a_handler_that_prints_cannot_spoil_the_json(hb):
     assert answer["hookSpecificOutput"]["permissionDecision"] == "deny"
     assert answer["hookSpecificOutput"]["additionalContext"] == "extra"
     assert "chatter" in proc.stderr
+
+
+def test_handlers_named_by_module_path_load_only_when_their_event_fires(hb, tmp_path):
+    brain, _ = hb
+    ext = tmp_path / "ext"
+    ext.mkdir()
+    (ext / "fed_ext.py").write_text(
+        "from nika_brain.hooks_claude import Reply\n"
+        "def on_stop(hook):\n"
+        "    return Reply(block='context at threshold: hand over first')\n")
+    code = ("import sys; from nika_brain import hooks_claude as h; "
+            "h.register('Stop', 'fed_ext:on_stop'); h.register('Stop', 'fed_ext:missing'); "
+            "rc = h.main(sys.argv[1:]); print('loaded' if 'fed_ext' in sys.modules else 'not loaded', "
+            "file=sys.stderr); sys.exit(rc)")
+    env = clean_env(PYTHONPATH=str(ext))
+    stop = subprocess.run([sys.executable, "-c", code, "Stop"], text=True, capture_output=True, env=env,
+                          input=json.dumps(fixture("stop", brain)))
+    assert stop.returncode == 0  # the broken second handler is reported, the first one still answers
+    assert json.loads(stop.stdout) == {"decision": "block", "reason": "context at threshold: hand over first"}
+    assert "fed_ext:missing failed" in stop.stderr and "loaded" in stop.stderr
+    pre = subprocess.run([sys.executable, "-c", code, "PreToolUse"], text=True, capture_output=True,
+                         env=env, input=json.dumps(fixture("pre_tool_use_read_in_brain", brain)))
+    assert pre.returncode == 0 and pre.stdout == ""
+    assert "not loaded" in pre.stderr
