@@ -92,7 +92,7 @@ _TESTS_SPEC = {"passed": F(int), "failed": F(int)}
 
 
 def check_id(claim_id: str) -> str:
-    if not _ID.match(claim_id or ""):
+    if not _ID.fullmatch(claim_id or ""):  # fullmatch: `$` would let a trailing newline in
         raise BrainError(f"not a valid claim id: {claim_id!r}")
     return claim_id
 

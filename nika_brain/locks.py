@@ -1,4 +1,4 @@
-"""Path locks: one YAML per held scope in locks/, with owner, holder, TTL and a fencing token.
+"""Path locks: one YAML per held scope (and owner) in locks/, with holder, TTL and a fencing token.
 
 Mutual exclusion comes from an flock-guarded critical section around "read all locks, check, write";
 the lock files are the visible, reviewable record. Fencing tokens come from one monotonic counter in
@@ -18,6 +18,9 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
+
+from yaml.nodes import ScalarNode
+from yaml.resolver import Resolver
 
 from . import clock
 from .brain import Brain
@@ -102,13 +105,20 @@ def covers(scope: str, path: str) -> bool:
 
 # ---- holders ----------------------------------------------------------------------------------
 
-def _start_ticks(pid: int) -> int | None:
+def _proc_stat(pid: int) -> tuple[str, int] | None:
+    """(state letter, start time in clock ticks since boot) of a local process, None if unknown."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             stat = fh.read().decode("ascii", "replace")
-        return int(stat.rsplit(")", 1)[1].split()[19])
+        rest = stat.rsplit(")", 1)[1].split()
+        return rest[0], int(rest[19])
     except (OSError, ValueError, IndexError):
         return None
+
+
+def _start_ticks(pid: int) -> int | None:
+    st = _proc_stat(pid)
+    return st[1] if st else None
 
 
 def holder_for(pid: int | None) -> Holder:
@@ -127,8 +137,11 @@ def holder_alive(h: Holder) -> bool | None:
         return False
     except PermissionError:
         pass
+    st = _proc_stat(h.pid)
+    if st is not None and st[0] in ("Z", "X"):
+        return False  # a zombie has exited (only its parent has not reaped it yet): it holds nothing
     if h.started is not None:
-        return _start_ticks(h.pid) == h.started  # a reused pid is another process
+        return st is not None and st[1] == h.started  # a reused pid is another process
     return True
 
 
@@ -162,10 +175,11 @@ def load_lock(path: Path) -> Lock:
                 Holder(**h), path)
 
 
-def lock_path(brain: Brain, scope: str) -> Path:
+def lock_path(brain: Brain, scope: str, owner: str) -> Path:
+    """One file per (scope, owner): several owners may hold one scope in shared mode."""
     scope = normalize_scope(scope)
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", scope).strip("_")[:60] or "root"
-    digest = hashlib.sha1(scope.encode()).hexdigest()[:8]
+    digest = hashlib.sha1(f"{scope}\0{owner}".encode()).hexdigest()[:12]
     return brain.locks_dir / f"{slug}-{digest}.yml"
 
 
@@ -175,9 +189,48 @@ def _dump(lock: Lock) -> str:
         holder["pid"] = lock.holder.pid
     if lock.holder.started is not None:
         holder["started"] = lock.holder.started
-    return dumps({"scope": lock.scope, "mode": lock.mode, "owner": lock.owner, "token": lock.token,
-                  "acquired": clock.iso(lock.acquired), "expires": clock.iso(lock.expires),
-                  "holder": holder})
+    data = {"scope": lock.scope, "mode": lock.mode, "owner": lock.owner, "token": lock.token,
+            "acquired": clock.iso(lock.acquired), "expires": clock.iso(lock.expires),
+            "holder": holder}
+    fast = _dump_simple(data)
+    return dumps(data) if fast is None else fast
+
+
+# Every acquire writes a lock file, and yaml.dump costs as much as the rest of the cycle. Lock files
+# hold only short identifiers, times and integers, whose text `dumps` we can predict exactly; anything
+# else (spaces, quotes, unicode...) goes through `dumps`. Tests hold the two to byte equality.
+_PLAIN = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_./:-]*[A-Za-z0-9_./-])?\Z")
+_RESOLVER = Resolver()
+_STR_TAG = "tag:yaml.org,2002:str"
+
+
+def _scalar_text(value: object) -> str | None:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if isinstance(value, str) and _PLAIN.match(value):
+        # A string that would read back as another type (a time, a number) is single-quoted.
+        plain = _RESOLVER.resolve(ScalarNode, value, (True, False)) == _STR_TAG
+        return value if plain else f"'{value}'"
+    return None
+
+
+def _dump_simple(data: dict, indent: str = "") -> str | None:
+    """`dumps(data)` for a mapping of simple scalars and non-empty sub-mappings, else None."""
+    out = []
+    for key, value in data.items():
+        if _scalar_text(key) != key:
+            return None
+        if isinstance(value, dict):
+            sub = _dump_simple(value, indent + "  ") if value else None
+            if sub is None:
+                return None
+            out.append(f"{indent}{key}:\n{sub}")
+            continue
+        text = _scalar_text(value)
+        if text is None:
+            return None
+        out.append(f"{indent}{key}: {text}\n")
+    return "".join(out)
 
 
 def list_locks(brain: Brain) -> list[Lock]:
@@ -185,18 +238,31 @@ def list_locks(brain: Brain) -> list[Lock]:
     return [load_lock(p) for p in brain.iter_yaml(brain.locks_dir)]
 
 
-def _next_token(brain: Brain) -> int:
+def _next_token(brain: Brain, seen: int) -> int:
+    """Next fencing token, above the counter and above `seen` (the highest token on disk).
+
+    Called under the locks mutex. The counter must never go back, even if the state folder was
+    wiped: hence `seen`. It is rewritten in place: the new number is never shorter than the old one,
+    so one small pwrite covers it, and a write within one page is all-or-nothing for a killed
+    process (a fresh or non-canonical counter gets an atomic rename instead).
+    """
     counter = brain.state_dir / "fencing"
+    counter.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(counter, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        current = int(counter.read_text() or 0)
-    except FileNotFoundError:
-        current = 0
-    except ValueError as exc:
-        raise BrainError(f"fencing counter {counter} is corrupt") from exc
-    # The counter must never go back, even if the state folder was wiped: take the max seen on disk.
-    for lk in list_locks(brain):
-        current = max(current, lk.token)
-    token = current + 1
+        raw = os.pread(fd, 64, 0)
+        try:
+            current = int(raw or 0)
+        except ValueError as exc:
+            raise BrainError(f"fencing counter {counter} is corrupt") from exc
+        token = max(current, seen) + 1
+        if raw and raw == str(current).encode():
+            os.pwrite(fd, str(token).encode(), 0)
+            if brain.config.fsync:
+                os.fsync(fd)
+            return token
+    finally:
+        os.close(fd)
     brain.write(counter, str(token))
     return token
 
@@ -221,8 +287,9 @@ def conflicts(brain: Brain, scope: str, owner: str, mode: str = "exclusive",
 def _try_acquire(brain: Brain, scope: str, owner: str, mode: str, ttl: float, pid: int | None,
                  now: datetime) -> Lock | list[Lock]:
     with brain.mutex("locks"):
-        blocking, stale, mine = [], [], None
+        blocking, stale, mine, seen = [], [], None, 0
         for lk in list_locks(brain):
+            seen = max(seen, lk.token)
             if not scopes_overlap(lk.scope, scope):
                 continue
             if lk.owner == owner:
@@ -237,10 +304,11 @@ def _try_acquire(brain: Brain, scope: str, owner: str, mode: str, ttl: float, pi
         for lk in stale:
             if lk.path is not None:
                 os.unlink(lk.path)
-        token = mine.token if mine else _next_token(brain)
+        token = mine.token if mine else _next_token(brain, seen)
         acquired = mine.acquired if mine else now
+        path = mine.path if mine and mine.path else lock_path(brain, scope, owner)
         lock = Lock(scope, owner, mode, token, acquired, now + timedelta(seconds=ttl), holder_for(pid),
-                    lock_path(brain, scope))
+                    path)
         brain.write(lock.path, _dump(lock))
         return lock
 
@@ -276,36 +344,47 @@ def acquire(brain: Brain, scope: str, owner: str, *, mode: str = "exclusive", tt
         time.sleep(min(poll, max(0.0, deadline - time.monotonic())) or poll)
 
 
+def _owned(brain: Brain, scope: str, owner: str) -> Lock:
+    """The lock of `owner` on exactly `scope` (under the locks mutex); refuse anyone else."""
+    path = lock_path(brain, scope, owner)
+    if path.exists():
+        lk = load_lock(path)
+        if lk.owner == owner and lk.scope == scope:
+            return lk
+    # Not under its usual name (written by hand, or by an older version): look at every lock.
+    held = [lk for lk in list_locks(brain) if lk.scope == scope]
+    for lk in held:
+        if lk.owner == owner:
+            return lk
+    if held:
+        owners = ", ".join(lk.owner for lk in held)
+        raise BrainError(f"refused: {scope} is held by {owners}, not {owner}", EXIT_REFUSED)
+    raise BrainError(f"no lock held on {scope}")
+
+
 def release(brain: Brain, scope: str, owner: str, *, missing_ok: bool = False) -> bool:
     scope = normalize_scope(scope)
-    path = lock_path(brain, scope)
     with brain.mutex("locks"):
-        if not path.exists():
-            if missing_ok:
+        try:
+            lk = _owned(brain, scope, owner)
+        except BrainError as exc:
+            if missing_ok and exc.exit_code != EXIT_REFUSED:
                 return False
-            raise BrainError(f"no lock held on {scope}")
-        lk = load_lock(path)
-        if lk.owner != owner:
-            raise BrainError(f"refused: {scope} is held by {lk.owner}, not {owner}", EXIT_REFUSED)
-        os.unlink(path)
+            raise
+        os.unlink(lk.path)
         return True
 
 
 def renew(brain: Brain, scope: str, owner: str, *, ttl: float | None = None,
           now: datetime | None = None) -> Lock:
     scope = normalize_scope(scope)
-    path = lock_path(brain, scope)
     now = now or clock.now()
     ttl = brain.config.lock_ttl if ttl is None else ttl
     with brain.mutex("locks"):
-        if not path.exists():
-            raise BrainError(f"no lock held on {scope}")
-        lk = load_lock(path)
-        if lk.owner != owner:
-            raise BrainError(f"refused: {scope} is held by {lk.owner}, not {owner}", EXIT_REFUSED)
+        lk = _owned(brain, scope, owner)
         new = Lock(lk.scope, lk.owner, lk.mode, lk.token, lk.acquired, now + timedelta(seconds=ttl),
-                   lk.holder, path)
-        brain.write(path, _dump(new))
+                   lk.holder, lk.path)
+        brain.write(new.path, _dump(new))
         return new
 
 
