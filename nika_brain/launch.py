@@ -33,8 +33,14 @@ def drive(brain: Brain, name: str, *, wait: bool = False, poll: float = 1.0, tim
     """Run transitions until the workflow needs someone: a human (mode 1) or it ends/blocks."""
     deadline = None if timeout is None else time.monotonic() + timeout
     shown: set[str] = set()
+    relaunch = True  # only the first transition retries a blocked run; one blocked since then stops
     while True:
-        out = orchestrator.step_once(brain, name)
+        run = None if relaunch else runs.load_run(brain, name)
+        relaunch = False
+        if run is not None and run.status == "blocked":
+            out = Outcome(name, "blocked", run.reason)
+        else:
+            out = orchestrator.step_once(brain, name)
         if out.status == "progress":
             continue
         if out.status == "satellite":
@@ -58,7 +64,7 @@ def drive(brain: Brain, name: str, *, wait: bool = False, poll: float = 1.0, tim
 def _keep_locks(brain: Brain, claim_id: str) -> None:
     """While a human works on a step under --wait, keep its locks from expiring."""
     now = clock.now()
-    for lk in locks.list_locks(brain):
+    for lk in orchestrator.live_locks(brain):
         if lk.owner == claim_id and (lk.expires - now).total_seconds() < brain.config.lock_ttl / 2:
             locks.renew(brain, lk.scope, claim_id, now=now)
 

@@ -58,9 +58,35 @@ def worktree_of(brain: Brain, wf: Workflow) -> Path:
     return branches.theme_worktree_path(wf.branch, brain.worktrees_dir)
 
 
-def _reindex(brain: Brain) -> None:
+def open_branch(brain: Brain, wf: Workflow) -> Path:
+    # git worktree add/list/remove read each other's half-written .git/worktrees/<name>/ entries.
+    with base_checkout(brain):
+        return branches.open_theme_branch(brain.root, wf.branch, base_of(brain, wf), brain.worktrees_dir)
+
+
+def _reindex(brain: Brain, attempts: int = 5) -> None:
     from . import index
-    index.regenerate(brain)
+    for attempt in range(attempts):
+        try:
+            index.regenerate(brain)
+            return
+        except BrainError as exc:
+            # Another run released a lock (its file gone between the listing and the read): again.
+            gone = exc.file is not None and not (brain.root / exc.file).exists()
+            if not gone or attempt == attempts - 1:
+                raise
+
+
+def live_locks(brain: Brain) -> list[locks.Lock]:
+    """Every lock file, skipping one that another process released while we were listing."""
+    out = []
+    for path in brain.iter_yaml(brain.locks_dir):
+        try:
+            out.append(locks.load_lock(path))
+        except BrainError:
+            if path.exists():
+                raise
+    return out
 
 
 def _agent(brain: Brain, wf: Workflow, step: Step) -> str:
@@ -121,7 +147,7 @@ def start_run(brain: Brain, wf: Workflow, *, mode: str = "assisted", step: str |
             return run  # done or aborted: say so, start again only when asked
         cursor = str(wf.step(step).id) if step is not None else (wf.chain[0].id if restart else _first_step(brain, wf))
         run = runs.save(brain, Run(wf.name, "running", mode, now, cursor, context=context or {}))
-    branches.open_theme_branch(brain.root, wf.branch, base_of(brain, wf), brain.worktrees_dir)
+    open_branch(brain, wf)
     _emit(brain, "CHECKPOINT", run, cursor, reason=f"run started in {mode} mode")
     return run
 
@@ -187,7 +213,7 @@ def _adopt_open_claim(brain: Brain, wf: Workflow, run: Run) -> Outcome | None:
 def _release_orphans(brain: Brain, wf: Workflow) -> None:
     """Locks of this workflow's claims that are closed or were never opened (crash leftovers)."""
     marker = f"-{claims.slug(wf.name)}-step-"
-    for lk in locks.list_locks(brain):
+    for lk in live_locks(brain):
         if marker not in lk.owner or not lk.owner.startswith("sess-"):
             continue
         c = _maybe_claim(brain, lk.owner)
@@ -242,7 +268,7 @@ def _after_gate(brain: Brain, wf: Workflow, run: Run, now: datetime) -> Outcome:
 def _start_step(brain: Brain, wf: Workflow, run: Run, step: Step, now: datetime) -> Outcome:
     worktree = worktree_of(brain, wf)
     if not worktree.is_dir():
-        branches.open_theme_branch(brain.root, wf.branch, base_of(brain, wf), brain.worktrees_dir)
+        open_branch(brain, wf)
     pre = _pre_gate(brain, wf, run, step)
     if pre is not None:
         return pre
@@ -255,8 +281,9 @@ def _start_step(brain: Brain, wf: Workflow, run: Run, step: Step, now: datetime)
             return _block(brain, run, step.id, f"0-failures gate red before step {step.id}: "
                                                f"{tr.failed} failed ({test})")
     agent = _agent(brain, wf, step)
-    failed = preflight.failures(preflight.run_checks(brain, step.scope, step.zone, agent=agent,
-                                                     branch=wf.branch, worktree=worktree, now=now))
+    with base_checkout(brain):  # not while another run commits or merges there (index.lock, MERGE_HEAD)
+        failed = preflight.failures(preflight.run_checks(brain, step.scope, step.zone, agent=agent,
+                                                         branch=wf.branch, worktree=worktree, now=now))
     if failed:
         return _block(brain, run, step.id, "preflight failed: " + "; ".join(
             f"{c.name}: {c.reason}" for c in failed))
@@ -428,11 +455,12 @@ def _close(brain: Brain, wf: Workflow, run: Run, now: datetime) -> Outcome:
     if green and wf.test:
         tr = satellites.run_tests(wf.test, worktree if worktree.is_dir() else brain.root)
         green, why = tr.green, f"{tr.failed} failed in `{wf.test}`"
-    commit_state(brain, f"brain: {wf.name} ready to merge")
-    faults.point("before-merge")
-    res = branches.merge_theme_branch(brain.root, wf.branch, base_of(brain, wf), green=green,
-                                      message=f"Merge theme {wf.branch} ({wf.name})",
-                                      worktrees_dir=brain.worktrees_dir)
+    try:
+        res = merge_into_base(brain, wf.branch, base_of(brain, wf), green=green,
+                              message=f"Merge theme {wf.branch} ({wf.name})",
+                              state_message=f"brain: {wf.name} ready to merge")
+    except BrainError as exc:
+        return _block(brain, run, END, exc.message)
     if not res.merged:
         reason = res.reason if green else f"0-failures gate is not green: {why}"
         if res.conflicts:
@@ -448,14 +476,65 @@ def _close(brain: Brain, wf: Workflow, run: Run, now: datetime) -> Outcome:
     run = runs.update(brain, run, status="done", finished=now, report=report, reason="")
     _emit(brain, "DONE", run, None, None, f"{len(report['delivered'])} delivered, "
           f"{len(report['partial'])} partial, {len(report['skipped'])} skipped", payload=report)
-    branches.remove_theme_worktree(brain.root, wf.branch, brain.worktrees_dir)
+    with base_checkout(brain):
+        branches.remove_theme_worktree(brain.root, wf.branch, brain.worktrees_dir)
     _reindex(brain)
     commit_state(brain, f"brain: {wf.name} done")
     return Outcome(wf.name, "done", f"merged {wf.branch} into {base_of(brain, wf)}")
 
 
+def base_checkout(brain: Brain):
+    """Git in the brain's own checkout (state commits, merges into base) runs one run at a time:
+    two workflows finishing together would otherwise collide on its index.lock."""
+    return brain.mutex("base-checkout")
+
+
+MERGE_ATTEMPTS = 20
+
+
+def merge_into_base(brain: Brain, branch: str, base: str, *, green: bool, message: str | None = None,
+                    state_message: str) -> branches.MergeResult:
+    """Commit the state files, then merge the theme branch, under the base-checkout mutex.
+
+    Other runs keep writing their (tracked) state files into this checkout, so the merge may find it
+    dirty again right after the state commit: commit those too and try again, a few times.
+    """
+    with base_checkout(brain):
+        for attempt in range(MERGE_ATTEMPTS):
+            _commit_state(brain, state_message)
+            faults.point("before-merge")
+            try:
+                return branches.merge_theme_branch(brain.root, branch, base, green=green, message=message,
+                                                   worktrees_dir=brain.worktrees_dir)
+            except BrainError as exc:
+                if "uncommitted changes" not in exc.message or attempt == MERGE_ATTEMPTS - 1:
+                    raise
+            time.sleep(0.05)
+    raise AssertionError("unreachable")
+
+
 def commit_state(brain: Brain, message: str) -> bool:
-    """Commit the brain's state files (only those) so that the base checkout is clean for a merge."""
+    with base_checkout(brain):
+        return _commit_state(brain, message)
+
+
+def _commit_state(brain: Brain, message: str, attempts: int = 5) -> bool:
+    """Commit the brain's state files (only those) so that the base checkout is clean for a merge.
+
+    Other runs write and remove their state files while we stage them (a lock file gone between
+    git's listing and its stat fails the add): such a failure is retried on the new state.
+    """
+    for attempt in range(attempts):
+        try:
+            return _commit_state_once(brain, message)
+        except BrainError:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.05)
+    return False
+
+
+def _commit_state_once(brain: Brain, message: str) -> bool:
     present = [p for p in STATE_PATHS if (brain.root / p).exists()]
     if present:
         git.run(brain.root, "add", "-A", "--", *present)

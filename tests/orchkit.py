@@ -92,3 +92,18 @@ def journal(brain: Brain, workflow: str | None = None) -> list[dict]:
 
 def worktree(brain: Brain, branch: str) -> Path:
     return brain.root / ".nika" / "worktrees" / branch.replace("/", "__")
+
+
+SATELLITE = Path(__file__).resolve().parent / "satellite_program.py"
+
+
+def satellite_config(program: Path = SATELLITE) -> str:
+    """nika-brain.yml lines that make the real small satellite program the swarm satellite command."""
+    return f'satellite_command: ["{sys.executable}", "{program}", "{{claim}}", "{{brief_file}}"]\n'
+
+
+def claims_of(brain: Brain, workflow: str) -> list[dict]:
+    """Every claim file of a workflow, oldest first (ids sort by time, then step)."""
+    from nika_brain.yamlsafe import load_file
+    found = [load_file(p) for p in sorted((brain.root / "claims").glob("*.yml"))]
+    return sorted((c for c in found if c["workflow"] == workflow), key=lambda c: c["opened"])

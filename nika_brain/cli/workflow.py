@@ -213,9 +213,8 @@ def branch_merge(branch: str, base: Optional[str] = None,
     if test is not None:
         tr = run_tests(test, worktree if worktree.is_dir() else brain.root)
         green, why = tr.green, f"{tr.failed} failed in `{test}`"
-    orchestrator.commit_state(brain, f"brain: state before merging {branch}")
-    res = branches.merge_theme_branch(brain.root, branch, base or brain.config.base_branch, green=green,
-                                      worktrees_dir=brain.worktrees_dir)
+    res = orchestrator.merge_into_base(brain, branch, base or brain.config.base_branch, green=green,
+                                       state_message=f"brain: state before merging {branch}")
     if not res.merged:
         reason = f"merge conflict on {', '.join(res.conflicts)}" if res.conflicts else \
             (res.reason if green else f"0-failures gate is not green: {why}")
