@@ -1,7 +1,9 @@
 """Atomic writes and inter-process mutexes for the brain's state files.
 
 A process killed at any moment must leave each file either old or new: we write a temporary file in
-the same folder, fsync it, and rename it over the target (rename is atomic on POSIX). Read-modify-write
+the same folder, fsync it, and rename it over the target (rename is atomic on POSIX). The data is
+fsynced so that a power loss never leaves an empty file behind the rename; the folder is not (a lost
+rename after a power loss leaves the old version, which is still whole). Read-modify-write
 of shared state happens under an flock-based mutex in the git-ignored state folder.
 """
 from __future__ import annotations
@@ -31,17 +33,6 @@ def atomic_write(path: Path | str, text: str, *, fsync: bool = True) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    if fsync:
-        _fsync_dir(path.parent)
-
-
-def _fsync_dir(folder: Path) -> None:
-    with contextlib.suppress(OSError):
-        dfd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
 
 
 def remove(path: Path | str) -> bool:

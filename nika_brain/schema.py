@@ -72,6 +72,6 @@ def str_list(value: Any) -> str | None:
 
 
 def name(value: Any) -> str | None:
-    if not _NAME.match(str(value)):
+    if not _NAME.fullmatch(str(value)):
         return "must be letters, digits, '.', '_' or '-' (at most 100)"
     return None

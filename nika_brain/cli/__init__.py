@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import sys
 
-import click
 import typer
+
+try:  # typer >= 0.24 vendors its own click; its exceptions are not click's
+    from typer._click import exceptions as click_exc
+except ImportError:  # pragma: no cover - older typer uses click itself
+    from click import exceptions as click_exc
 
 from ..errors import BrainError
 
@@ -22,8 +26,7 @@ def fail(message: str, code: int = 1) -> None:
 
 def _register() -> None:
     # Command modules attach themselves to `app` (and its sub-apps) on import.
-    from . import state  # noqa: F401
-    from . import optional  # noqa: F401
+    from . import bus, claude, index, state, workflow  # noqa: F401
 
 
 def run(argv: list[str]) -> int:
@@ -34,12 +37,12 @@ def run(argv: list[str]) -> int:
     except BrainError as exc:
         print(f"nika-brain: {exc}", file=sys.stderr)
         return exc.exit_code
-    except click.exceptions.Exit as exc:
+    except typer.Exit as exc:
         return exc.exit_code
-    except click.ClickException as exc:
+    except click_exc.ClickException as exc:
         exc.show()
         return exc.exit_code
-    except click.exceptions.Abort:
+    except typer.Abort:
         print("nika-brain: aborted", file=sys.stderr)
         return 130
     except KeyboardInterrupt:
