@@ -8,7 +8,6 @@ closes it again.
 from __future__ import annotations
 
 import hashlib
-import re
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -16,7 +15,7 @@ from pathlib import Path
 from . import clock
 from .brain import Brain
 from .errors import BrainError
-from .locks import normalize_scope, scopes_overlap
+from .locks import check_scope, normalize_scope, scope_slug, scopes_overlap
 from .schema import F, fields
 from .yamlsafe import dumps, load_doc
 
@@ -31,7 +30,7 @@ class Breaker:
     gate: str | None = None
 
 
-_SPEC = {"scope": F(str, required=True), "fails": F(int, required=True), "tripped": F(bool, required=True),
+_SPEC = {"scope": F(str, required=True, check=check_scope), "fails": F(int, required=True), "tripped": F(bool, required=True),
          "updated": F(str, required=True), "last_claim": F(str), "gate": F(str)}
 
 
@@ -41,8 +40,7 @@ def breakers_dir(brain: Brain) -> Path:
 
 def breaker_path(brain: Brain, scope: str) -> Path:
     scope = normalize_scope(scope)
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", scope).strip("_")[:60] or "root"
-    return breakers_dir(brain) / f"{slug}-{hashlib.sha1(scope.encode()).hexdigest()[:8]}.yml"
+    return breakers_dir(brain) / f"{scope_slug(scope)}-{hashlib.sha1(scope.encode()).hexdigest()[:8]}.yml"
 
 
 def load_path(path: Path) -> Breaker:

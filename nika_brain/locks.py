@@ -10,10 +10,8 @@ be alive. A holder on another host is never judged by a local pid check: there, 
 from __future__ import annotations
 
 import fnmatch
-import hashlib
 import os
 import re
-import socket
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -29,6 +27,16 @@ from .schema import F, fields
 from .yamlsafe import dumps, load_doc
 
 MODES = ("exclusive", "shared")
+
+
+def _hostname() -> str:
+    import socket  # lazily: the Claude Code hook path pays every import on every tool call
+    return socket.gethostname()
+
+
+def _sha1(data: bytes):
+    import hashlib
+    return hashlib.sha1(data)
 _WILD = re.compile(r"[*?\[]")
 
 
@@ -68,6 +76,15 @@ def normalize_scope(scope: str) -> str:
     if not parts:
         return "."
     return "/".join(parts) + ("/" if folder else "")
+
+
+def check_scope(value: str) -> str | None:
+    """Schema check: the error message for a bad scope, None for a good one."""
+    try:
+        normalize_scope(value)
+    except BrainError as exc:
+        return exc.message
+    return None
 
 
 def _segments(scope: str) -> list[str]:
@@ -123,13 +140,13 @@ def _start_ticks(pid: int) -> int | None:
 
 def holder_for(pid: int | None) -> Holder:
     if pid is None:
-        return Holder(socket.gethostname())
-    return Holder(socket.gethostname(), pid, _start_ticks(pid))
+        return Holder(_hostname())
+    return Holder(_hostname(), pid, _start_ticks(pid))
 
 
 def holder_alive(h: Holder) -> bool | None:
     """True/False for a holder on this host; None when we cannot know (another host, no pid)."""
-    if h.host != socket.gethostname() or h.pid is None:
+    if h.host != _hostname() or h.pid is None:
         return None
     try:
         os.kill(h.pid, 0)
@@ -152,7 +169,7 @@ def may_take_over(lock: Lock, now: datetime) -> bool:
 # ---- files ------------------------------------------------------------------------------------
 
 _SPEC = {
-    "scope": F(str, required=True),
+    "scope": F(str, required=True, check=check_scope),
     "mode": F(str, default="exclusive", choices=MODES),
     "owner": F(str, required=True),
     "token": F(int, required=True),
@@ -175,12 +192,17 @@ def load_lock(path: Path) -> Lock:
                 Holder(**h), path)
 
 
+def scope_slug(scope: str) -> str:
+    """A file-name-safe form of a normalized scope. Never starts with '.': listings skip dot files
+    (temporary files), and a lock nobody lists is a lock nobody respects."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", scope).strip("._-")[:60] or "root"
+
+
 def lock_path(brain: Brain, scope: str, owner: str) -> Path:
     """One file per (scope, owner): several owners may hold one scope in shared mode."""
     scope = normalize_scope(scope)
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", scope).strip("_")[:60] or "root"
-    digest = hashlib.sha1(f"{scope}\0{owner}".encode()).hexdigest()[:12]
-    return brain.locks_dir / f"{slug}-{digest}.yml"
+    digest = _sha1(f"{scope}\0{owner}".encode()).hexdigest()[:12]
+    return brain.locks_dir / f"{scope_slug(scope)}-{digest}.yml"
 
 
 def _dump(lock: Lock) -> str:
