@@ -218,7 +218,7 @@ def test_a_lock_with_an_escaping_scope_is_named_in_the_error(brain):
     lock_file.write_text(lock_file.read_text().replace("scope: src/", "scope: ../../etc"))
     with pytest.raises(BrainError) as exc:
         index.render(brain)
-    assert str(exc.value).startswith(f"locks/{lock_file.name}: scope must be a path inside the brain")
+    assert str(exc.value).startswith(f"locks/{lock_file.name}:1: scope: scope must be a path inside the brain")
 
 
 def test_the_regen_script_runs_the_index_from_any_folder(ibrain):
