@@ -26,7 +26,7 @@ def fail(message: str, code: int = 1) -> None:
 
 def _register() -> None:
     # Command modules attach themselves to `app` (and its sub-apps) on import.
-    from . import bus, claude, index, state, workflow  # noqa: F401
+    from . import bus, claude, index, kernel, state, workflow  # noqa: F401
 
 
 def run(argv: list[str]) -> int:
