@@ -103,7 +103,8 @@ def satellite_config(program: Path = SATELLITE) -> str:
 
 
 def claims_of(brain: Brain, workflow: str) -> list[dict]:
-    """Every claim file of a workflow, oldest first (ids sort by time, then step)."""
+    """Every claim file of a workflow, oldest first (by their opened time)."""
+    from nika_brain.clock import parse
     from nika_brain.yamlsafe import load_file
     found = [load_file(p) for p in sorted((brain.root / "claims").glob("*.yml"))]
-    return sorted((c for c in found if c["workflow"] == workflow), key=lambda c: c["opened"])
+    return sorted((c for c in found if c["workflow"] == workflow), key=lambda c: parse(c["opened"]))
