@@ -5,13 +5,14 @@ import contextlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator, TypeVar
 
 from . import fsio
 from .errors import BrainError
 from .schema import F, fields, str_list
 from .yamlsafe import load_doc
 
+T = TypeVar("T")
 CONFIG_NAME = "nika-brain.yml"
 STATE_DIR = ".nika"
 
@@ -145,6 +146,18 @@ class Brain:
 
     def write(self, path: Path, text: str) -> None:
         fsio.atomic_write(path, text, fsync=self.config.fsync)
+
+    def load_all(self, folder: Path, loader: Callable[[Path], T]) -> list[T]:
+        """Load every state file of a folder; one that vanished between listing and reading (a lock
+        released, a temp file renamed) is skipped, while one that is there but broken raises."""
+        out = []
+        for path in self.iter_yaml(folder):
+            try:
+                out.append(loader(path))
+            except BrainError:
+                if path.exists():
+                    raise
+        return out
 
     def iter_yaml(self, folder: Path) -> Iterator[Path]:
         if not folder.is_dir():

@@ -60,7 +60,7 @@ def _save(brain: Brain, b: Breaker) -> None:
 
 
 def list_breakers(brain: Brain) -> list[Breaker]:
-    return [load_path(p) for p in brain.iter_yaml(breakers_dir(brain))]
+    return brain.load_all(breakers_dir(brain), load_path)
 
 
 def tripped_for(brain: Brain, scopes: tuple[str, ...] | list[str]) -> list[Breaker]:

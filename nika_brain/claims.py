@@ -148,7 +148,7 @@ def load_claim(brain: Brain, claim_id: str) -> Claim:
 
 
 def list_claims(brain: Brain, status: str | None = None) -> list[Claim]:
-    out = [load_path(p) for p in brain.iter_yaml(brain.claims_dir)]
+    out = brain.load_all(brain.claims_dir, load_path)
     return [c for c in out if status is None or c.status == status]
 
 

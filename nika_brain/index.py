@@ -75,7 +75,7 @@ def _load(brain: Brain, kind: str, path: Path):
 
 
 def _load_all(brain: Brain, folder: Path, kind: str) -> list:
-    return [_load(brain, kind, p) for p in brain.iter_yaml(folder)]
+    return brain.load_all(folder, lambda p: _load(brain, kind, p))
 
 
 class _Cache:

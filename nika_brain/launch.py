@@ -64,7 +64,7 @@ def drive(brain: Brain, name: str, *, wait: bool = False, poll: float = 1.0, tim
 def _keep_locks(brain: Brain, claim_id: str) -> None:
     """While a human works on a step under --wait, keep its locks from expiring."""
     now = clock.now()
-    for lk in orchestrator.live_locks(brain):
+    for lk in locks.list_locks(brain):
         if lk.owner == claim_id and (lk.expires - now).total_seconds() < brain.config.lock_ttl / 2:
             locks.renew(brain, lk.scope, claim_id, now=now)
 

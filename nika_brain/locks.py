@@ -257,7 +257,7 @@ def _dump_simple(data: dict, indent: str = "") -> str | None:
 
 def list_locks(brain: Brain) -> list[Lock]:
     """Every lock file, parsed; an unreadable one raises (callers that guard writes fail closed)."""
-    return [load_lock(p) for p in brain.iter_yaml(brain.locks_dir)]
+    return brain.load_all(brain.locks_dir, load_lock)
 
 
 def _next_token(brain: Brain, seen: int) -> int:

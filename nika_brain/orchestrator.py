@@ -64,29 +64,9 @@ def open_branch(brain: Brain, wf: Workflow) -> Path:
         return branches.open_theme_branch(brain.root, wf.branch, base_of(brain, wf), brain.worktrees_dir)
 
 
-def _reindex(brain: Brain, attempts: int = 5) -> None:
+def _reindex(brain: Brain) -> None:
     from . import index
-    for attempt in range(attempts):
-        try:
-            index.regenerate(brain)
-            return
-        except BrainError as exc:
-            # Another run released a lock (its file gone between the listing and the read): again.
-            gone = exc.file is not None and not (brain.root / exc.file).exists()
-            if not gone or attempt == attempts - 1:
-                raise
-
-
-def live_locks(brain: Brain) -> list[locks.Lock]:
-    """Every lock file, skipping one that another process released while we were listing."""
-    out = []
-    for path in brain.iter_yaml(brain.locks_dir):
-        try:
-            out.append(locks.load_lock(path))
-        except BrainError:
-            if path.exists():
-                raise
-    return out
+    index.regenerate(brain)
 
 
 def _agent(brain: Brain, wf: Workflow, step: Step) -> str:
@@ -213,7 +193,7 @@ def _adopt_open_claim(brain: Brain, wf: Workflow, run: Run) -> Outcome | None:
 def _release_orphans(brain: Brain, wf: Workflow) -> None:
     """Locks of this workflow's claims that are closed or were never opened (crash leftovers)."""
     marker = f"-{claims.slug(wf.name)}-step-"
-    for lk in live_locks(brain):
+    for lk in locks.list_locks(brain):
         if marker not in lk.owner or not lk.owner.startswith("sess-"):
             continue
         c = _maybe_claim(brain, lk.owner)

@@ -95,15 +95,10 @@ def run_checks(brain: Brain, scopes, zone: str | None = None, *, agent: str | No
     out = []
     for fn, args in ((_scope_check, (brain, scopes, claim, now)), (_zone_check, (brain, scopes, zone, agent)),
                      (_breaker_check, (brain, scopes)), (_git_check, (brain, branch, worktree))):
-        for attempt in range(3):
-            try:
-                out.append(fn(*args))
-            except BrainError as exc:  # an unreadable state file is a failed check, not a crash
-                # ...unless another run just released it (a lock file gone mid-listing): look again.
-                if exc.file and not (brain.root / exc.file).exists() and attempt < 2:
-                    continue
-                out.append(Check(fn.__name__.strip("_").replace("_check", ""), False, str(exc)))
-            break
+        try:
+            out.append(fn(*args))
+        except BrainError as exc:  # an unreadable state file is a failed check, not a crash
+            out.append(Check(fn.__name__.strip("_").replace("_check", ""), False, str(exc)))
     return out
 
 

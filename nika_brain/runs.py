@@ -102,7 +102,7 @@ def save(brain: Brain, run: Run) -> Run:
 
 
 def list_runs(brain: Brain) -> list[Run]:
-    return [load_path(p) for p in brain.iter_yaml(runs_dir(brain))]
+    return brain.load_all(runs_dir(brain), load_path)
 
 
 def update(brain: Brain, run: Run, **changes) -> Run:
