@@ -88,7 +88,7 @@ def load_gate(brain: Brain, gate_id: str) -> Gate:
 
 
 def list_gates(brain: Brain, status: str | None = None) -> list[Gate]:
-    out = [load_path(p) for p in brain.iter_yaml(brain.gates_dir)]
+    out = brain.load_all(brain.gates_dir, load_path)
     return [g for g in out if status is None or g.status == status]
 
 
@@ -195,7 +195,9 @@ class PullRequestGate:
     def poll(self, brain: Brain, gate: Gate) -> tuple[str | None, str | None]:
         if gate.pr is None:
             return None, None
-        decision, who = self.client.decision(gate.pr)
+        # Second precision: GitHub stamps reviews in whole seconds.
+        since = clock.iso(gate.created.replace(microsecond=0))
+        decision, who = self.client.decision(gate.pr, since=since)
         return {"approved": "approve", "rejected": "reject"}.get(decision or ""), who
 
 

@@ -146,9 +146,17 @@ class GitHubReviewGate:
                 break
         return out
 
-    def decision(self, pr_number: int) -> tuple[str | None, str | None]:
-        """("approved"|"rejected"|None, reviewer login) from each reviewer's latest standing."""
-        return decide(self.reviews(pr_number))
+    def decision(self, pr_number: int, since: str | None = None) -> tuple[str | None, str | None]:
+        """("approved"|"rejected"|None, reviewer login) from each reviewer's latest standing.
+
+        `since` (an ISO time, the gate's creation) ignores reviews submitted before it: one theme
+        pull request carries every gate of its workflow, and an approval given for an earlier gate
+        must not decide a later one.
+        """
+        reviews = self.reviews(pr_number)
+        if since is not None:
+            reviews = [r for r in reviews if _submitted(r) is not None and _submitted(r) >= _parse_time(since)]
+        return decide(reviews)
 
     def comment(self, pr_number: int, text: str) -> int:
         """Post `text` on the pull request's conversation; returns the comment id."""
@@ -157,6 +165,19 @@ class GitHubReviewGate:
         if not isinstance(created, dict) or not isinstance(created.get("id"), int):
             raise BrainError(f"GitHub API POST {path}: response has no comment id")
         return created["id"]
+
+
+def _parse_time(text: str):
+    from datetime import datetime, timezone
+    dt = datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    return dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
+
+
+def _submitted(review: dict):
+    try:
+        return _parse_time(review["submitted_at"])
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def decide(reviews: list[dict]) -> tuple[str | None, str | None]:

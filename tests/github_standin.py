@@ -16,6 +16,7 @@ Use the `github_standin` fixture (`from tests.github_standin import github_stand
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 import re
 import threading
 import urllib.parse
@@ -84,14 +85,15 @@ class GitHubStandin:
         with self._lock:
             return self._create_pull(head, base, title, body, state)["number"]
 
-    def add_review(self, pr: int, login: str, state: str, body: str = "") -> int:
-        """Record a review as GitHub lists it (oldest first); returns its id."""
+    def add_review(self, pr: int, login: str, state: str, body: str = "",
+                   submitted_at: str | None = None) -> int:
+        """Record a review as GitHub lists it (oldest first), submitted now unless told; returns its id."""
         with self._lock:
             self._next_id += 1
+            when = submitted_at or datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
             review = {"id": self._next_id, "user": {"login": login, "type": "User"},
                       "state": state, "body": body,
-                      "submitted_at": None if state == "PENDING" else
-                      f"2026-03-18T10:{len(self.reviews.get(pr, [])) % 60:02d}:00Z"}
+                      "submitted_at": None if state == "PENDING" else when}
             self.reviews.setdefault(pr, []).append(review)
             return review["id"]
 

@@ -92,6 +92,16 @@ def test_one_approval(gate, github_standin, pr):
     assert gate.decision(pr) == ("approved", "alice")
 
 
+def test_reviews_older_than_the_gate_do_not_decide_it(gate, github_standin, pr):
+    # One theme pull request carries every gate of a workflow: an approval given for an earlier
+    # gate must not approve a gate opened after it.
+    github_standin.add_review(pr, "alice", "APPROVED", submitted_at="2026-03-18T10:00:00Z")
+    assert gate.decision(pr) == ("approved", "alice")
+    assert gate.decision(pr, since="2026-03-18T10:00:01Z") == (None, None)
+    github_standin.add_review(pr, "bob", "CHANGES_REQUESTED", submitted_at="2026-03-18T10:05:00Z")
+    assert gate.decision(pr, since="2026-03-18T10:00:01Z") == ("rejected", "bob")
+
+
 def test_approval_then_changes_requested_by_another_rejects(gate, github_standin, pr):
     github_standin.add_review(pr, "alice", "APPROVED")
     github_standin.add_review(pr, "bob", "CHANGES_REQUESTED")
