@@ -19,7 +19,6 @@ from .errors import BrainError
 
 def atomic_write(path: Path | str, text: str, *, fsync: bool = True) -> None:
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     # Not tempfile.mkstemp: importing tempfile costs ~7 ms on the hook path of every tool call.
     fd, tmp = _temp_file(path)
     try:
@@ -45,9 +44,18 @@ def _temp_file(path: Path) -> tuple[int, str]:
         _counter += 1
         tmp = str(path.parent / f".{path.name}.{os.getpid()}.{_counter}.tmp")
         try:
-            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), tmp
+            return _open_creating_parents(Path(tmp), os.O_WRONLY | os.O_CREAT | os.O_EXCL), tmp
         except FileExistsError:
             continue
+
+
+def _open_creating_parents(path: Path, flags: int) -> int:
+    # mkdir only when the folder is missing: a mkdir per write is a syscall on every lock cycle.
+    try:
+        return os.open(path, flags, 0o644)
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return os.open(path, flags, 0o644)
 
 
 def remove(path: Path | str) -> bool:
@@ -65,10 +73,8 @@ def mutex(path: Path | str, *, shared: bool = False) -> Iterator[None]:
 
     flock is released by the kernel when the holder dies, so a kill -9 never leaves it stuck.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = _open_creating_parents(Path(path), os.O_RDWR | os.O_CREAT)
     except OSError as exc:
         raise BrainError(f"cannot open mutex {path}: {exc.strerror}") from exc
     try:
