@@ -13,7 +13,6 @@ from . import claims, clock, faults, gates, git, locks, orchestrator, runs, sate
 from .brain import Brain
 from .errors import EXIT_BLOCKED, EXIT_REFUSED, BrainError
 from .orchestrator import Outcome
-from .runs import END
 from .workflows import find_workflow
 
 Printer = Callable[[Outcome], None]

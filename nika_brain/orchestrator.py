@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Callable
+
 
 from . import branches, breakers, claims, clock, faults, gates, git, locks, preflight, runs, satellites, signals
 from .brain import Brain

@@ -2,7 +2,6 @@
 whose commands are then run as the real processes Claude Code would spawn."""
 from __future__ import annotations
 
-import copy
 import json
 import re
 import shlex

@@ -57,7 +57,7 @@ def test_orchestrate_from_the_cli_starts_at_the_step_with_the_context(tmp_path, 
 def test_orchestrate_refuses_a_bad_context_and_an_unknown_step(tmp_path, git_env):
     brain = _brain(tmp_path)
     bad = nb(brain, "workflow", "orchestrate", "three", "--context", "[1, 2]", check=1)
-    assert bad.stderr.strip() == "nika-brain: --context must be a JSON object"
+    assert bad.stderr.strip() == "nika-brain: --context must be a JSON object ({...})"
     missing = nb(brain, "workflow", "orchestrate", "three", "--step", "9", check=1)
     assert missing.stderr.strip() == "nika-brain: workflow three has no step 9"
     assert not (brain.root / "runs" / "three.yml").exists(), "nothing started"

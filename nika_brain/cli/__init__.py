@@ -20,8 +20,16 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="nika-brain: run many coding-agent sessions from one git-native brain.")
 
 
-def fail(message: str, code: int = 1) -> None:
-    raise BrainError(message, code)
+def json_object(text: str, what: str) -> dict:
+    """A JSON object given on the command line, or one clear error naming the option."""
+    import json
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise BrainError(f"{what} is not valid JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise BrainError(f"{what} must be a JSON object ({{...}})")
+    return value
 
 
 def _register() -> None:

@@ -8,8 +8,7 @@ import typer
 
 from .. import bus as busmod
 from ..brain import Brain
-from ..errors import BrainError
-from . import app
+from . import app, json_object
 
 bus_app = typer.Typer(no_args_is_help=True,
                       help="The bus between kernels and the orchestrator (embedded SQLite or Redis).")
@@ -25,12 +24,7 @@ def _line(mid: str, message: dict) -> str:
 @bus_app.command("publish")
 def publish(channel: str, message: str = typer.Argument(..., help="a JSON object")):
     """Append MESSAGE (a JSON object) to CHANNEL; print its id."""
-    try:
-        value = json.loads(message)
-    except ValueError as exc:
-        raise BrainError(f"bus: the message is not valid JSON: {exc}") from exc
-    if not isinstance(value, dict):
-        raise BrainError("bus: the message must be a JSON object ({...})")
+    value = json_object(message, "bus: the message")
     print(busmod.open_bus(Brain.find()).publish(channel, value))
 
 

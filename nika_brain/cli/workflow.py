@@ -12,7 +12,7 @@ from ..brain import Brain
 from ..errors import EXIT_BLOCKED, EXIT_REFUSED, BrainError
 from ..workflows import find_workflow
 from ..yamlsafe import loads
-from . import app
+from . import app, json_object
 
 wf_app = typer.Typer(no_args_is_help=True, help="Workflow runs: status, resume, abort, adapt, listen.")
 pre_app = typer.Typer(no_args_is_help=True, help="Preflight checks and circuit-breaker reset.")
@@ -39,15 +39,7 @@ def _finish(out: orchestrator.Outcome) -> None:
 
 
 def _context(text: Optional[str]) -> Optional[dict]:
-    if not text:
-        return None
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise BrainError(f"--context is not JSON: {exc}") from exc
-    if not isinstance(value, dict):
-        raise BrainError("--context must be a JSON object")
-    return value
+    return json_object(text, "--context") if text else None
 
 
 @app.command("workflow-launch")
