@@ -159,7 +159,10 @@ def loads(text: str, source: str = "<string>") -> Doc:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else None
-        raise BrainError(f"invalid YAML: {exc.problem or exc.context}", file=source, line=line) from exc
+        problem = str(exc.problem or exc.context)
+        if "nesting depth" in problem:  # newer libyaml builds stop deep nesting themselves: same words
+            raise BrainError(f"nesting deeper than {MAX_DEPTH} levels", file=source, line=line) from exc
+        raise BrainError(f"invalid YAML: {problem}", file=source, line=line) from exc
     except yaml.YAMLError as exc:
         raise BrainError(f"invalid YAML: {str(exc).splitlines()[0]}", file=source) from exc
     except (UnicodeError, ValueError) as exc:
