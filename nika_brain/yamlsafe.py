@@ -53,28 +53,35 @@ class Doc:
         return BrainError(message, file=self.source, line=self.line(*path), key=key)
 
 
+_STR, _TS, _NULL, _BOOL, _INT, _FLOAT, _MERGE = (_STD + t for t in (
+    "str", "timestamp", "null", "bool", "int", "float", "merge"))
+_MAP, _SEQ = _STD + "map", _STD + "seq"
+
+
 def _scalar(event: ev.ScalarEvent, err) -> Any:
     tag = event.tag
-    if tag in (None, "!"):
-        tag = _resolver.resolve(ScalarNode, event.value, event.implicit) if tag is None else _STD + "str"
+    value = event.value
+    if tag is None:
+        tag = _resolver.resolve(ScalarNode, value, event.implicit)
+    elif tag == "!":
+        tag = _STR
     elif tag not in _ALLOWED_EXPLICIT:
         raise err(f"tag {tag!r} is not allowed")
-    value = event.value
-    if tag == _STD + "str" or tag == _STD + "timestamp":
+    if tag == _STR or tag == _TS:
         return value
-    if tag == _STD + "null":
+    if tag == _NULL:
         return None
-    if tag == _STD + "bool":
+    if tag == _BOOL:
         return value.lower() in ("true", "yes", "on", "y")
     node = ScalarNode(tag, value)
     try:
-        if tag == _STD + "int":
+        if tag == _INT:
             return _constructor.construct_yaml_int(node)
-        if tag == _STD + "float":
+        if tag == _FLOAT:
             return _constructor.construct_yaml_float(node)
     except (ValueError, yaml.YAMLError) as exc:
         raise err(f"bad {tag[len(_STD):]} value {value!r}") from exc
-    if tag == _STD + "merge":
+    if tag == _MERGE:
         raise err("merge keys (<<) are not allowed")
     raise err(f"tag {tag!r} is not allowed")
 
@@ -122,40 +129,44 @@ def loads(text: str, source: str = "<string>") -> Doc:
 
     try:
         for event in yaml.parse(text, Loader=_Loader):
+            kind = type(event)
             if event.start_mark is not None:
                 mark_line = event.start_mark.line + 1
-            if isinstance(event, (ev.StreamStartEvent, ev.StreamEndEvent, ev.DocumentEndEvent)):
+            if kind is ev.ScalarEvent:
+                if event.anchor is not None:
+                    raise err("anchors (&name) are not allowed")
+                nodes += 1
+                if nodes > MAX_NODES:
+                    raise err(f"too many nodes (over {MAX_NODES})")
+                attach(_scalar(event, err), mark_line)
                 continue
-            if isinstance(event, ev.DocumentStartEvent):
+            if kind is ev.MappingEndEvent or kind is ev.SequenceEndEvent:
+                stack.pop()
+                continue
+            if kind is ev.MappingStartEvent or kind is ev.SequenceStartEvent:
+                if event.anchor is not None:
+                    raise err("anchors (&name) are not allowed")
+                nodes += 1
+                if nodes > MAX_NODES:
+                    raise err(f"too many nodes (over {MAX_NODES})")
+                is_map = kind is ev.MappingStartEvent
+                if event.tag not in (None, "!", _MAP if is_map else _SEQ):
+                    raise err(f"tag {event.tag!r} is not allowed")
+                if len(stack) >= MAX_DEPTH:
+                    raise err(f"nesting deeper than {MAX_DEPTH} levels")
+                container: Any = {} if is_map else []
+                path = attach(container, mark_line)
+                if path is None:
+                    raise err("mapping keys must be scalars")
+                stack.append([container, path, _NOKEY, is_map])
+                continue
+            if kind is ev.AliasEvent:
+                raise err("aliases (*name) are not allowed")
+            if kind is ev.DocumentStartEvent:
                 docs += 1
                 if docs > 1:
                     raise err("more than one YAML document")
-                continue
-            if isinstance(event, ev.AliasEvent):
-                raise err("aliases (*name) are not allowed")
-            if isinstance(event, (ev.MappingEndEvent, ev.SequenceEndEvent)):
-                stack.pop()
-                continue
-            if getattr(event, "anchor", None) is not None:
-                raise err("anchors (&name) are not allowed")
-            nodes += 1
-            if nodes > MAX_NODES:
-                raise err(f"too many nodes (over {MAX_NODES})")
-            if isinstance(event, ev.ScalarEvent):
-                attach(_scalar(event, err), mark_line)
-                continue
-            tag = event.tag
-            want = _STD + ("map" if isinstance(event, ev.MappingStartEvent) else "seq")
-            if tag not in (None, "!", want):
-                raise err(f"tag {tag!r} is not allowed")
-            if len(stack) >= MAX_DEPTH:
-                raise err(f"nesting deeper than {MAX_DEPTH} levels")
-            is_map = isinstance(event, ev.MappingStartEvent)
-            container: Any = {} if is_map else []
-            path = attach(container, mark_line)
-            if path is None:
-                raise err("mapping keys must be scalars")
-            stack.append([container, path, _NOKEY, is_map])
+            # StreamStart, StreamEnd, DocumentEnd: nothing to build
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else None

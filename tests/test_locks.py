@@ -262,6 +262,19 @@ def test_a_lock_under_another_file_name_is_still_its_owners(brain):
     assert not path.exists()
 
 
+def test_a_file_at_my_lock_path_naming_another_owner_is_not_mine(brain):
+    # The release fast path trusts the file's words, not its name: a hand edit to owner B under
+    # A's file name must be refused to A and released only by B.
+    lk = locks.acquire(brain, "src/", A)
+    lk.path.write_text(lk.path.read_text().replace(f"owner: {A}", f"owner: {B}"))
+    with pytest.raises(BrainError) as info:
+        locks.release(brain, "src/", A)
+    assert info.value.exit_code == EXIT_REFUSED and B in str(info.value)
+    assert lk.path.exists()
+    assert locks.release(brain, "src/", B) is True
+    assert not lk.path.exists()
+
+
 def test_release_of_nothing(brain):
     with pytest.raises(BrainError, match="no lock held on src/") as info:
         locks.release(brain, "src/", A)
