@@ -31,7 +31,7 @@ WRITE_TOOLS = {"Edit": "file_path", "Write": "file_path", "MultiEdit": "file_pat
                "NotebookEdit": "notebook_path"}
 READ_TOOLS = {"Read": "file_path", "NotebookRead": "notebook_path", "Grep": "path", "Glob": "path",
               "LS": "path"}
-STATE_DIRS = ("claims", "locks", "gates", ".nika")
+STATE_DIRS = ("claims", "locks", "gates", "breakers", "runs", "journal", ".nika")
 _STATE_HINT = ("it is written only by nika-brain; use `nika-brain claim|lock|gate ...` (a human "
                "decides gates)")
 

@@ -97,3 +97,14 @@ def test_relative_tool_paths_resolve_against_the_cwd():
     f = facts(scope=("src/",), claim="c1")
     assert policy.decide("Edit", {"file_path": "x.py"}, f"{ROOT}/src", f) is None
     assert "outside the scope" in policy.decide("Edit", {"file_path": "../docs/x.md"}, f"{ROOT}/src", f)
+
+
+@pytest.mark.parametrize("command", ["echo x >> runs/w.yml", "rm journal/signals.jsonl",
+                                     "mv b.yml breakers/b.yml", "touch locks/x.yml"])
+def test_bash_may_not_write_any_state_folder_by_hand(command):
+    reason = policy.decide("Bash", {"command": command}, ROOT, facts())
+    assert reason and "nika-brain" in reason
+
+
+def test_bash_reading_state_is_allowed():
+    assert policy.decide("Bash", {"command": "cat runs/w.yml journal/signals.jsonl"}, ROOT, facts()) is None
