@@ -212,22 +212,30 @@ def _block(brain: Brain, run: Run, step: str | None, reason: str, signal: str = 
 def _open_gate(brain: Brain, wf: Workflow, run: Run, gate_id: str, message: str, *, step: str,
                claim: str | None, reason: str, after: str, history: tuple | None = None) -> Outcome:
     g = gates.open_gate(brain, gate_id, message, workflow=wf.name, step=step, claim=claim, reason=reason)
-    if g.pending:
-        announced = gates.backend(brain).announce(brain, g)
-        if announced != g:
-            gates.save(brain, announced)
     run = runs.update(brain, run, status="gated", gate=g.id, after_gate=after, claim=None,
                       gates=run.gates + ((g.id,) if g.id not in run.gates else ()),
                       history=run.history if history is None else history)
     faults.point("after-gate-open")
     _emit(brain, "GATE_PENDING", run, step, claim, message, payload={"gate": g.id})
     _reindex(brain)
+    # Announced last: if the backend fails (no token, GitHub down), the run is already gated and
+    # the next launch announces again, instead of routing the step's result a second time.
+    _announce(brain, g)
     return Outcome(wf.name, "gated", message, gate=g.id, claim=claim)
+
+
+def _announce(brain: Brain, g: gates.Gate) -> None:
+    if not g.pending or g.pr is not None:
+        return
+    announced = gates.backend(brain).announce(brain, g)
+    if announced != g:
+        gates.save(brain, announced)
 
 
 def _after_gate(brain: Brain, wf: Workflow, run: Run, now: datetime) -> Outcome:
     g = gates.load_gate(brain, run.gate)
     if g.pending:
+        _announce(brain, g)
         return Outcome(wf.name, "gated", g.message, gate=g.id)
     if g.status == "rejected":
         return _abort(brain, run, f"gate {g.id} rejected by {g.decided_by}", now)

@@ -150,6 +150,7 @@ def test_without_a_token_the_gate_waits_and_is_announced_on_the_next_launch(tmp_
     gate = load_file(brain.root / "gates" / f"{run['gate']}.yml")
     assert gate["claim"] == claim and gate["pr"] == standin.pulls[0]["number"]
     assert len(claims_of(brain, "review")) == 1, "the closed step is routed, not run again"
+    assert [r["type"] for r in journal(brain, "review")].count("STEP_DONE") == 1, "routed once"
 
 
 def test_swarm_with_wait_syncs_the_review_by_itself(tmp_path, git_env, gh_env):
