@@ -12,9 +12,32 @@ from pathlib import Path
 from .errors import BrainError
 
 
+FALLBACK_IDENTITY = {"GIT_AUTHOR_NAME": "nika-brain", "GIT_AUTHOR_EMAIL": "nika-brain@localhost",
+                     "GIT_COMMITTER_NAME": "nika-brain", "GIT_COMMITTER_EMAIL": "nika-brain@localhost"}
+_has_identity: dict[str, bool] = {}
+
+
+def _identity_env(repo: Path | str) -> dict[str, str]:
+    """On a machine where git knows no user (a fresh CI box, a container), the commits nika-brain
+    makes itself (init, step work, state, merges) are signed `nika-brain <nika-brain@localhost>`
+    instead of failing; a configured identity is always used as is."""
+    if os.environ.get("EMAIL") or (os.environ.get("GIT_AUTHOR_EMAIL") and os.environ.get("GIT_COMMITTER_EMAIL")):
+        return {}
+    key = str(repo)
+    if key not in _has_identity:
+        # Configured, not guessed: git's user@hostname guess fails on many hosts, or is refused.
+        proc = subprocess.run(["git", "-C", key, "config", "--get", "user.email"], capture_output=True)
+        _has_identity[key] = proc.returncode == 0
+    if _has_identity[key]:
+        return {}
+    return {k: v for k, v in FALLBACK_IDENTITY.items() if not os.environ.get(k)}
+
+
 def run(repo: Path | str, *args: str, check: bool = True, input: str | None = None,
         env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """Run `git -C repo args...`; raise BrainError with git's stderr when check and it fails."""
+    if args and args[0] in ("commit", "merge") and "--abort" not in args:
+        env = {**_identity_env(repo), **(env or {})}
     full_env = None
     if env:
         full_env = dict(os.environ)
