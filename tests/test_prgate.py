@@ -284,7 +284,7 @@ def test_workflow_runs_gate_sync_on_reviews():
     steps = flow["jobs"]["sync"]["steps"]
     runs = "\n".join(s.get("run", "") for s in steps)
     assert "pip install ." in runs
-    assert 'nika-brain gate sync --pr "$PR_NUMBER"' in runs
+    assert 'nika-brain gate sync --backend github --pr "$PR_NUMBER"' in runs
     sync = next(s for s in steps if "gate sync" in s.get("run", ""))
     assert sync["env"] == {"GITHUB_TOKEN": "${{ secrets.GITHUB_TOKEN }}",
                            "PR_NUMBER": "${{ github.event.pull_request.number }}"}
