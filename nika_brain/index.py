@@ -42,7 +42,6 @@ STATE_STYLES = {
     "skipped": "fill:#eaeef2,stroke:#8c959f,color:#57606a,stroke-dasharray: 4 2",
     "pending": "fill:#ffffff,stroke:#8c959f,color:#24292f",
 }
-_RESULT_STATE = {"ok": "done", "partial": "partial", "failed": "failed"}
 
 
 # ---- cached summaries of the accumulating kinds -------------------------------------------------
@@ -139,46 +138,6 @@ def _t(text: str | None) -> datetime | None:
     return clock.parse(text) if text else None
 
 
-def _step_states(wf: workflows.Workflow | None, run: runs.Run | None) -> dict[str, str]:
-    """State of each step: history (latest result) < cursor (running / gated / blocked); skips."""
-    ids = [s.id for s in wf.chain] if wf else []
-    states = {sid: "pending" for sid in ids}
-    if run is None:
-        return states
-    for a in run.adaptations:
-        if isinstance(a, dict) and a.get("op") == "skip" and a.get("step") is not None:
-            states[str(a["step"])] = "skipped"
-    for h in run.history:
-        if isinstance(h, dict) and h.get("step") is not None and h.get("result") in _RESULT_STATE:
-            states[str(h["step"])] = _RESULT_STATE[h["result"]]
-    cur = run.cursor
-    if cur is not None and cur in states and run.active:
-        if run.status == "gated" or run.gate:
-            states[cur] = "gated"
-        elif run.status in ("blocked", "breaker"):
-            states[cur] = "blocked"
-        elif run.claim:
-            states[cur] = "running"
-    return states
-
-
-def _adapted(wf: workflows.Workflow | None, run: runs.Run | None) -> workflows.Workflow | None:
-    """The chain as the run executes it: inserted and replaced steps applied (skips stay visible)."""
-    if wf is None or run is None:
-        return wf
-    changes = [a for a in run.adaptations if isinstance(a, dict) and a.get("op") != "skip"]
-    if not changes:
-        return wf
-    try:
-        from . import adapt
-    except ModuleNotFoundError:
-        return wf
-    try:
-        return adapt.apply(wf, changes)
-    except BrainError:
-        return wf  # the orchestrator reports a bad ADAPT; the index shows the declared chain
-
-
 def _label(text: str) -> str:
     # Mermaid labels sit inside double quotes; entity codes keep them intact.
     return (text.replace("&", "#amp;").replace('"', "#quot;").replace("<", "#lt;")
@@ -271,8 +230,8 @@ def model(brain: Brain) -> dict:
     wf_rows, charts = [], []
     for name in sorted(set(wf_by_name) | set(runs_by_wf)):
         wf, run = wf_by_name.get(name), runs_by_wf.get(name)
-        wf = _adapted(wf, run)
-        states = _step_states(wf, run)
+        wf = runs.chain_view(wf, run)
+        states = runs.step_states(wf, run)
         finished = sum(1 for s in states.values() if s in ("done", "partial", "skipped"))
         wf_rows.append({
             "name": name, "branch": wf.branch if wf else "", "steps": len(wf.chain) if wf else None,

@@ -176,24 +176,11 @@ def adapt(brain: Brain, name: str, changes: list[dict]) -> runs.Run:
 
 
 def step_states(brain: Brain, name: str) -> list[tuple[str, str]]:
-    """(step id, state) in chain order: ok | partial | failed | running | gated | skipped | pending."""
+    """(step id, state) in chain order, as BRAIN-INDEX.md shows them (see runs.step_states)."""
     run = runs.load_run(brain, name)
-    base = find_workflow(brain, name)
-    wf = orchestrator.effective(brain, base, run)
-    results = orchestrator._latest_results(run) if run else {}
-    skipped = {str(a.get("step")) for a in (run.adaptations if run else ()) if a.get("op") == "skip"}
-    running = None
-    if run and run.claim:
-        c = orchestrator._maybe_claim(brain, run.claim)
-        running = str(c.step) if c else None
-    gated = (run.after_gate or "").partition("::")[0] if run and run.status == "gated" else None
-    out = [(s.id, "skipped") for s in base.chain if s.id in skipped]
-    for s in wf.chain:
-        state = "running" if s.id == running else "gated" if s.id == gated and s.id not in results \
-            else results.get(s.id, "pending")
-        out.append((s.id, state))
-    order = {s.id: i for i, s in enumerate(base.chain)}
-    return sorted(out, key=lambda t: order.get(t[0], len(order)))
+    wf = runs.chain_view(find_workflow(brain, name), run)
+    states = runs.step_states(wf, run)
+    return [(s.id, states[s.id]) for s in wf.chain]
 
 
 def handle_inbound(brain: Brain, message: dict, *, on_event: Printer | None = None) -> str:

@@ -107,3 +107,46 @@ def list_runs(brain: Brain) -> list[Run]:
 
 def update(brain: Brain, run: Run, **changes) -> Run:
     return save(brain, replace(run, **changes))
+
+
+# ---- how the index and `workflow status` show a run -----------------------------------------------
+
+_RESULT_STATE = {"ok": "done", "partial": "partial", "failed": "failed"}
+
+
+def chain_view(wf, run: Run | None):
+    """The chain as the run executes it: inserted and replaced steps applied, skipped ones kept
+    (they show as skipped). A bad ADAPT is reported by the orchestrator; here the declared chain shows."""
+    if wf is None or run is None:
+        return wf
+    changes = [a for a in run.adaptations if isinstance(a, dict) and a.get("op") != "skip"]
+    if not changes:
+        return wf
+    from .adapt import apply
+    try:
+        return apply(wf, changes)
+    except BrainError:
+        return wf
+
+
+def step_states(wf, run: Run | None) -> dict[str, str]:
+    """State of each step of `wf` (chain_view): done | partial | failed from the latest result,
+    overridden at the cursor by running | gated | blocked while the run is active; skipped; pending."""
+    states = {s.id: "pending" for s in wf.chain} if wf else {}
+    if run is None:
+        return states
+    for a in run.adaptations:
+        if isinstance(a, dict) and a.get("op") == "skip" and a.get("step") is not None:
+            states[str(a["step"])] = "skipped"
+    for h in run.history:
+        if isinstance(h, dict) and h.get("step") is not None and h.get("result") in _RESULT_STATE:
+            states[str(h["step"])] = _RESULT_STATE[h["result"]]
+    cur = run.cursor
+    if cur is not None and cur in states and run.active:
+        if run.status == "gated" or run.gate:
+            states[cur] = "gated"
+        elif run.status in ("blocked", "breaker"):
+            states[cur] = "blocked"
+        elif run.claim:
+            states[cur] = "running"
+    return states
