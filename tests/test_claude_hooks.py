@@ -15,6 +15,7 @@ from nika_brain import claims, kernels, locks, sessions
 from nika_brain.brain import Brain
 
 from .conftest import git, make_brain
+from .orchkit import CARD
 
 FIXTURES = Path(__file__).parent / "fixtures" / "claude"
 SID = "3f2b9c1e-7a4d-4e8b-9f21-0c5d6e7a8b90"
@@ -32,21 +33,6 @@ zones:
     paths: ["."]
 ---
 # Zones
-"""
-CARD = """---
-name: {name}
-type: agent
-context_tier: warm
-status: active
-brain:
-  scope: project
-  owner: human
-  writer: human
-  lifecycle: permanent
-  ipc:
-    zone_access: [{zones}]
----
-# {name}
 """
 
 
