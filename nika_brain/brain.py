@@ -5,7 +5,7 @@ import contextlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, TypeVar
+from typing import Any, Callable, Iterator, Mapping, TypeVar
 
 from . import fsio
 from .errors import BrainError
@@ -34,6 +34,8 @@ class Config:
     satellite_command: tuple[str, ...] = ()   # swarm mode; empty = Claude Code headless
     index_template: str | None = None  # a brain may override the BRAIN-INDEX.md template
     default_agent: str = "satellite-boot"
+    # The federation's own settings (triage, vault, runtimes...), validated by nika_brain.federation.
+    federation: Mapping[str, Any] = field(default_factory=dict)
 
 
 _CONFIG_SPEC = {
@@ -52,6 +54,7 @@ _CONFIG_SPEC = {
     "satellite_command": F(list, default=[], check=str_list),
     "index_template": F(str),
     "default_agent": F(str, default="satellite-boot"),
+    "federation": F(dict, default={}),
 }
 
 
@@ -62,6 +65,7 @@ def load_config(path: Path) -> Config:
     values["lock_ttl"] = float(values["lock_ttl"])
     values["lock_poll"] = float(values["lock_poll"])
     values["satellite_command"] = tuple(values["satellite_command"])
+    values["federation"] = dict(values["federation"])
     return Config(**values)
 
 
