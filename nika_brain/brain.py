@@ -32,6 +32,7 @@ class Config:
     bus: str = "embedded"             # embedded | redis
     redis_url: str = "redis://127.0.0.1:6379/0"
     satellite_command: tuple[str, ...] = ()   # swarm mode; empty = Claude Code headless
+    satellite_timeout: float = 3600.0  # seconds a swarm satellite may run before its claim fails
     index_template: str | None = None  # a brain may override the BRAIN-INDEX.md template
     default_agent: str = "satellite-boot"
     # The federation's own settings (triage, vault, runtimes...), validated by nika_brain.federation.
@@ -52,6 +53,7 @@ _CONFIG_SPEC = {
     "bus": F(str, default="embedded", choices=("embedded", "redis")),
     "redis_url": F(str, default="redis://127.0.0.1:6379/0"),
     "satellite_command": F(list, default=[], check=str_list),
+    "satellite_timeout": F(float, default=3600.0, check=lambda v: None if v > 0 else "must be positive"),
     "index_template": F(str),
     "default_agent": F(str, default="satellite-boot"),
     "federation": F(dict, default={}),
@@ -64,6 +66,7 @@ def load_config(path: Path) -> Config:
     values = fields(doc, data, (), _CONFIG_SPEC)
     values["lock_ttl"] = float(values["lock_ttl"])
     values["lock_poll"] = float(values["lock_poll"])
+    values["satellite_timeout"] = float(values["satellite_timeout"])
     values["satellite_command"] = tuple(values["satellite_command"])
     values["federation"] = dict(values["federation"])
     return Config(**values)

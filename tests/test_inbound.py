@@ -119,7 +119,7 @@ def test_abort_from_the_cli_closes_the_claim_and_frees_the_scope(tmp_path, git_e
     c1 = open_claim_id(brain, "three")
     assert list((brain.root / "locks").glob("*.yml"))
     out = nb(brain, "workflow", "abort", "three", "--reason", "plan changed", check=0)
-    assert "ABORT" in out.stderr and "plan changed" in out.stderr
+    assert "ABORT" in out.stdout and "plan changed" in out.stdout
     run = run_file(brain, "three")
     assert run["status"] == "aborted" and run["reason"] == "plan changed" and run["claim"] is None
     closed = load_file(brain.root / "claims" / f"{c1}.yml")
@@ -128,7 +128,7 @@ def test_abort_from_the_cli_closes_the_claim_and_frees_the_scope(tmp_path, git_e
     assert [r["reason"] for r in journal(brain, "three") if r["type"] == "ABORT"] == ["plan changed"]
     assert nb(brain, "workflow", "abort", "three", check=1).stderr.strip() == \
         "nika-brain: workflow three has no active run"
-    assert nb(brain, "workflow-launch", "three", check=6).stderr.strip() == "[three] ABORT: plan changed"
+    assert nb(brain, "workflow-launch", "three", check=6).stdout.splitlines()[0] == "[three] ABORT: plan changed"
     # Only an explicit restart runs it again.
     assert "DONE" in nb(brain, "workflow-launch", "three", "--mode", "swarm", "--restart", check=0).stdout
 

@@ -50,10 +50,12 @@ def test_four_steps_through_ok_partial_failed_and_gated_paths(tmp_path, git_env)
     lock = load_file(next((brain.root / "locks").glob("*.yml")))
     assert lock["owner"] == c1 and lock["scope"] == "src/a/"
 
-    # Validated close: a red test keeps the claim open.
+    # Validated close: a red test keeps the claim open, and commits nothing.
+    _write(brain, "theme/four", "src/a/wip")
     red = nb(brain, "claim", "close", c1, "--status", "ok", "--summary", "not yet", check=4)
     assert "tests not green" in red.stderr and "Traceback" not in red.stderr
     assert load_file(brain.root / "claims" / f"{c1}.yml")["status"] == "open"
+    assert git(brain.root, "log", "-1", "--format=%s", "theme/four") == "brain for tests"
     _write(brain, "theme/four", "src/a/done")
     nb(brain, "claim", "close", c1, "--status", "ok", "--summary", "made done", check=0)
     closed = load_file(brain.root / "claims" / f"{c1}.yml")
@@ -76,14 +78,15 @@ def test_four_steps_through_ok_partial_failed_and_gated_paths(tmp_path, git_env)
     nb(brain, "gate", "approve", gate, check=0)
     assert load_file(brain.root / "gates" / f"{gate}.yml")["decided_by"]
 
-    # Failed → default on_fail signal:BLOCKED_ON; a relaunch retries the same step.
+    # Failed → default on_fail signal:BLOCKED_ON: the run halts until a human says --retry or --skip.
     nb(brain, "workflow-launch", "four", check=0)
     c3 = open_claim_id(brain, "four")
     assert c3.endswith("step-3")
     nb(brain, "claim", "close", c3, "--status", "failed", "--summary", "no source found", check=0)
     assert run_file(brain, "four")["status"] == "blocked"
     assert nb(brain, "claim", "close", c3, "--status", "ok", check=6).stderr.count("\n") == 1
-    nb(brain, "workflow-launch", "four", check=0)
+    assert "--retry" in nb(brain, "workflow-launch", "four", check=4).stdout
+    nb(brain, "workflow", "resume", "four", "--retry", check=0)
     c3b = open_claim_id(brain, "four")
     assert c3b != c3 and "step-3" in c3b
     nb(brain, "claim", "close", c3b, "--status", "ok", "--summary", "found", check=0)
@@ -96,8 +99,9 @@ def test_four_steps_through_ok_partial_failed_and_gated_paths(tmp_path, git_env)
     c4 = open_claim_id(brain, "four")
     assert c4.endswith("step-4")
     assert load_file(brain.root / "claims" / f"{c4}.yml")["satellite_level"] == "leaf"
+    _write(brain, "theme/four", "deploy/v1")
     done = nb(brain, "claim", "close", c4, "--status", "ok", "--summary", "deployed", check=0)
-    assert "closed" in done.stdout
+    assert "closed" in done.stdout and "DONE" in done.stdout  # the last close finishes the run
     final = nb(brain, "workflow-launch", "four", check=0)
     assert "DONE" in final.stdout
 
@@ -132,14 +136,14 @@ def test_code_step_without_tests_goes_to_a_human_gate_and_leaf_closes_at_once(tm
     brain = orch_brain(tmp_path / "b", {"atom": ATOMIC})
     nb(brain, "workflow-launch", "atom", check=0)
     c1 = open_claim_id(brain, "atom")
-    nb(brain, "claim", "close", c1, "--status", "ok", check=0)
+    nb(brain, "claim", "close", c1, "--status", "ok", "--empty", check=0)
     run = run_file(brain, "atom")
     assert run["status"] == "gated"
     g = load_file(brain.root / "gates" / f"{run['gate']}.yml")
     assert g["reason"] == "no-tests"
     nb(brain, "gate", "reject", run["gate"], check=0)
     out = nb(brain, "workflow-launch", "atom", check=6)
-    assert "ABORT" in out.stderr
+    assert "ABORT" in out.stdout
     assert run_file(brain, "atom")["status"] == "aborted"
     assert "ABORT" in [r["type"] for r in journal(brain, "atom")]
 
@@ -169,7 +173,7 @@ def test_breaker_trips_on_third_consecutive_failure_and_needs_a_human_reset(tmp_
     assert b["fails"] == 3 and b["tripped"] is True
     # Never an automatic relaunch: launching again stays stopped, preflight names the breaker.
     again = nb(brain, "workflow-launch", "brk", check=4)
-    assert "CIRCUIT_BREAK" in again.stderr
+    assert "CIRCUIT_BREAK" in again.stdout
     assert run_file(brain, "brk")["claim"] is None
     pre = nb(brain, "preflight", "check", "src/x.py", "project", check=4)
     assert "circuit breaker tripped on src/" in pre.stdout
@@ -202,7 +206,7 @@ def test_merge_conflict_blocks_with_the_conflicting_paths(tmp_path, git_env):
     git(brain.root, "commit", "-qam", "main edits shared.txt")
     nb(brain, "claim", "close", open_claim_id(brain, "conf"), "--status", "ok", check=0)
     out = nb(brain, "workflow-launch", "conf", check=4)
-    assert "merge conflict on shared.txt" in out.stderr
+    assert "merge conflict on shared.txt" in out.stdout
     run = run_file(brain, "conf")
     assert run["status"] == "blocked" and "shared.txt" in run["reason"]
     assert (brain.root / "shared.txt").read_text() == "main side\n"

@@ -114,10 +114,10 @@ def test_overlap_with_a_running_swarm_satellite_blocks_until_it_has_finished(tmp
     _wait_for(meet / "alpha-in", first)
     held = open_claim_id(brain, "alpha")
     blocked = nb(brain, "workflow-launch", "beta", "--mode", "swarm", env=env, check=4)
-    assert "BLOCKED_ON" in blocked.stderr and held in blocked.stderr
+    assert "BLOCKED_ON" in blocked.stdout and held in blocked.stdout
     # Both the open claim and the lock are named, the lock with the live orchestrator holding it.
-    assert f"overlaps open claim {held}" in blocked.stderr
-    assert f"src/ held by {held} (" in blocked.stderr and f":{first.pid}, token" in blocked.stderr
+    assert f"overlaps open claim {held}" in blocked.stdout
+    assert f"src/ held by {held} (" in blocked.stdout and f":{first.pid}, token" in blocked.stdout
     (meet / "go").touch()
     code, out, err = _finish(first)
     assert code == 0 and "DONE" in out, (out, err)

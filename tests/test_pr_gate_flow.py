@@ -98,7 +98,7 @@ def test_changes_requested_rejects_the_gate_and_aborts_the_chain(tmp_path, git_e
     synced = nb(brain, "gate", "sync", check=0)
     assert synced.stdout.strip() == f"gate {gate['id']}: rejected by bob via github-pr"
     out = nb(brain, "workflow-launch", "review", check=6)
-    assert "ABORT" in out.stderr and "rejected by bob" in out.stderr
+    assert "ABORT" in out.stdout and "rejected by bob" in out.stdout
     run = run_file(brain, "review")
     assert run["status"] == "aborted" and len(claims_of(brain, "review")) == 1, "step 2 never ran"
     assert any(r["type"] == "ABORT" and "rejected by bob" in r["reason"] for r in journal(brain, "review"))

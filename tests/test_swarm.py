@@ -104,17 +104,18 @@ chain:
 def test_a_crashed_satellite_is_a_failed_step_and_an_abort_action_stops_the_chain(tmp_path, git_env):
     brain = orch_brain(tmp_path / "b", {"failing": FAILING}, config=satellite_config())
     out = nb(brain, "workflow-launch", "failing", "--mode", "swarm", check=4)
-    assert "BLOCKED_ON" in out.stderr and "Traceback" not in out.stderr
+    assert "BLOCKED_ON" in out.stdout and "Traceback" not in out.stderr
     (c1,) = claims_of(brain, "failing")
     assert c1["result"]["status"] == "failed"
     assert "failing on purpose" in c1["result"]["summary"], "the satellite's last stderr line is the summary"
     run = run_file(brain, "failing")
     assert run["status"] == "blocked" and run["cursor"] == "1"
-    # Step 1 fixed (ADAPT replaces its angle); the relaunch retries it, then step 2 fails into abort.
+    # Step 1 fixed (ADAPT replaces its angle); a human retries it, then step 2 fails into abort.
     nb(brain, "workflow", "adapt", "failing", "--replace", "1", "--step-yaml",
        '{type: search, scope: notes/, story_angle: "result=ok"}', check=0)
-    out = nb(brain, "workflow-launch", "failing", "--mode", "swarm", check=6)
-    assert "ABORT" in out.stderr
+    nb(brain, "workflow-launch", "failing", "--mode", "swarm", check=4)  # still halted
+    out = nb(brain, "workflow", "resume", "failing", "--retry", check=6)
+    assert "ABORT" in out.stdout
     cs = claims_of(brain, "failing")
     assert [(c["step"], c["result"]["status"]) for c in cs] == [(1, "failed"), (1, "ok"), (2, "failed")]
     assert run_file(brain, "failing")["status"] == "aborted"
@@ -136,7 +137,7 @@ chain:
 def test_satellite_saying_ok_with_red_tests_is_a_failed_step(tmp_path, git_env):
     brain = orch_brain(tmp_path / "b", {"red": RED}, config=satellite_config())
     out = nb(brain, "workflow-launch", "red", "--mode", "swarm", check=4)
-    assert "BLOCKED_ON" in out.stderr
+    assert "BLOCKED_ON" in out.stdout
     (c,) = claims_of(brain, "red")
     assert c["result"]["status"] == "failed" and c["result"]["summary"].startswith("tests not green")
     assert any("validated close refused" in r["reason"] for r in journal(brain, "red"))
@@ -156,10 +157,10 @@ chain:
 def test_swarm_never_relaunches_past_the_circuit_breaker(tmp_path, git_env):
     brain = orch_brain(tmp_path / "b", {"loop": LOOP}, config=satellite_config())
     out = nb(brain, "workflow-launch", "loop", "--mode", "swarm", check=4)
-    assert "CIRCUIT_BREAK" in out.stderr
+    assert "CIRCUIT_BREAK" in out.stdout
     assert len(claims_of(brain, "loop")) == 3, "exactly three attempts, then the breaker stops the loop"
     again = nb(brain, "workflow-launch", "loop", "--mode", "swarm", check=4)
-    assert "CIRCUIT_BREAK" in again.stderr
+    assert "CIRCUIT_BREAK" in again.stdout
     assert len(claims_of(brain, "loop")) == 3, "a relaunch does not run a fourth satellite"
     assert run_file(brain, "loop")["status"] == "breaker"
 
@@ -222,19 +223,20 @@ def test_default_satellite_command_is_claude_headless_with_the_kernel_settings(t
     assert seen["nika_agent"] == "1"
 
 
-def test_a_missing_satellite_command_is_one_clear_line_and_the_step_stays_claimed(tmp_path, git_env):
+def test_a_missing_satellite_command_fails_the_step_frees_the_scope_and_a_retry_runs_it(tmp_path, git_env):
     brain = orch_brain(tmp_path / "b", {"plain": PLAIN},
                        config='satellite_command: ["nika-no-such-satellite", "{claim}"]\n')
-    out = nb(brain, "workflow-launch", "plain", "--mode", "swarm", check=1)
-    assert "satellite command not found: nika-no-such-satellite" in out.stderr
+    out = nb(brain, "workflow-launch", "plain", "--mode", "swarm", check=4)
+    assert "satellite could not start: command not found: nika-no-such-satellite" in out.stdout
     assert "Traceback" not in out.stderr
     (c,) = claims_of(brain, "plain")
-    assert c["status"] == "open" and run_file(brain, "plain")["claim"] == c["id"]
-    # Once the command is fixed, the relaunch gives the same open claim to the satellite.
+    assert c["status"] == "closed" and c["result"]["status"] == "failed"
+    assert run_file(brain, "plain")["claim"] is None and not list((brain.root / "locks").glob("*.yml"))
+    # Once the command is fixed, a human retries the step: a new claim, run by the satellite.
     cfg = brain.root / "nika-brain.yml"
     cfg.write_text(cfg.read_text().split("satellite_command")[0] + satellite_config())
     git(brain.root, "commit", "-qam", "real satellite")
-    nb(brain, "workflow-launch", "plain", "--mode", "swarm", check=0)
-    (again,) = claims_of(brain, "plain")
-    assert again["id"] == c["id"] and again["result"]["status"] == "ok"
-    assert (brain.root / "notes" / f"{c['id']}.txt").is_file()
+    nb(brain, "workflow", "resume", "plain", "--retry", check=0)
+    first, again = claims_of(brain, "plain")
+    assert first["id"] == c["id"] and again["result"]["status"] == "ok"
+    assert (brain.root / "notes" / f"{again['id']}.txt").is_file()

@@ -32,6 +32,23 @@ def json_object(text: str, what: str) -> dict:
     return value
 
 
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+        try:
+            v = version("nika-brain")
+        except PackageNotFoundError:
+            v = "unknown (not installed)"
+        print(f"nika-brain {v}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(show_version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                            help="print the version and exit")) -> None:
+    """nika-brain: run many coding-agent sessions from one git-native brain."""
+
+
 def _register() -> None:
     # Command modules attach themselves to `app` (and its sub-apps) on import.
     from nika_brain.cli import bus, claude, index, kernel, state, workflow  # noqa: F401

@@ -39,9 +39,9 @@ def _lock_dict(lk: locks.Lock) -> dict:
 def lock_acquire(scope: str, owner: Optional[str] = typer.Option(None, help="claim id (default $NIKA_CLAIM)"),
                  ttl: Optional[float] = typer.Option(None, help="seconds (default from nika-brain.yml)"),
                  wait: float = typer.Option(0.0, help="seconds to wait for a busy scope"),
-                 shared: bool = typer.Option(False, help="shared lock (conflicts only with exclusive)"),
+                 shared: bool = typer.Option(False, "--shared", help="shared lock (conflicts only with exclusive)"),
                  pid: Optional[int] = typer.Option(None, help="holder pid (default: the calling process)"),
-                 no_pid: bool = typer.Option(False, help="record no holder process: only the TTL protects"),
+                 no_pid: bool = typer.Option(False, "--no-pid", help="record no holder process: only the TTL protects"),
                  as_json: bool = typer.Option(False, "--json")):
     """Acquire a lock on SCOPE; exit 3 with the holder named when it is busy."""
     brain = Brain.find()
@@ -105,21 +105,36 @@ def claim_open(workflow: str = typer.Option(...), step: str = typer.Option(...),
                story_angle: str = "", parent: Optional[str] = None, theme: Optional[str] = None,
                as_json: bool = typer.Option(False, "--json")):
     """Open a claim by hand (the orchestrator opens its own)."""
-    c = claims.open_claim(Brain.find(), workflow=workflow, step=int(step) if step.isdigit() else step,
-                          satellite_type=type, scope=scope, zone=zone, satellite_level=level,
-                          story_angle=story_angle, parent=parent, theme=theme)
+    from nika_brain.engine import service
+    c = service.open_claim(Brain.find(), workflow=workflow, step=int(step) if step.isdigit() else step,
+                           satellite_type=type, scope=scope, zone=zone, satellite_level=level,
+                           story_angle=story_angle, parent=parent, theme=theme)
     print(json.dumps(_claim_dict(c)) if as_json else c.id)
 
 
 @claim_app.command("close")
 def claim_close(claim_id: str, status: str = typer.Option(..., help="ok | partial | failed"),
                 summary: str = typer.Option(""), tests_passed: Optional[int] = None,
-                tests_failed: Optional[int] = None):
-    """Close a claim with its result; the orchestrator routes the exit action next."""
-    from nika_brain.engine import service as launch
-    c = launch.report(Brain.find(), claim_id, status, summary, tests_passed=tests_passed,
-                      tests_failed=tests_failed)
-    print(f"closed {c.id}: {c.result.status if c.result else status}")
+                tests_failed: Optional[int] = None,
+                empty: bool = typer.Option(False, "--empty", help="a code step that needed no change"),
+                as_json: bool = typer.Option(False, "--json", help="one JSON object for scripts")):
+    """Close a claim with its result; the orchestrator routes the exit action at once and says what
+    comes next."""
+    from nika_brain.engine import nextstep, service
+    brain = Brain.find()
+    done = service.report(brain, claim_id, status, summary, tests_passed=tests_passed,
+                          tests_failed=tests_failed, empty=empty)
+    nxt = nextstep.line(brain, done.outcome) if done.outcome else \
+        f"next: nothing to route — claim {done.claim.id} is not the step of a workflow run"
+    if as_json:
+        print(json.dumps({"claim": done.claim.id, "result": done.claim.result.status if done.claim.result
+                          else status, "warnings": list(done.warnings),
+                          "outcome": done.outcome.to_dict() if done.outcome else None, "next": nxt}))
+    else:
+        print(f"closed {done.claim.id}: {done.claim.result.status if done.claim.result else status}")
+        for w in done.warnings:
+            print(f"warning: {w}")
+        print(nxt)  # the close was accepted: exit 0, whatever the run does next (the line says it)
 
 
 @claim_app.command("show")
@@ -152,19 +167,27 @@ def gate_open(gate_id: str, message: str, workflow: Optional[str] = None,
 
 
 def _decide(gate_id: str, decision: str, note: str) -> None:
+    from nika_brain.engine import nextstep, service
     brain = Brain.find()
-    g = gates.decide(brain, gate_id, decision, note=note)
-    print(f"gate {g.id}: {g.status} by {g.decided_by}"
-          + (f" — resume with `nika-brain workflow resume {g.workflow}`" if g.workflow else ""))
+    g, out = service.decide_gate(brain, gate_id, decision, note=note)
+    print(f"gate {g.id}: {g.status} by {g.decided_by}")
+    if out is not None:
+        print(nextstep.line(brain, out))
+    elif g.workflow:
+        print(f"next: `nika-brain workflow resume {g.workflow}`")
+    else:
+        print("next: nothing waits on this gate")
 
 
 @gate_app.command("approve")
 def gate_approve(gate_id: str, note: str = ""):
+    """Approve a pending gate (a human only); the run waiting on it goes on at once."""
     _decide(gate_id, "approve", note)
 
 
 @gate_app.command("reject")
 def gate_reject(gate_id: str, note: str = ""):
+    """Reject a pending gate (a human only); the run waiting on it is aborted."""
     _decide(gate_id, "reject", note)
 
 

@@ -2,16 +2,15 @@
 from __future__ import annotations
 
 import json
-import sys
 from typing import Optional
 
 import typer
 
-from nika_brain.gitrepo import branches
-from nika_brain.state import breakers, gates, runs
-from nika_brain.engine import service as launch, orchestrator, preflight, signals
+from nika_brain.state import runs
+from nika_brain.engine import merging, nextstep, orchestrator, preflight, signals
+from nika_brain.engine import service as launch
 from nika_brain.brain import Brain
-from nika_brain.errors import Blocked, BrainError, EXIT_BLOCKED, Refused
+from nika_brain.errors import EXIT_BLOCKED, Invalid
 from nika_brain.state.workflows import find_workflow
 from nika_brain.support.yamlsafe import loads
 from nika_brain.cli import app, json_object
@@ -25,19 +24,25 @@ app.add_typer(branch_app, name="branch")
 
 
 def _print(out: orchestrator.Outcome) -> None:
+    """An outcome as the operator reads it: the brief (assisted), the outcome, then what comes next.
+    Blocked and refused outcomes are results, not errors: stdout like the others."""
     if out.brief and out.status == "waiting":
         print(out.brief)
-    tag = {"waiting": "WAITING", "gated": "GATE_PENDING", "blocked": "BLOCKED_ON", "breaker": "CIRCUIT_BREAK",
-           "done": "DONE", "aborted": "ABORT"}.get(out.status, out.status.upper())
+    tag = {"waiting": "WAITING", "gated": "GATE_PENDING", "blocked": "BLOCKED_ON", "halted": "BLOCKED_ON",
+           "breaker": "CIRCUIT_BREAK", "done": "DONE", "aborted": "ABORT"}.get(out.status, out.status.upper())
     extra = f" (claim {out.claim})" if out.claim else ""
-    extra += f" (gate {out.gate}: approve with `nika-brain gate approve {out.gate}`)" if out.gate and \
-        out.status == "gated" else ""
-    print(f"[{out.workflow}] {tag}: {out.message}{extra}", file=sys.stderr if out.status in
-          ("blocked", "breaker", "aborted") else sys.stdout)
+    print(f"[{out.workflow}] {tag}: {out.message}{extra}")
+    print(nextstep.line(Brain.find(), out))
 
 
-def _finish(out: orchestrator.Outcome) -> None:
+def _finish(out: orchestrator.Outcome, as_json: bool = typer.Option(False, "--as-json")) -> None:
+    if as_json:
+        print(json.dumps({**out.to_dict(), "next": nextstep.line(Brain.find(), out)}))
     raise typer.Exit(out.exit_code)
+
+
+def _printer(as_json: bool):
+    return None if as_json else _print
 
 
 def _context(text: Optional[str]) -> Optional[dict]:
@@ -47,33 +52,50 @@ def _context(text: Optional[str]) -> Optional[dict]:
 @app.command("workflow-launch")
 def workflow_launch(workflow: str = typer.Argument(..., help="workflows/<name>.yml or <name>"),
                     mode: str = typer.Option("assisted", help="assisted (mode 1) | swarm (mode 3)"),
-                    wait: bool = typer.Option(False, help="stay and route each result as it comes"),
-                    restart: bool = typer.Option(False, help="start a finished/aborted workflow again"),
+                    wait: bool = typer.Option(False, "--wait", help="stay and route each result as it comes"),
+                    restart: bool = typer.Option(False, "--restart", help="start a finished/aborted workflow again"),
                     step: Optional[str] = typer.Option(None, help="start at this step"),
                     context: Optional[str] = typer.Option(None, help="JSON context for the satellites"),
                     poll: float = typer.Option(1.0, help="seconds between checks with --wait"),
-                    timeout: Optional[float] = typer.Option(None, help="give up waiting after this")):
+                    timeout: Optional[float] = typer.Option(None, help="give up waiting after this"),
+                    as_json: bool = typer.Option(False, "--json", help="one JSON object for scripts")):
     """Run a workflow: INIT, then each step (preflight, locks, claim, brief or satellite, routing)."""
     if mode not in runs.MODES:
-        raise BrainError(f"--mode must be one of {', '.join(runs.MODES)}")
+        raise Invalid(f"--mode must be one of {', '.join(runs.MODES)}")
     out = launch.launch(Brain.find(), workflow, mode=mode, wait=wait, restart=restart, step=step,
-                        context=_context(context), poll=poll, timeout=timeout, on_event=_print)
-    _finish(out)
+                        context=_context(context), poll=poll, timeout=timeout, on_event=_printer(as_json))
+    _finish(out, as_json)
 
 
 @wf_app.command("resume")
-def workflow_resume(name: str, wait: bool = False, poll: float = 1.0, timeout: Optional[float] = None):
-    """Go on from the files after a report, a gate decision, or a crash."""
-    _finish(launch.drive(Brain.find(), find_workflow(Brain.find(), name).name, wait=wait, poll=poll,
-                         timeout=timeout, on_event=_print))
+def workflow_resume(name: str,
+                    retry: bool = typer.Option(False, "--retry", help="a halted run: run the halted step again"),
+                    skip: bool = typer.Option(False, "--skip", help="a halted run: go past the halted step"),
+                    wait: bool = typer.Option(False, "--wait", help="stay and route each result as it comes"),
+                    poll: float = 1.0, timeout: Optional[float] = None,
+                    as_json: bool = typer.Option(False, "--json", help="one JSON object for scripts")):
+    """Go on from the files after a report, a gate decision, a halt or a crash."""
+    _finish(launch.resume(Brain.find(), name, retry=retry, skip=skip, wait=wait, poll=poll, timeout=timeout,
+                          on_event=_printer(as_json)), as_json)
 
 
 @wf_app.command("status")
-def workflow_status(name: str, as_json: bool = typer.Option(False, "--json")):
+def workflow_status(name: str, as_json: bool = typer.Option(False, "--json"),
+                    claim: bool = typer.Option(False, "--claim", help="print only the open claim's id"),
+                    gate: bool = typer.Option(False, "--gate", help="print only the pending gate's id"),
+                    worktree: bool = typer.Option(False, "--worktree", help="print only the theme worktree")):
     """Where a workflow stands: run status, cursor, claim, gate, each step's state."""
     brain = Brain.find()
     wf = find_workflow(brain, name)
     run = runs.load_run(brain, wf.name)
+    if claim or gate or worktree:  # one value, for scripts and the README's quick start
+        value = (run.claim if claim else run.gate) if run and not worktree else None
+        if worktree:
+            value = str(orchestrator.worktree_of(brain, wf))
+        if not value:
+            raise Invalid(f"{wf.name} has no {'open claim' if claim else 'pending gate'} now")
+        print(value)
+        return
     states = launch.step_states(brain, wf.name)
     if as_json:
         print(json.dumps({"run": runs.to_dict(run) if run else None,
@@ -82,7 +104,7 @@ def workflow_status(name: str, as_json: bool = typer.Option(False, "--json")):
     if run is None:
         print(f"{wf.name}: not started")
     else:
-        print(f"{wf.name}: {run.status} ({run.mode}) cursor={run.cursor} claim={run.claim or '-'} "
+        print(f"{wf.name}: {run.status}{' (halted)' if run.halted else ''} ({run.mode}) cursor={run.cursor} claim={run.claim or '-'} "
               f"gate={run.gate or '-'}" + (f" — {run.reason}" if run.reason else ""))
     for sid, st in states:
         print(f"  step {sid}: {st}")
@@ -96,12 +118,12 @@ def workflow_status(name: str, as_json: bool = typer.Option(False, "--json")):
 def workflow_abort(name: str, reason: str = typer.Option("aborted by request")):
     """ABORT {workflow, reason}: stop the chain."""
     out = launch.abort(Brain.find(), name, reason)
-    _print(out)
+    print(f"[{out.workflow}] ABORT: {out.message}")
 
 
 @wf_app.command("orchestrate")
 def workflow_orchestrate(name: str, step: Optional[str] = None, context: Optional[str] = None,
-                         mode: str = typer.Option("swarm"), wait: bool = False):
+                         mode: str = typer.Option("swarm"), wait: bool = typer.Option(False, "--wait")):
     """ORCHESTRATE {workflow, step, context}: what brain-hypervisor sends."""
     out = launch.launch(Brain.find(), name, mode=mode, step=step, context=_context(context), wait=wait,
                         on_event=_print)
@@ -118,20 +140,20 @@ def workflow_adapt(name: str,
     changes: list[dict] = [{"op": "skip", "step": s} for s in skip]
     if insert_after or replace:
         if not step_yaml:
-            raise BrainError("--insert-after/--replace need --step-yaml")
+            raise Invalid("--insert-after/--replace need --step-yaml")
         mapping = loads(step_yaml, "--step-yaml").data
         if insert_after:
             changes.append({"op": "insert", "after": insert_after, "step": mapping})
         if replace:
             changes.append({"op": "replace", "step": replace, "with": mapping})
     if not changes:
-        raise BrainError("nothing to adapt (use --skip, --insert-after or --replace)")
+        raise Invalid("nothing to adapt (use --skip, --insert-after or --replace)")
     run = launch.adapt(Brain.find(), name, changes)
     print(f"{name}: {len(run.adaptations)} adaptation(s) recorded")
 
 
 @wf_app.command("listen")
-def workflow_listen(once: bool = typer.Option(False, help="handle what is waiting, then stop"),
+def workflow_listen(once: bool = typer.Option(False, "--once", help="handle what is waiting, then stop"),
                     block: float = 1.0):
     """Consume ORCHESTRATE / ADAPT / ABORT signals from the bus inbox."""
     launch.listen(Brain.find(), once=once, block=block, on_event=_print)
@@ -164,53 +186,25 @@ def preflight_check(scope: str, zone: Optional[str] = typer.Argument(None),
 @pre_app.command("reset")
 def preflight_reset(scope: str):
     """preflight-check.sh reset <scope>: a human resets a tripped circuit breaker."""
-    brain = Brain.find()
-    if gates.in_agent_session():
-        raise Refused("refused: a circuit breaker is reset by a human, not from an agent session")
-    b = breakers.reset(brain, scope)
-    if b is None:
-        print(f"no breaker on {scope}")
-        return
-    if b.gate:
-        g = gates.load_gate(brain, b.gate)
-        if g.pending:
-            gates.decide(brain, g.id, "approve", note=f"breaker reset on {scope}")
-    signals.emit(brain, "INFO", reason=f"circuit breaker reset on {b.scope} after {b.fails} fails")
-    orchestrator._reindex(brain)
-    print(f"breaker reset on {b.scope}")
+    b = launch.reset_breaker(Brain.find(), scope)
+    print(f"breaker reset on {b.scope}" if b else f"no breaker on {scope}")
 
 
 @branch_app.command("open")
 def branch_open(branch: str, base: Optional[str] = None):
     """theme-branch-open.sh <branch>: create the branch and its own worktree (idempotent)."""
-    brain = Brain.find()
-    path = branches.open_theme_branch(brain.root, branch, base or brain.config.base_branch,
-                                      brain.worktrees_dir)
-    print(path)
+    print(launch.open_branch(Brain.find(), branch, base))
 
 
 @branch_app.command("merge")
 def branch_merge(branch: str, base: Optional[str] = None,
                  test: Optional[str] = typer.Option(None, help="test command for the 0-failures gate"),
-                 no_tests: bool = typer.Option(False, help="merge without a test command (declared)")):
-    """theme-branch-merge.sh <branch>: --no-ff merge, only when the 0-failures gate is green."""
-    from nika_brain.engine.satellites import run_tests
-    from nika_brain.state.workflows import list_workflows
-    brain = Brain.find()
-    if test is None:
-        test = next((w.test for w in list_workflows(brain) if w.branch == branch and w.test), None)
-    worktree = branches.theme_worktree_path(branch, brain.worktrees_dir)
-    if test is None and not no_tests:
-        raise BrainError(f"no test command known for {branch}: give --test CMD (or --no-tests)")
-    green, why = True, ""
-    if test is not None:
-        tr = run_tests(test, worktree if worktree.is_dir() else brain.root)
-        green, why = tr.green, f"{tr.failed} failed in `{test}`"
-    res = orchestrator.merge_into_base(brain, branch, base or brain.config.base_branch, green=green,
-                                       state_message=f"brain: state before merging {branch}")
-    if not res.merged:
-        reason = f"merge conflict on {', '.join(res.conflicts)}" if res.conflicts else \
-            (res.reason if green else f"0-failures gate is not green: {why}")
-        signals.emit(brain, "BLOCKED_ON", reason=reason)
-        raise Blocked(reason)
+                 no_tests: bool = typer.Option(False, "--no-tests", help="merge without a test command (declared)"),
+                 force_human: bool = typer.Option(False, "--force-human",
+                                                  help="a human merges a run with failed/unresolved steps (journaled)"),
+                 note: str = typer.Option("", help="why, recorded with --force-human")):
+    """theme-branch-merge.sh <branch>: --no-ff merge, only when the branch's run owes nothing (no failed
+    or unresolved step) and its tests are green."""
+    res = merging.merge_branch(Brain.find(), branch, base=base, test=test, no_tests=no_tests,
+                               force_human=force_human, note=note)
     print(f"{res.reason} ({res.commit})")

@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Callable, Protocol
 
 from nika_brain.brain import Brain
+from nika_brain.engine import signals
 from nika_brain.errors import BrainError
 from nika_brain.state.gates import Gate, decide, list_gates
 from nika_brain.support import clock
@@ -96,5 +97,10 @@ def sync(brain: Brain, name: str | None = None, now: datetime | None = None,
             continue
         decision, who = be.poll(brain, g)
         if decision:
-            decided.append(decide(brain, g.id, decision, by=who, via=be.name, now=now))
+            d = decide(brain, g.id, decision, by=who, via=be.name, now=now)
+            signals.emit(brain, "GATE_DECIDED", workflow=d.workflow, claim=d.claim,
+                         step=None if d.step is None else str(d.step),
+                         reason=f"gate {d.id} {d.status} by {d.decided_by}",
+                         payload={"gate": d.id, "status": d.status, "by": d.decided_by, "via": d.via})
+            decided.append(d)
     return decided

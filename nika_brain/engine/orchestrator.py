@@ -9,43 +9,48 @@ running a step twice or leaking a lock.
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
 
-from nika_brain.gitrepo import branches, git
+from nika_brain.gitrepo import branches
 from nika_brain.state import breakers, claims, gates, locks, runs
 from nika_brain.support import clock, faults
-from nika_brain.engine import gatebackends, preflight, satellites, signals
+from nika_brain.engine import gatebackends, merging, preflight, satellites, signals
+from nika_brain.engine.merging import base_checkout, commit_state, merge_into_base  # noqa: F401 (re-exported)
 from nika_brain.brain import Brain
-from nika_brain.errors import EXIT_BLOCKED, EXIT_GATE_PENDING, EXIT_REFUSED, BrainError, DirtyCheckout
+from nika_brain.errors import EXIT_BLOCKED, EXIT_GATE_PENDING, EXIT_REFUSED, BrainError, Invalid
 from nika_brain.state.runs import END, Run
 from nika_brain.state.workflows import Action, Step, Workflow, find_workflow, parse_action, resolve_target
 from nika_brain.state import zones as zones_mod
 
-STATE_PATHS = ("claims", "locks", "gates", "breakers", "runs", "journal", "BRAIN-INDEX.md")
 
 
 @dataclass(frozen=True)
 class Outcome:
     workflow: str
-    status: str            # progress | waiting | satellite | gated | blocked | breaker | done | aborted
+    status: str    # progress | waiting | satellite | gated | blocked | halted | breaker | done | aborted
     message: str = ""
     claim: str | None = None
     gate: str | None = None
     brief: str | None = None
+    step: str | None = None
 
     @property
     def exit_code(self) -> int:
-        return {"gated": EXIT_GATE_PENDING, "blocked": EXIT_BLOCKED, "breaker": EXIT_BLOCKED,
-                "aborted": EXIT_REFUSED}.get(self.status, 0)
+        return {"gated": EXIT_GATE_PENDING, "blocked": EXIT_BLOCKED, "halted": EXIT_BLOCKED,
+                "breaker": EXIT_BLOCKED, "aborted": EXIT_REFUSED}.get(self.status, 0)
+
+    def to_dict(self) -> dict:
+        return {"workflow": self.workflow, "status": self.status, "message": self.message,
+                "claim": self.claim, "gate": self.gate, "step": self.step, "exit": self.exit_code}
 
 
 # ---- helpers ------------------------------------------------------------------------------------
 
-def _mutex(brain: Brain, name: str):
+def lock_workflow(brain: Brain, name: str):
+    """The workflow's mutex: every transition of its run happens under it."""
     return brain.mutex(f"workflow-{name}")
 
 
@@ -64,10 +69,16 @@ def worktree_of(brain: Brain, wf: Workflow) -> Path:
 def open_branch(brain: Brain, wf: Workflow) -> Path:
     # git worktree add/list/remove read each other's half-written .git/worktrees/<name>/ entries.
     with base_checkout(brain):
-        return branches.open_theme_branch(brain.root, wf.branch, base_of(brain, wf), brain.worktrees_dir)
+        existed = branches.theme_worktree_path(wf.branch, brain.worktrees_dir).is_dir()
+        path = branches.open_theme_branch(brain.root, wf.branch, base_of(brain, wf), brain.worktrees_dir)
+    if not existed:
+        signals.emit(brain, "BRANCH_OPEN", workflow=wf.name, reason=f"{wf.branch} opened at {path}",
+                     payload={"branch": wf.branch, "base": base_of(brain, wf), "worktree": str(path)})
+    return path
 
 
-def _reindex(brain: Brain) -> None:
+def reindex(brain: Brain) -> None:
+    """Regenerate BRAIN-INDEX.md after a transition."""
     from nika_brain.engine import index
     index.regenerate(brain)
 
@@ -115,7 +126,7 @@ def _first_step(brain: Brain, wf: Workflow) -> str:
 def start_run(brain: Brain, wf: Workflow, *, mode: str = "assisted", step: str | None = None,
               context: dict | None = None, restart: bool = False, now: datetime | None = None) -> Run:
     now = now or clock.now()
-    with _mutex(brain, wf.name):
+    with lock_workflow(brain, wf.name):
         run = runs.load_run(brain, wf.name)
         if run is not None and run.active:
             changes = {}
@@ -140,30 +151,34 @@ def start_run(brain: Brain, wf: Workflow, *, mode: str = "assisted", step: str |
 def step_once(brain: Brain, name: str, now: datetime | None = None) -> Outcome:
     """Perform the next transition of the workflow's run and say where it stands."""
     now = now or clock.now()
-    with _mutex(brain, name):
+    with lock_workflow(brain, name):
         run = runs.load_run(brain, name)
         if run is None:
             raise BrainError(f"workflow {name} has no run (start it with workflow-launch)")
         wf = effective(brain, find_workflow(brain, name), run)
+        if run.status == "done" and run.report:
+            return Outcome(name, "done", f"merged {wf.branch} into {base_of(brain, wf)} "
+                                         f"({run.report.get('merge')})")
         if run.status in ("done", "aborted"):
             return Outcome(name, run.status, run.reason or f"workflow {name} is {run.status}")
         _release_orphans(brain, wf)
         if run.status == "gated":
             return _after_gate(brain, wf, run, now)
         if run.status == "breaker":
-            step = wf.step(run.cursor)
-            if breakers.tripped_for(brain, step.scope):
-                return Outcome(name, "breaker", run.reason, gate=run.gate)
-            run = runs.update(brain, run, status="running", reason="", gate=None)
+            out = _after_breaker(brain, wf, run, now)
+            # The reset is one transition of its own: whoever resumes the run claims the step.
+            return out or Outcome(name, "progress", "circuit breaker reset", step=run.cursor)
+        if run.status == "blocked" and run.halted:
+            return Outcome(name, "halted", run.reason, step=run.cursor)
         if run.status == "blocked":
-            run = runs.update(brain, run, status="running", reason="")  # relaunch = retry
+            run = runs.update(brain, run, status="running", reason="")  # preflight, lock: relaunch = retry
         if run.claim:
             c = _maybe_claim(brain, run.claim)
             if c is None:
                 run = runs.update(brain, run, claim=None)
             elif c.is_open:
                 return Outcome(name, "satellite" if run.mode == "swarm" else "waiting",
-                               f"step {c.step} in progress", claim=c.id)
+                               f"step {c.step} in progress", claim=c.id, step=str(c.step))
             else:
                 return _route(brain, wf, run, c, now)
         adopted = _adopt_open_claim(brain, wf, run)
@@ -189,7 +204,7 @@ def _adopt_open_claim(brain: Brain, wf: Workflow, run: Run) -> Outcome | None:
         if c.workflow == wf.name and str(c.step) == run.cursor and c.opened >= run.started:
             runs.update(brain, run, claim=c.id)
             return Outcome(wf.name, "satellite" if run.mode == "swarm" else "waiting",
-                           f"step {c.step} in progress", claim=c.id)
+                           f"step {c.step} in progress", claim=c.id, step=str(c.step))
     return None
 
 
@@ -208,8 +223,33 @@ def _block(brain: Brain, run: Run, step: str | None, reason: str, signal: str = 
            claim: str | None = None) -> Outcome:
     runs.update(brain, run, status="blocked", reason=reason)
     _emit(brain, signal, run, step, claim, reason)
-    _reindex(brain)
-    return Outcome(run.workflow, "blocked", reason, claim=claim)
+    reindex(brain)
+    return Outcome(run.workflow, "blocked", reason, claim=claim, step=step)
+
+
+def resume_halted(brain: Brain, name: str, *, retry: bool = False, skip: bool = False,
+                  now: datetime | None = None) -> Run:
+    """A human says how a halted run goes on: re-run the halted step, or go past it (recorded)."""
+    if retry == skip:
+        raise Invalid("say how to go on: --retry (re-run the halted step) or --skip (go past it)")
+    now = now or clock.now()
+    with lock_workflow(brain, name):
+        run = runs.load_run(brain, name)
+        if run is None or not (run.status == "blocked" and run.halted):
+            raise Invalid(f"workflow {name} is not halted ({run.status if run else 'no run'}): "
+                          f"go on with `nika-brain workflow resume {name}`")
+        wf = effective(brain, find_workflow(brain, name), run)
+        step = wf.step(run.cursor)
+        if retry:
+            run = runs.update(brain, run, status="running", reason="", halted=False)
+        else:
+            nxt = wf.next_of(step.id)
+            run = runs.update(brain, run, status="running", reason="", halted=False,
+                              cursor=nxt.id if nxt else END,
+                              history=_history(run, step.id, None, "skipped", "resume --skip", now))
+    _emit(brain, "CHECKPOINT", run, step.id, reason=f"resumed by a human: {'retry' if retry else 'skip'} "
+          f"step {step.id}")
+    return run
 
 
 def _open_gate(brain: Brain, wf: Workflow, run: Run, gate_id: str, message: str, *, step: str,
@@ -220,11 +260,11 @@ def _open_gate(brain: Brain, wf: Workflow, run: Run, gate_id: str, message: str,
                       history=run.history if history is None else history)
     faults.point("after-gate-open")
     _emit(brain, "GATE_PENDING", run, step, claim, message, payload={"gate": g.id})
-    _reindex(brain)
+    reindex(brain)
     # Announced last: if the backend fails (no token, GitHub down), the run is already gated and
     # the next launch announces again, instead of routing the step's result a second time.
     _announce(brain, g)
-    return Outcome(wf.name, "gated", message, gate=g.id, claim=claim)
+    return Outcome(wf.name, "gated", message, gate=g.id, claim=claim, step=step)
 
 
 def _announce(brain: Brain, g: gates.Gate) -> None:
@@ -235,17 +275,45 @@ def _announce(brain: Brain, g: gates.Gate) -> None:
         gates.save(brain, announced)
 
 
+def _after_breaker(brain: Brain, wf: Workflow, run: Run, now: datetime) -> Outcome | None:
+    """A tripped breaker holds the run until its gate is decided or the breaker is reset by a human.
+    Approving the gate is the reset (one transition, one signal); rejecting it aborts the run."""
+    step = wf.step(run.cursor)
+    g = gates.load_gate(brain, run.gate) if run.gate and gates.gate_path(brain, run.gate).exists() else None
+    if g is not None and g.status == "rejected":
+        return abort_run(brain, run, f"gate {g.id} rejected by {g.decided_by}", now)
+    tripped = breakers.tripped_for(brain, step.scope)
+    if tripped and (g is None or g.pending):
+        return Outcome(wf.name, "breaker", run.reason, gate=run.gate, step=step.id)
+    for b in tripped:
+        reset_breaker_state(brain, b.scope, why=f"gate {g.id} approved by {g.decided_by}" if g else "")
+    runs.update(brain, run, status="running", reason="", gate=None, after_gate=None)
+    return None
+
+
+def reset_breaker_state(brain: Brain, scope: str, *, why: str = "") -> breakers.Breaker | None:
+    """Reset one breaker and journal it (BREAKER_RESET); its pending gate is approved with it."""
+    b = breakers.reset(brain, scope)
+    if b is None:
+        return None
+    if b.gate and gates.gate_path(brain, b.gate).exists() and gates.load_gate(brain, b.gate).pending:
+        gates.decide(brain, b.gate, "approve", note=f"breaker reset on {b.scope}")
+    signals.emit(brain, "BREAKER_RESET", reason=f"circuit breaker reset on {b.scope} after {b.fails} fails"
+                 + (f" ({why})" if why else ""), payload={"scope": b.scope, "gate": b.gate})
+    return b
+
+
 def _after_gate(brain: Brain, wf: Workflow, run: Run, now: datetime) -> Outcome:
     g = gates.load_gate(brain, run.gate)
     if g.pending:
         _announce(brain, g)
-        return Outcome(wf.name, "gated", g.message, gate=g.id)
+        return Outcome(wf.name, "gated", g.message, gate=g.id, step=g.step and str(g.step))
     if g.status == "rejected":
-        return _abort(brain, run, f"gate {g.id} rejected by {g.decided_by}", now)
+        return abort_run(brain, run, f"gate {g.id} rejected by {g.decided_by}", now)
     if g.reason == "breaker":  # the human inspected: approving the breaker gate resets it
         for b in breakers.list_breakers(brain):
             if b.gate == g.id:
-                breakers.reset(brain, b.scope)
+                reset_breaker_state(brain, b.scope, why=f"gate {g.id} approved by {g.decided_by}")
     step_id, _, what = (run.after_gate or "").partition("::")
     if what == "run":
         runs.update(brain, run, status="running", gate=None, after_gate=None, cursor=step_id)
@@ -298,12 +366,14 @@ def _start_step(brain: Brain, wf: Workflow, run: Run, step: Step, now: datetime)
                           on_fail=str(step.on_fail), claim_id=claim_id, now=now)
     faults.point("after-claim-open")
     run = runs.update(brain, run, claim=c.id, status="running")
-    _reindex(brain)
+    _emit(brain, "CLAIM_OPEN", run, step.id, c.id, f"step {step.id} claimed ({', '.join(step.scope)})",
+          payload={"scope": list(step.scope), "mode": run.mode})
+    reindex(brain)
     brief = satellites.render_brief(brain, wf, step, c, worktree=worktree, context=run.context)
     brief_file = brain.state_dir / "briefs" / f"{c.id}.md"
     brain.write(brief_file, brief)
     return Outcome(wf.name, "satellite" if run.mode == "swarm" else "waiting",
-                   f"step {step.id} claimed", claim=c.id, brief=brief)
+                   f"step {step.id} claimed", claim=c.id, brief=brief, step=step.id)
 
 
 def _pre_gate(brain: Brain, wf: Workflow, run: Run, step: Step) -> Outcome | None:
@@ -327,7 +397,7 @@ def _pre_gate(brain: Brain, wf: Workflow, run: Run, step: Step) -> Outcome | Non
         if g.status == "approved":
             return None
         if g.status == "rejected":
-            return _abort(brain, run, f"gate {gid} rejected by {g.decided_by}", clock.now())
+            return abort_run(brain, run, f"gate {gid} rejected by {g.decided_by}", clock.now())
     return _open_gate(brain, wf, run, gid, why, step=step.id, claim=None, reason="human",
                       after=f"{step.id}::run")
 
@@ -339,6 +409,8 @@ def _route(brain: Brain, wf: Workflow, run: Run, c: claims.Claim, now: datetime)
     status = c.result.status if c.result else "failed"
     locks.release_all(brain, c.id)
     tripped = breakers.record(brain, step.scope, status, c.id, now=now)
+    _emit(brain, "STEP_DONE", run, step.id, c.id, c.result.summary if c.result else "",
+          payload={"result": status})
     if tripped:
         b = tripped[0]
         gid = f"breaker-{claims.slug(b.scope)}-{c.id}"
@@ -351,11 +423,9 @@ def _route(brain: Brain, wf: Workflow, run: Run, c: claims.Claim, now: datetime)
         run = runs.update(brain, runs.load_run(brain, wf.name), status="breaker",
                           reason=f"circuit breaker tripped on {', '.join(t.scope for t in tripped)}")
         _emit(brain, "CIRCUIT_BREAK", run, step.id, c.id, run.reason, payload={"fails": b.fails})
-        _reindex(brain)
-        return Outcome(wf.name, "breaker", run.reason, claim=c.id, gate=out.gate)
+        reindex(brain)
+        return Outcome(wf.name, "breaker", run.reason, claim=c.id, gate=out.gate, step=step.id)
     action = {"ok": step.on_done, "partial": step.partial_action, "failed": step.on_fail}[status]
-    _emit(brain, "STEP_DONE", run, step.id, c.id, c.result.summary if c.result else "",
-          payload={"result": status})
     if status == "ok" and tier_of(wf, step) == "validated" and not step.test and c.result \
             and c.result.tests_failed is None:
         history = _history(run, step.id, c.id, status, "gate:no-tests", now)
@@ -371,7 +441,6 @@ def _apply(brain: Brain, wf: Workflow, run: Run, step: Step, action: Action, cla
     # A failed step is retried when the chain is relaunched; a finished one moves on.
     nxt = wf.next_of(step.id)
     onward = nxt.id if nxt else END
-    stay = step.id if status == "failed" else onward
     if action.kind == "trigger":
         target = resolve_target(wf, step, action)
         if target is not None and "/" in target:
@@ -383,7 +452,7 @@ def _apply(brain: Brain, wf: Workflow, run: Run, step: Step, action: Action, cla
             target = None
         runs.save(brain, replace(run, cursor=target or END, status="running", claim=None))
         faults.point("after-route")
-        _reindex(brain)
+        reindex(brain)
         return Outcome(wf.name, "progress", f"step {step.id} → {target or 'end'}")
     if action.kind == "gate":
         return _open_gate(brain, wf, run, f"gate-{claim or step.id + '-' + _stamp(run)}", action.message,
@@ -393,18 +462,21 @@ def _apply(brain: Brain, wf: Workflow, run: Run, step: Step, action: Action, cla
     if action.kind == "notify":
         _emit(brain, "INFO", run, step.id, claim, action.message)
         runs.save(brain, replace(run, cursor=onward, status="running", claim=None))
-        _reindex(brain)
+        reindex(brain)
         return Outcome(wf.name, "progress", f"notify: {action.message}")
     if action.kind == "abort":
-        return _abort(brain, replace(run, claim=None), f"abort after step {step.id}", now)
+        return abort_run(brain, replace(run, claim=None), f"abort after step {step.id}", now)
     # signal:<TYPE>
-    if action.halts:
-        run = runs.save(brain, replace(run, cursor=stay, claim=None))
-        return _block(brain, run, step.id, f"signal {action.target} after step {step.id} ({status})",
-                      signal=action.target, claim=claim)
+    if action.halts:  # the seed: BLOCKED_ON → stop, until a human says how to go on
+        run = runs.save(brain, replace(run, cursor=step.id, claim=None, halted=True))
+        c = _maybe_claim(brain, claim) if claim else None
+        said = c.result.summary if c is not None and c.result and c.result.summary else ""
+        out = _block(brain, run, step.id, f"signal {action.target} after step {step.id} ({status})"
+                     + (f": {said}" if said else ""), signal=action.target, claim=claim)
+        return replace(out, status="halted", step=step.id)
     _emit(brain, action.target, run, step.id, claim, f"after step {step.id}")
     runs.save(brain, replace(run, cursor=onward, status="running", claim=None))
-    _reindex(brain)
+    reindex(brain)
     return Outcome(wf.name, "progress", f"signal {action.target}")
 
 
@@ -416,7 +488,7 @@ def _send_inbox(brain: Brain, message: dict) -> None:
         signals.emit(brain, "INFO", reason=f"could not post to the inbox: {exc}", publish=False)
 
 
-def _abort(brain: Brain, run: Run, reason: str, now: datetime) -> Outcome:
+def abort_run(brain: Brain, run: Run, reason: str, now: datetime) -> Outcome:
     if run.claim:
         c = _maybe_claim(brain, run.claim)
         if c is not None and c.is_open:
@@ -424,28 +496,21 @@ def _abort(brain: Brain, run: Run, reason: str, now: datetime) -> Outcome:
         locks.release_all(brain, run.claim)
     run = runs.update(brain, run, status="aborted", reason=reason, claim=None, finished=now)
     _emit(brain, "ABORT", run, run.cursor, None, reason)
-    _reindex(brain)
+    reindex(brain)
     return Outcome(run.workflow, "aborted", reason)
 
 
 # ---- the chain ends ---------------------------------------------------------------------------------------
 
-def _latest_results(run: Run) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for h in run.history:
-        out[str(h.get("step"))] = str(h.get("result"))
-    return out
-
-
 def _close(brain: Brain, wf: Workflow, run: Run, now: datetime) -> Outcome:
     """Orchestrated close: every step closed; merge the theme branch if the 0-failures gate is green."""
     worktree = worktree_of(brain, wf)
-    results = _latest_results(run)
-    red = sorted(s for s, r in results.items() if r == "failed")
-    green, why = not red, f"failed steps: {', '.join(red)}" if red else ""
-    if green and wf.test:
+    results = merging.step_results(run)
+    debt = merging.owed(wf, run)
+    tr = None
+    if not debt and wf.test:
         tr = satellites.run_tests(wf.test, worktree if worktree.is_dir() else brain.root)
-        green, why = tr.green, f"{tr.failed} failed in `{wf.test}`"
+    green = not debt and (tr is None or tr.green)
     try:
         res = merge_into_base(brain, wf.branch, base_of(brain, wf), green=green,
                               message=f"Merge theme {wf.branch} ({wf.name})",
@@ -453,12 +518,13 @@ def _close(brain: Brain, wf: Workflow, run: Run, now: datetime) -> Outcome:
     except BrainError as exc:
         return _block(brain, run, END, exc.message)
     if not res.merged:
-        reason = res.reason if green else f"0-failures gate is not green: {why}"
-        if res.conflicts:
-            reason = f"merge conflict on {', '.join(res.conflicts)}"
-        return _block(brain, run, END, reason)
+        return _block(brain, run, END, merging.refusal(owed_=debt, tests=tr, conflicts=res.conflicts,
+                                                       reason=res.reason))
     faults.point("after-merge")
+    signals.emit(brain, "MERGE", workflow=wf.name, reason=f"{wf.branch} merged into {base_of(brain, wf)}",
+                 payload={"branch": wf.branch, "base": base_of(brain, wf), "commit": res.commit})
     skipped = [a.get("step") for a in run.adaptations if a.get("op") == "skip"]
+    skipped += [s for s, r in results.items() if r == "skipped"]
     report = {"delivered": sorted(s for s, r in results.items() if r == "ok"),
               "partial": sorted(s for s, r in results.items() if r == "partial"),
               "skipped": [str(s) for s in skipped] + [s.id for s in wf.chain if s.id not in results
@@ -469,70 +535,6 @@ def _close(brain: Brain, wf: Workflow, run: Run, now: datetime) -> Outcome:
           f"{len(report['partial'])} partial, {len(report['skipped'])} skipped", payload=report)
     with base_checkout(brain):
         branches.remove_theme_worktree(brain.root, wf.branch, brain.worktrees_dir)
-    _reindex(brain)
+    reindex(brain)
     commit_state(brain, f"brain: {wf.name} done")
-    return Outcome(wf.name, "done", f"merged {wf.branch} into {base_of(brain, wf)}")
-
-
-def base_checkout(brain: Brain):
-    """Git in the brain's own checkout (state commits, merges into base) runs one run at a time:
-    two workflows finishing together would otherwise collide on its index.lock."""
-    return brain.mutex("base-checkout")
-
-
-MERGE_ATTEMPTS = 20
-
-
-def merge_into_base(brain: Brain, branch: str, base: str, *, green: bool, message: str | None = None,
-                    state_message: str) -> branches.MergeResult:
-    """Commit the state files, then merge the theme branch, under the base-checkout mutex.
-
-    Other runs keep writing their (tracked) state files into this checkout, so the merge may find it
-    dirty again right after the state commit: commit those too and try again, a few times.
-    """
-    with base_checkout(brain):
-        for attempt in range(MERGE_ATTEMPTS):
-            _commit_state(brain, state_message)
-            faults.point("before-merge")
-            try:
-                return branches.merge_theme_branch(brain.root, branch, base, green=green, message=message,
-                                                   worktrees_dir=brain.worktrees_dir)
-            except DirtyCheckout:
-                if attempt == MERGE_ATTEMPTS - 1:
-                    raise
-            time.sleep(0.05)
-    raise AssertionError("unreachable")
-
-
-def commit_state(brain: Brain, message: str) -> bool:
-    with base_checkout(brain):
-        return _commit_state(brain, message)
-
-
-def _commit_state(brain: Brain, message: str, attempts: int = 5) -> bool:
-    """Commit the brain's state files (only those) so that the base checkout is clean for a merge.
-
-    Other runs write and remove their state files while we stage them (a lock file gone between
-    git's listing and its stat fails the add): such a failure is retried on the new state.
-    """
-    for attempt in range(attempts):
-        try:
-            return _commit_state_once(brain, message)
-        except BrainError:
-            if attempt == attempts - 1:
-                raise
-            time.sleep(0.05)
-    return False
-
-
-def _commit_state_once(brain: Brain, message: str) -> bool:
-    present = [p for p in STATE_PATHS if (brain.root / p).exists()]
-    if present:
-        git.run(brain.root, "add", "-A", "--", *present)
-    staged = git.run(brain.root, "diff", "--cached", "--name-only", "-z", "--", *STATE_PATHS,
-                     check=False).stdout.split("\0")
-    staged = [p for p in staged if p]
-    if not staged:
-        return False
-    git.run(brain.root, "commit", "-q", "-m", message, "--", *staged)
-    return True
+    return Outcome(wf.name, "done", f"merged {wf.branch} into {base_of(brain, wf)} ({res.commit})")

@@ -93,14 +93,19 @@ def launch(brain: Brain, claim: Claim, brief: str, brief_file: Path, cwd: Path, 
     try:
         proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env,
                               stdin=subprocess.DEVNULL)
-    except FileNotFoundError as exc:
-        raise BrainError(f"satellite command not found: {shlex.join(argv[:1])} "
-                         "(set satellite_command in nika-brain.yml)") from exc
+    except FileNotFoundError:
+        return SatelliteOutcome(127, "failed", f"satellite could not start: command not found: "
+                                f"{shlex.join(argv[:1])} (set satellite_command in nika-brain.yml)")
+    except OSError as exc:
+        return SatelliteOutcome(126, "failed", f"satellite could not start: {shlex.join(argv[:1])}: "
+                                f"{exc.strerror or exc}")
     except subprocess.TimeoutExpired:
-        return SatelliteOutcome(124, "failed", f"satellite timed out after {timeout:.0f}s")
+        return SatelliteOutcome(124, "failed", f"satellite timed out after {timeout:g}s "
+                                "(satellite_timeout in nika-brain.yml)")
     status, summary = _parse_result(proc.stdout)
     if status is None and proc.returncode != 0:
-        status, summary = "failed", (proc.stderr.strip().splitlines() or ["satellite failed"])[-1]
+        last = (proc.stderr.strip().splitlines() or ["no result"])[-1]
+        status, summary = "failed", f"satellite exited {proc.returncode}: {last}"
     return SatelliteOutcome(proc.returncode, status, summary)
 
 

@@ -5,16 +5,17 @@ from __future__ import annotations
 import os
 import socket
 import time
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Callable
 
 from nika_brain.state import adapt as adapt_mod
-from nika_brain.state import claims, locks, runs
+from nika_brain.state import breakers, claims, gates, locks, runs
 from nika_brain.support import clock, faults
 from nika_brain.gitrepo import git
 from nika_brain.engine import gatebackends, orchestrator, satellites, signals
 from nika_brain.brain import Brain
-from nika_brain.errors import Blocked, BrainError, Refused
+from nika_brain.errors import Blocked, BrainError, Invalid, Refused
 from nika_brain.engine.orchestrator import Outcome
 from nika_brain.state.workflows import find_workflow
 
@@ -40,7 +41,7 @@ def drive(brain: Brain, name: str, *, wait: bool = False, poll: float = 1.0, tim
         run = None if relaunch else runs.load_run(brain, name)
         relaunch = False
         if run is not None and run.status == "blocked":
-            out = Outcome(name, "blocked", run.reason)
+            out = Outcome(name, "halted" if run.halted else "blocked", run.reason, step=run.cursor)
         else:
             out = orchestrator.step_once(brain, name)
         if out.status == "progress":
@@ -84,7 +85,8 @@ def _run_satellite(brain: Brain, name: str, out: Outcome) -> None:
         brain.write(brief_file, brief)
     settings = brain.kernels_dir / str(run.context.get("kernel", "")) / ".claude" / "settings.json"
     result = satellites.launch(brain, c, brief, brief_file, worktree,
-                               kernel_settings=settings if settings.is_file() else None)
+                               kernel_settings=settings if settings.is_file() else None,
+                               timeout=brain.config.satellite_timeout)
     c = claims.load_claim(brain, c.id)
     if not c.is_open:
         return  # the satellite reported itself; step_once routes it
@@ -93,8 +95,8 @@ def _run_satellite(brain: Brain, name: str, out: Outcome) -> None:
     except BrainError as exc:
         if not claims.load_claim(brain, c.id).is_open:
             raise
-        # Validated close refused (tests red): in swarm mode that is the step's failure.
-        report(brain, c.id, "failed", f"tests not green: {exc.message.splitlines()[0]}", validate=False)
+        # A refused close (tests red, no work at all): in swarm mode that is the step's failure.
+        report(brain, c.id, "failed", exc.message.splitlines()[0], validate=False)
 
 
 def _context(brain: Brain, c: claims.Claim):
@@ -111,9 +113,23 @@ def _context(brain: Brain, c: claims.Claim):
         return run, None, None
 
 
+@dataclass(frozen=True)
+class Closed:
+    """What a close did: the closed claim, where the run went, and what the closer should know."""
+    claim: claims.Claim
+    outcome: Outcome | None = None
+    warnings: tuple[str, ...] = ()
+
+
 def report(brain: Brain, claim_id: str, status: str, summary: str = "", *, tests_passed: int | None = None,
-           tests_failed: int | None = None, validate: bool = True, now: datetime | None = None) -> claims.Claim:
-    """A satellite's (or human's) result: tiered close, then the orchestrator routes it."""
+           tests_failed: int | None = None, validate: bool = True, empty: bool = False,
+           now: datetime | None = None) -> Closed:
+    """A satellite's (or human's) result: tiered close, then the orchestrator routes it.
+
+    Only an accepted close commits the step's work on the theme branch; the last step's close also
+    finishes the run (merge, DONE) when its result is final."""
+    if status not in claims.RESULT_STATUSES:
+        raise Invalid(f"--status must be one of {', '.join(claims.RESULT_STATUSES)}, not {status!r}")
     c = claims.load_claim(brain, claim_id)
     if not c.is_open:
         raise Refused(f"claim {claim_id} is already closed ({c.result.status if c.result else '?'})")
@@ -121,10 +137,11 @@ def report(brain: Brain, claim_id: str, status: str, summary: str = "", *, tests
     if waiting:
         raise Blocked(f"orchestrated close: {claim_id} waits for its open children: {', '.join(waiting)}")
     run, wf, step = _context(brain, c)
+    warnings: list[str] = []
     if wf is not None and step is not None:
         worktree = orchestrator.worktree_of(brain, wf)
-        if worktree.is_dir():
-            _commit_work(worktree, c, summary)
+        if worktree.is_dir() and status != "failed":
+            warnings += _where_is_the_work(brain, worktree, c, step, empty=empty)
         if validate and status == "ok" and orchestrator.tier_of(wf, step) == "validated" and step.test:
             tr = satellites.run_tests(step.test, worktree if worktree.is_dir() else brain.root)
             if not tr.green:
@@ -133,15 +150,46 @@ def report(brain: Brain, claim_id: str, status: str, summary: str = "", *, tests
                 raise Blocked(f"tests not green ({tr.failed} failed, {tr.passed} passed in `{step.test}`): "
                                  f"claim {c.id} stays open; fix and report again")
             tests_passed, tests_failed = tr.passed, tr.failed
+        if worktree.is_dir():
+            _commit_work(worktree, c, summary)  # accepted: now, and only now, it is committed
     c = claims.close_claim(brain, claim_id, status, summary, tests_passed=tests_passed,
                            tests_failed=tests_failed, now=now)
     faults.point("after-claim-close")
+    out = None
     if run is not None and run.claim == c.id:
-        orchestrator.step_once(brain, c.workflow)  # routes the result, releases the locks
+        out = orchestrator.step_once(brain, c.workflow)  # routes the result, releases the locks
+        after = runs.load_run(brain, c.workflow)
+        if out.status == "progress" and after is not None and after.cursor == runs.END and not after.claim:
+            out = orchestrator.step_once(brain, c.workflow)  # the last step's result is final: finish
     else:
         locks.release_all(brain, c.id)
-        orchestrator._reindex(brain)
-    return c
+        orchestrator.reindex(brain)
+    return Closed(c, out, tuple(warnings))
+
+
+def _where_is_the_work(brain: Brain, worktree, c: claims.Claim, step, *, empty: bool) -> list[str]:
+    """A close with no change in the claim's scope in its theme worktree: say where work must go."""
+    if _changed(worktree, c.scope, since=c.opened):
+        return []
+    stray = _changed(brain.root, c.scope)
+    where = (f"no change in {', '.join(c.scope)} in the theme worktree {worktree}"
+             + (f", but the brain root has changes there ({', '.join(stray[:3])}): the work must be "
+                f"written in {worktree}" if stray else ""))
+    if step.type == "code" and not empty:
+        raise Blocked(f"{where}; claim {c.id} stays open (close with --empty if the step needed no change)")
+    return [where] if stray else []
+
+
+def _changed(checkout, scopes, since=None) -> list[str]:
+    specs = [s.rstrip("/") or "." for s in scopes]
+    out = git.run(checkout, "status", "--porcelain", "--untracked-files=all", "--", *specs,
+                  check=False).stdout
+    paths = [line[3:] for line in out.splitlines() if line[3:] and not line[3:].startswith(".nika")]
+    if not paths and since is not None:
+        log = git.run(checkout, "log", f"--since={clock.iso(since)}", "--format=%H", "--", *specs,
+                      check=False).stdout.strip()
+        paths = ["(committed)"] if log else []
+    return paths
 
 
 def _commit_work(worktree, c: claims.Claim, summary: str) -> None:
@@ -154,16 +202,73 @@ def _commit_work(worktree, c: claims.Claim, summary: str) -> None:
 
 
 def abort(brain: Brain, name: str, reason: str) -> Outcome:
-    with orchestrator._mutex(brain, name):
+    with orchestrator.lock_workflow(brain, name):
         run = runs.load_run(brain, name)
         if run is None or not run.active:
             raise BrainError(f"workflow {name} has no active run")
-        return orchestrator._abort(brain, run, reason or "aborted by request", clock.now())
+        return orchestrator.abort_run(brain, run, reason or "aborted by request", clock.now())
+
+
+def resume(brain: Brain, name: str, *, retry: bool = False, skip: bool = False, wait: bool = False,
+           poll: float = 1.0, timeout: float | None = None, on_event: Printer | None = None) -> Outcome:
+    """`workflow resume`: go on from the files; a halted run needs --retry or --skip first."""
+    name = find_workflow(brain, name).name
+    if retry or skip:
+        orchestrator.resume_halted(brain, name, retry=retry, skip=skip)
+    run = runs.load_run(brain, name)
+    return drive(brain, name, wait=wait, poll=poll, timeout=timeout, on_event=on_event,
+                 mode=run.mode if run else "assisted")
+
+
+def decide_gate(brain: Brain, gate_id: str, decision: str, *, note: str = "") -> tuple[gates.Gate, Outcome | None]:
+    """A human decides a gate (journaled); the run waiting on it takes that one transition at once."""
+    g = gates.decide(brain, gate_id, decision, note=note)
+    signals.emit(brain, "GATE_DECIDED", workflow=g.workflow, step=None if g.step is None else str(g.step),
+                 claim=g.claim, reason=f"gate {g.id} {g.status} by {g.decided_by}",
+                 payload={"gate": g.id, "status": g.status, "by": g.decided_by, "via": g.via})
+    if not g.workflow:
+        return g, None
+    run = runs.load_run(brain, g.workflow)
+    if run is None or not run.active or run.gate != g.id:
+        return g, None
+    out = orchestrator.step_once(brain, g.workflow)
+    return g, out
+
+
+def reset_breaker(brain: Brain, scope: str) -> breakers.Breaker | None:
+    """preflight-check.sh reset <scope>: a human resets a tripped breaker (and approves its gate)."""
+    if gates.in_agent_session():
+        raise Refused("refused: a circuit breaker is reset by a human, not from an agent session")
+    b = orchestrator.reset_breaker_state(brain, scope, why="reset by a human")
+    if b is not None:
+        orchestrator.reindex(brain)
+    return b
+
+
+def open_branch(brain: Brain, branch: str, base: str | None = None):
+    """theme-branch-open.sh: the branch and its worktree (idempotent); a new one is journaled."""
+    from nika_brain.gitrepo import branches
+    base = base or brain.config.base_branch
+    with orchestrator.base_checkout(brain):
+        existed = branches.theme_worktree_path(branch, brain.worktrees_dir).is_dir()
+        path = branches.open_theme_branch(brain.root, branch, base, brain.worktrees_dir)
+    if not existed:
+        signals.emit(brain, "BRANCH_OPEN", reason=f"{branch} opened at {path}",
+                     payload={"branch": branch, "base": base, "worktree": str(path)})
+    return path
+
+
+def open_claim(brain: Brain, **fields) -> claims.Claim:
+    """A claim opened by hand (the orchestrator opens its own), journaled like the orchestrator's."""
+    c = claims.open_claim(brain, **fields)
+    signals.emit(brain, "CLAIM_OPEN", workflow=c.workflow, step=str(c.step), claim=c.id,
+                 reason=f"claim opened by hand ({', '.join(c.scope)})", payload={"scope": list(c.scope)})
+    return c
 
 
 def adapt(brain: Brain, name: str, changes: list[dict]) -> runs.Run:
     wf = find_workflow(brain, name)
-    with orchestrator._mutex(brain, name):
+    with orchestrator.lock_workflow(brain, name):
         run = runs.load_run(brain, name)
         if run is None or not run.active:
             raise BrainError(f"workflow {name} has no active run to adapt")
@@ -172,7 +277,7 @@ def adapt(brain: Brain, name: str, changes: list[dict]) -> runs.Run:
         run = runs.update(brain, run, adaptations=run.adaptations + tuple(stamped))
     signals.emit(brain, "INFO", workflow=name, reason=f"ADAPT: {len(changes)} change(s)",
                  payload={"changes": changes})
-    orchestrator._reindex(brain)
+    orchestrator.reindex(brain)
     return run
 
 

@@ -38,6 +38,7 @@ class Run:
     gates: tuple[str, ...] = ()      # every gate the run triggered
     finished: datetime | None = None
     report: dict | None = None
+    halted: bool = False             # blocked by the step's own result: only `workflow resume --retry|--skip` goes on
 
     @property
     def active(self) -> bool:
@@ -50,7 +51,7 @@ _SPEC = {
     "cursor": F((str, int)), "claim": F(str), "gate": F(str), "after_gate": F((str, int)),
     "reason": F(str, default=""), "context": F(dict, default={}), "history": F(list, default=[]),
     "adaptations": F(list, default=[]), "gates": F(list, default=[]), "finished": F(str),
-    "report": F(dict),
+    "report": F(dict), "halted": F(bool, default=False),
 }
 
 
@@ -80,7 +81,7 @@ def load_path(path: Path) -> Run:
                None if v["cursor"] is None else str(v["cursor"]), v["claim"], v["gate"],
                None if v["after_gate"] is None else str(v["after_gate"]), v["reason"], v["context"],
                tuple(v["history"]), tuple(v["adaptations"]), tuple(str(g) for g in v["gates"]),
-               finished, v["report"])
+               finished, v["report"], v["halted"])
 
 
 def to_dict(r: Run) -> dict:
@@ -88,7 +89,8 @@ def to_dict(r: Run) -> dict:
             "cursor": r.cursor, "claim": r.claim, "gate": r.gate, "after_gate": r.after_gate,
             "reason": r.reason, "context": r.context, "history": list(r.history),
             "adaptations": list(r.adaptations), "gates": list(r.gates),
-            "finished": clock.iso(r.finished) if r.finished else None, "report": r.report}
+            "finished": clock.iso(r.finished) if r.finished else None, "report": r.report,
+            **({"halted": True} if r.halted else {})}
 
 
 def load_run(brain: Brain, workflow: str) -> Run | None:
