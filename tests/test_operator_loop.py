@@ -357,3 +357,79 @@ def test_readme_quick_start_walks_the_example_to_done(tmp_path, git_env):
     assert (demo / "docs" / "greeting.md").is_file()
     run = load_file(demo / "runs" / "example.yml")
     assert run["status"] == "done" and run["report"]["delivered"] == ["1", "2", "3"]
+
+
+# ---- 8. cross-workflow triggers -------------------------------------------------------------------
+
+W1 = """name: w1
+branch: theme/w1
+chain:
+  - step: 1
+    type: search
+    scope: notes/
+    story_angle: "result=ok"
+    on_done: trigger:w2/1
+"""
+W2 = """name: w2
+branch: theme/w2
+chain:
+  - step: 1
+    type: search
+    scope: docs/
+    story_angle: "result=ok"
+"""
+
+
+def test_8_a_trigger_is_listed_as_next_in_the_triggering_runs_mode(tmp_path, git_env):
+    brain = orch_brain(tmp_path / "b", {"w1": W1, "w2": W2})
+    nb(brain, "workflow-launch", "w1", check=0)
+    c = open_claim_id(brain, "w1")
+    _write(brain, "theme/w1", "notes/n.md")
+    out = nb(brain, "claim", "close", c, "--status", "ok", check=0)
+    merge = run_file(brain, "w1")["report"]["merge"]
+    assert _last(out) == (f"DONE: w1 merged theme/w1 into main ({merge}) — next (triggered): "
+                          "`nika-brain workflow-launch w2 --step 1 --mode assisted`")
+    orch = [r for r in journal(brain, "w1") if r["type"] == "ORCHESTRATE"]
+    assert orch[0]["payload"]["mode"] == "assisted"
+
+
+def test_8_under_wait_the_triggered_run_starts_at_once_and_a_finished_one_is_not_rerun(tmp_path, git_env):
+    brain = orch_brain(tmp_path / "b", {"w1": W1, "w2": W2}, config=satellite_config())
+    out = nb(brain, "workflow-launch", "w1", "--mode", "swarm", "--wait", "--poll", "0.05", check=0)
+    assert run_file(brain, "w1")["status"] == run_file(brain, "w2")["status"] == "done"
+    assert run_file(brain, "w2")["mode"] == "swarm" and "[w2] DONE" in out.stdout
+    refused = nb(brain, "workflow", "orchestrate", "w2", "--step", "1", check=6)
+    assert "is done" in refused.stderr and "--restart" in refused.stderr
+    assert len(claims_of(brain, "w2")) == 1
+    nb(brain, "workflow", "orchestrate", "w2", "--step", "1", "--rerun", check=0)
+    assert len(claims_of(brain, "w2")) == 2
+
+
+# ---- gate: 0-failures has a visible effect --------------------------------------------------------
+
+ZERO = """name: zero
+branch: theme/zero
+chain:
+  - step: 1
+    type: search
+    scope: notes/
+    gate: 0-failures
+    test: "test -f notes/ready"
+"""
+
+
+def test_a_0_failures_gate_refuses_to_start_the_step_while_red(tmp_path, git_env):
+    brain = orch_brain(tmp_path / "b", {"zero": ZERO})
+    red = nb(brain, "workflow-launch", "zero", check=4)
+    assert _last(red) == ("blocked: 0-failures gate red before step 1: 1 failed (test -f notes/ready) — "
+                          "fix it, then `nika-brain workflow resume zero`")
+    assert not claims_of(brain, "zero")
+    _write(brain, "theme/zero", "notes/ready")
+    nb(brain, "workflow", "resume", "zero", check=0)
+    assert claims_of(brain, "zero")
+    assert any("0-failures gate green before step 1" in r["reason"] for r in journal(brain, "zero"))
+    bad = orch_brain(tmp_path / "c", {})
+    (bad.root / "workflows" / "nogate.yml").write_text(ZERO.replace("name: zero", "name: nogate")
+                                                       .replace('    test: "test -f notes/ready"\n', ""))
+    out = nb(bad, "validate", "workflows/nogate.yml", check=1)
+    assert "gate: 0-failures runs the step's (or the workflow's) test command" in out.stdout + out.stderr

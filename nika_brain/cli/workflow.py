@@ -123,10 +123,11 @@ def workflow_abort(name: str, reason: str = typer.Option("aborted by request")):
 
 @wf_app.command("orchestrate")
 def workflow_orchestrate(name: str, step: Optional[str] = None, context: Optional[str] = None,
-                         mode: str = typer.Option("swarm"), wait: bool = typer.Option(False, "--wait")):
+                         mode: str = typer.Option("swarm"), wait: bool = typer.Option(False, "--wait"),
+                         rerun: bool = typer.Option(False, "--rerun", help="run a finished workflow again")):
     """ORCHESTRATE {workflow, step, context}: what brain-hypervisor sends."""
     out = launch.launch(Brain.find(), name, mode=mode, step=step, context=_context(context), wait=wait,
-                        on_event=_print)
+                        restart=rerun, on_event=_print)
     _finish(out)
 
 

@@ -41,7 +41,11 @@ def line(brain: Brain, out: Outcome) -> str:
     if out.status == "blocked":
         return f"blocked: {out.message} — fix it, then `{resume}`"
     if out.status == "done":
-        return f"DONE: {wf} {out.message}"
+        run = runs.load_run(brain, wf)
+        mode = run.mode if run else "assisted"
+        nxt = [f"`nika-brain workflow-launch {t.split('/', 1)[0]} --step {t.split('/', 1)[1]} --mode {mode}`"
+               for t in ((run.report or {}).get("triggered", []) if run else [])]
+        return f"DONE: {wf} {out.message}" + (f" — next (triggered): {', '.join(nxt)}" if nxt else "")
     if out.status == "aborted":
         return f"aborted: {out.message} — start again with `nika-brain workflow-launch {wf} --restart`"
     return f"{out.status}: {out.message}"

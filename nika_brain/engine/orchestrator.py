@@ -331,7 +331,7 @@ def _start_step(brain: Brain, wf: Workflow, run: Run, step: Step, now: datetime)
     pre = _pre_gate(brain, wf, run, step)
     if pre is not None:
         return pre
-    if step.gate == "0-failures":
+    if step.gate == "0-failures":  # the suite must be green before this step may start
         test = step.test or wf.test
         if not test:
             return _block(brain, run, step.id, f"step {step.id} has gate 0-failures but no test command")
@@ -339,6 +339,8 @@ def _start_step(brain: Brain, wf: Workflow, run: Run, step: Step, now: datetime)
         if not tr.green:
             return _block(brain, run, step.id, f"0-failures gate red before step {step.id}: "
                                                f"{tr.failed} failed ({test})")
+        _emit(brain, "CHECKPOINT", run, step.id, reason=f"0-failures gate green before step {step.id} "
+              f"({tr.passed} passed in `{test}`)")
     agent = _agent(brain, wf, step)
     with base_checkout(brain):  # not while another run commits or merges there (index.lock, MERGE_HEAD)
         failed = preflight.failures(preflight.run_checks(brain, step.scope, step.zone, agent=agent,
@@ -445,10 +447,13 @@ def _apply(brain: Brain, wf: Workflow, run: Run, step: Step, action: Action, cla
         target = resolve_target(wf, step, action)
         if target is not None and "/" in target:
             other, sid = target.split("/", 1)
-            _emit(brain, "ORCHESTRATE", run, step.id, claim, f"trigger {target}",
-                  payload={"workflow": other, "step": sid, "context": {"from": wf.name}})
-            _send_inbox(brain, {"type": "ORCHESTRATE", "workflow": other, "step": sid,
-                                "context": {"from": wf.name}})
+            # The triggered run starts in this run's mode: at once under --wait, else it is listed
+            # as "next" when this run ends; a listener on the inbox may start it as well.
+            order = {"workflow": other, "step": sid, "context": {"from": wf.name}, "mode": run.mode}
+            _emit(brain, "ORCHESTRATE", run, step.id, claim, f"trigger {target}", payload=order)
+            _send_inbox(brain, {"type": "ORCHESTRATE", **order})
+            run = replace(run, context={**run.context, "triggered": list(run.context.get("triggered", []))
+                                        + [target]})
             target = None
         runs.save(brain, replace(run, cursor=target or END, status="running", claim=None))
         faults.point("after-route")
@@ -530,6 +535,8 @@ def _close(brain: Brain, wf: Workflow, run: Run, now: datetime) -> Outcome:
               "skipped": [str(s) for s in skipped] + [s.id for s in wf.chain if s.id not in results
                                                       and s.id not in skipped],
               "gates": list(run.gates), "merge": res.commit}
+    if run.context.get("triggered"):
+        report["triggered"] = list(run.context["triggered"])
     run = runs.update(brain, run, status="done", finished=now, report=report, reason="")
     _emit(brain, "DONE", run, None, None, f"{len(report['delivered'])} delivered, "
           f"{len(report['partial'])} partial, {len(report['skipped'])} skipped", payload=report)

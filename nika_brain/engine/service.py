@@ -26,9 +26,26 @@ def launch(brain: Brain, ref: str, *, mode: str = "assisted", wait: bool = False
            step: str | None = None, context: dict | None = None, poll: float = 1.0,
            timeout: float | None = None, on_event: Printer | None = None) -> Outcome:
     wf = find_workflow(brain, ref)
+    before = runs.load_run(brain, wf.name)
+    if before is not None and before.status == "done" and step is not None and not restart:
+        raise Refused(f"workflow {wf.name} is done (merged {(before.report or {}).get('merge')}); "
+                      "run it again only when asked: --restart (ORCHESTRATE: rerun)")
     run = orchestrator.start_run(brain, wf, mode=mode, step=step, context=context, restart=restart)
-    return drive(brain, wf.name, wait=wait, poll=poll, timeout=timeout, on_event=on_event,
-                 mode=run.mode)
+    out = drive(brain, wf.name, wait=wait, poll=poll, timeout=timeout, on_event=on_event, mode=run.mode)
+    if wait and out.status == "done":  # the operator is in the loop: triggered runs start at once
+        done = runs.load_run(brain, wf.name)
+        for target in (done.report or {}).get("triggered", []) if done else []:
+            other, sid = target.split("/", 1)
+            if _finished(brain, other):
+                continue  # never re-run a finished workflow silently: the DONE line lists its command
+            out = launch(brain, other, mode=done.mode, wait=True, step=sid, context={"from": wf.name},
+                         poll=poll, timeout=timeout, on_event=on_event)
+    return out
+
+
+def _finished(brain: Brain, name: str) -> bool:
+    run = runs.load_run(brain, name)
+    return run is not None and run.status == "done"
 
 
 def drive(brain: Brain, name: str, *, wait: bool = False, poll: float = 1.0, timeout: float | None = None,
@@ -297,7 +314,7 @@ def handle_inbound(brain: Brain, message: dict, *, on_event: Printer | None = No
         raise BrainError(f"inbound {kind}: missing workflow")
     if kind == "ORCHESTRATE":
         step = message.get("step")
-        out = launch(brain, name, mode=message.get("mode", "swarm"),
+        out = launch(brain, name, mode=message.get("mode", "swarm"), restart=bool(message.get("rerun")),
                      step=None if step is None else str(step), context=message.get("context") or None,
                      on_event=on_event)
         return f"ORCHESTRATE {name}: {out.status} {out.message}"

@@ -182,6 +182,10 @@ def build(doc: Doc) -> Workflow:
         seen[s.id] = i
     wf = Workflow(v["name"], v["branch"], steps, v["base"], v["agent"], v["test"], v["description"],
                   Path(doc.source))
+    for i, s in enumerate(steps):
+        if s.gate == "0-failures" and not (s.test or wf.test):
+            raise doc.error("gate: 0-failures runs the step's (or the workflow's) test command before the "
+                            "step starts, and refuses to start it when red: give test:", "chain", i, "gate")
     check_routes(wf, doc)
     return wf
 
