@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from nika_brain.brain import Brain
+from nika_brain.brain import INDEX_FILE, TRACKED_STATE_FOLDERS, Brain
 from nika_brain.engine import satellites, signals
 from nika_brain.errors import Blocked, BrainError, DirtyCheckout, Invalid, Refused
 from nika_brain.gitrepo import branches, git
@@ -14,7 +14,7 @@ from nika_brain.state import gates, runs
 from nika_brain.state.runs import END, Run
 from nika_brain.support import faults
 
-STATE_PATHS = ("claims", "locks", "gates", "breakers", "runs", "journal", "BRAIN-INDEX.md")
+STATE_PATHS = (*TRACKED_STATE_FOLDERS, INDEX_FILE)
 MERGE_ATTEMPTS = 20
 
 
