@@ -217,7 +217,8 @@ def test_a_trigger_into_another_workflow_goes_through_the_inbox(tmp_path, git_en
     assert "DONE" in nb(brain, "workflow-launch", "first", "--mode", "swarm", check=0).stdout
     assert not (brain.root / "runs" / "second.yml").exists(), "only posted, not started in-process"
     sent = [r for r in journal(brain, "first") if r["type"] == "ORCHESTRATE"]
-    assert sent and sent[0]["payload"] == {"workflow": "second", "step": "2", "context": {"from": "first"}}
+    assert sent and sent[0]["payload"] == {"workflow": "second", "step": "2", "context": {"from": "first"},
+                                           "mode": "swarm"}
     out = nb(brain, "workflow", "listen", "--once", check=0)
     assert "ORCHESTRATE second: done" in out.stdout
     assert _steps_run(brain, "second") == ["2"]

@@ -80,8 +80,8 @@ def test_overlapping_scopes_launched_together_block_one_naming_the_holder(tmp_pa
     winner = next(n for n, (code, _, _) in results.items() if code == 0)
     loser = "beta" if winner == "alpha" else "alpha"
     held = open_claim_id(brain, winner)
-    _, _, err = results[loser]
-    assert "BLOCKED_ON" in err and held in err, err
+    _, out, _ = results[loser]
+    assert "BLOCKED_ON" in out and held in out, out
     assert run_file(brain, loser)["status"] == "blocked" and run_file(brain, loser)["claim"] is None
     assert claims_of(brain, loser) == [], "the blocked workflow opened no claim"
     assert any(r["type"] == "BLOCKED_ON" and held in r["reason"] for r in journal(brain, loser))
