@@ -299,7 +299,7 @@ def test_gate_next_lines_and_journal(tmp_path, git_env):
     c1 = open_claim_id(brain, "gated")
     out = nb(brain, "claim", "close", c1, "--status", "ok", check=0)
     gate = run_file(brain, "gated")["gate"]
-    assert gate == f"gate-{c1}"
+    assert gate == f"gate-{c1}-human"
     assert _last(out) == (f"next: gate {gate} — looked right? — `nika-brain gate approve {gate}` or "
                           f"`nika-brain gate reject {gate}`")
     listed = json.loads(nb(brain, "gate", "list", "--json", check=0).stdout)

@@ -17,10 +17,10 @@ from pathlib import Path
 from nika_brain.gitrepo import branches
 from nika_brain.state import breakers, claims, gates, locks, runs
 from nika_brain.support import clock, faults
-from nika_brain.engine import gatebackends, merging, preflight, satellites, signals
+from nika_brain.engine import gatebackends, halts, merging, preflight, satellites, signals
 from nika_brain.engine.merging import base_checkout, commit_state, merge_into_base  # noqa: F401 (re-exported)
 from nika_brain.brain import Brain
-from nika_brain.errors import EXIT_BLOCKED, EXIT_GATE_PENDING, EXIT_REFUSED, BrainError, Invalid
+from nika_brain.errors import EXIT_BLOCKED, EXIT_GATE_PENDING, EXIT_REFUSED, BrainError
 from nika_brain.state.runs import END, Run
 from nika_brain.state.workflows import Action, Step, Workflow, find_workflow, parse_action, resolve_target
 from nika_brain.state import zones as zones_mod
@@ -100,13 +100,13 @@ def effective(brain: Brain, wf: Workflow, run: Run | None) -> Workflow:
     return apply(wf, run.adaptations)
 
 
-def _emit(brain: Brain, type_: str, run: Run, step: str | None = None, claim: str | None = None,
+def emit(brain: Brain, type_: str, run: Run, step: str | None = None, claim: str | None = None,
           reason: str = "", payload: dict | None = None) -> None:
     signals.emit(brain, type_, workflow=run.workflow, step=step, claim=claim, reason=reason,
                  payload=payload)
 
 
-def _history(run: Run, step: str, claim: str | None, result: str, action: str, now: datetime) -> tuple:
+def with_history(run: Run, step: str, claim: str | None, result: str, action: str, now: datetime) -> tuple:
     return run.history + ({"step": step, "claim": claim, "result": result, "action": action,
                            "at": clock.iso(now)},)
 
@@ -142,7 +142,7 @@ def start_run(brain: Brain, wf: Workflow, *, mode: str = "assisted", step: str |
         cursor = str(wf.step(step).id) if step is not None else (wf.chain[0].id if restart else _first_step(brain, wf))
         run = runs.save(brain, Run(wf.name, "running", mode, now, cursor, context=context or {}))
     open_branch(brain, wf)
-    _emit(brain, "CHECKPOINT", run, cursor, reason=f"run started in {mode} mode")
+    emit(brain, "CHECKPOINT", run, cursor, reason=f"run started in {mode} mode")
     return run
 
 
@@ -165,7 +165,7 @@ def step_once(brain: Brain, name: str, now: datetime | None = None) -> Outcome:
         if run.status == "gated":
             return _after_gate(brain, wf, run, now)
         if run.status == "breaker":
-            out = _after_breaker(brain, wf, run, now)
+            out = halts.after_breaker(brain, wf, run, now)
             # The reset is one transition of its own: whoever resumes the run claims the step.
             return out or Outcome(name, "progress", "circuit breaker reset", step=run.cursor)
         if run.status == "blocked" and run.halted:
@@ -222,34 +222,16 @@ def _release_orphans(brain: Brain, wf: Workflow) -> None:
 def _block(brain: Brain, run: Run, step: str | None, reason: str, signal: str = "BLOCKED_ON",
            claim: str | None = None) -> Outcome:
     runs.update(brain, run, status="blocked", reason=reason)
-    _emit(brain, signal, run, step, claim, reason)
+    emit(brain, signal, run, step, claim, reason)
     reindex(brain)
     return Outcome(run.workflow, "blocked", reason, claim=claim, step=step)
 
 
-def resume_halted(brain: Brain, name: str, *, retry: bool = False, skip: bool = False,
-                  now: datetime | None = None) -> Run:
-    """A human says how a halted run goes on: re-run the halted step, or go past it (recorded)."""
-    if retry == skip:
-        raise Invalid("say how to go on: --retry (re-run the halted step) or --skip (go past it)")
-    now = now or clock.now()
-    with lock_workflow(brain, name):
-        run = runs.load_run(brain, name)
-        if run is None or not (run.status == "blocked" and run.halted):
-            raise Invalid(f"workflow {name} is not halted ({run.status if run else 'no run'}): "
-                          f"go on with `nika-brain workflow resume {name}`")
-        wf = effective(brain, find_workflow(brain, name), run)
-        step = wf.step(run.cursor)
-        if retry:
-            run = runs.update(brain, run, status="running", reason="", halted=False)
-        else:
-            nxt = wf.next_of(step.id)
-            run = runs.update(brain, run, status="running", reason="", halted=False,
-                              cursor=nxt.id if nxt else END,
-                              history=_history(run, step.id, None, "skipped", "resume --skip", now))
-    _emit(brain, "CHECKPOINT", run, step.id, reason=f"resumed by a human: {'retry' if retry else 'skip'} "
-          f"step {step.id}")
-    return run
+def gate_id(wf: Workflow, run: Run, step: str, claim: str | None, reason: str) -> str:
+    """The one scheme of gate ids: gate-<claim>-<reason>, or gate-<workflow>-<run stamp>-step-<id>-<reason>
+    before a step has a claim. Deterministic, so a crash re-opens the same gate."""
+    about = claim or f"{wf.name}-{_stamp(run)}-step-{claims.slug(step)}"
+    return f"gate-{about}-{reason}"
 
 
 def _open_gate(brain: Brain, wf: Workflow, run: Run, gate_id: str, message: str, *, step: str,
@@ -259,7 +241,7 @@ def _open_gate(brain: Brain, wf: Workflow, run: Run, gate_id: str, message: str,
                       gates=run.gates + ((g.id,) if g.id not in run.gates else ()),
                       history=run.history if history is None else history)
     faults.point("after-gate-open")
-    _emit(brain, "GATE_PENDING", run, step, claim, message, payload={"gate": g.id})
+    emit(brain, "GATE_PENDING", run, step, claim, message, payload={"gate": g.id})
     reindex(brain)
     # Announced last: if the backend fails (no token, GitHub down), the run is already gated and
     # the next launch announces again, instead of routing the step's result a second time.
@@ -275,34 +257,6 @@ def _announce(brain: Brain, g: gates.Gate) -> None:
         gates.save(brain, announced)
 
 
-def _after_breaker(brain: Brain, wf: Workflow, run: Run, now: datetime) -> Outcome | None:
-    """A tripped breaker holds the run until its gate is decided or the breaker is reset by a human.
-    Approving the gate is the reset (one transition, one signal); rejecting it aborts the run."""
-    step = wf.step(run.cursor)
-    g = gates.load_gate(brain, run.gate) if run.gate and gates.gate_path(brain, run.gate).exists() else None
-    if g is not None and g.status == "rejected":
-        return abort_run(brain, run, f"gate {g.id} rejected by {g.decided_by}", now)
-    tripped = breakers.tripped_for(brain, step.scope)
-    if tripped and (g is None or g.pending):
-        return Outcome(wf.name, "breaker", run.reason, gate=run.gate, step=step.id)
-    for b in tripped:
-        reset_breaker_state(brain, b.scope, why=f"gate {g.id} approved by {g.decided_by}" if g else "")
-    runs.update(brain, run, status="running", reason="", gate=None, after_gate=None)
-    return None
-
-
-def reset_breaker_state(brain: Brain, scope: str, *, why: str = "") -> breakers.Breaker | None:
-    """Reset one breaker and journal it (BREAKER_RESET); its pending gate is approved with it."""
-    b = breakers.reset(brain, scope)
-    if b is None:
-        return None
-    if b.gate and gates.gate_path(brain, b.gate).exists() and gates.load_gate(brain, b.gate).pending:
-        gates.decide(brain, b.gate, "approve", note=f"breaker reset on {b.scope}")
-    signals.emit(brain, "BREAKER_RESET", reason=f"circuit breaker reset on {b.scope} after {b.fails} fails"
-                 + (f" ({why})" if why else ""), payload={"scope": b.scope, "gate": b.gate})
-    return b
-
-
 def _after_gate(brain: Brain, wf: Workflow, run: Run, now: datetime) -> Outcome:
     g = gates.load_gate(brain, run.gate)
     if g.pending:
@@ -313,7 +267,7 @@ def _after_gate(brain: Brain, wf: Workflow, run: Run, now: datetime) -> Outcome:
     if g.reason == "breaker":  # the human inspected: approving the breaker gate resets it
         for b in breakers.list_breakers(brain):
             if b.gate == g.id:
-                reset_breaker_state(brain, b.scope, why=f"gate {g.id} approved by {g.decided_by}")
+                halts.reset_breaker_state(brain, b.scope, why=f"gate {g.id} approved by {g.decided_by}")
     step_id, _, what = (run.after_gate or "").partition("::")
     if what == "run":
         runs.update(brain, run, status="running", gate=None, after_gate=None, cursor=step_id)
@@ -339,7 +293,7 @@ def _start_step(brain: Brain, wf: Workflow, run: Run, step: Step, now: datetime)
         if not tr.green:
             return _block(brain, run, step.id, f"0-failures gate red before step {step.id}: "
                                                f"{tr.failed} failed ({test})")
-        _emit(brain, "CHECKPOINT", run, step.id, reason=f"0-failures gate green before step {step.id} "
+        emit(brain, "CHECKPOINT", run, step.id, reason=f"0-failures gate green before step {step.id} "
               f"({tr.passed} passed in `{test}`)")
     agent = _agent(brain, wf, step)
     with base_checkout(brain):  # not while another run commits or merges there (index.lock, MERGE_HEAD)
@@ -368,7 +322,7 @@ def _start_step(brain: Brain, wf: Workflow, run: Run, step: Step, now: datetime)
                           on_fail=str(step.on_fail), claim_id=claim_id, now=now)
     faults.point("after-claim-open")
     run = runs.update(brain, run, claim=c.id, status="running")
-    _emit(brain, "CLAIM_OPEN", run, step.id, c.id, f"step {step.id} claimed ({', '.join(step.scope)})",
+    emit(brain, "CLAIM_OPEN", run, step.id, c.id, f"step {step.id} claimed ({', '.join(step.scope)})",
           payload={"scope": list(step.scope), "mode": run.mode})
     reindex(brain)
     brief = satellites.render_brief(brain, wf, step, c, worktree=worktree, context=run.context)
@@ -392,7 +346,7 @@ def _pre_gate(brain: Brain, wf: Workflow, run: Run, step: Step) -> Outcome | Non
             why = f"step {step.id} writes protected zone {', '.join(sorted(hits))}: a human go is required"
     if why is None:
         return None
-    gid = f"{wf.name}-{_stamp(run)}-step-{claims.slug(step.id)}-go"
+    gid = gate_id(wf, run, step.id, None, "go")
     path = gates.gate_path(brain, gid)
     if path.exists():
         g = gates.load_path(path)
@@ -411,12 +365,12 @@ def _route(brain: Brain, wf: Workflow, run: Run, c: claims.Claim, now: datetime)
     status = c.result.status if c.result else "failed"
     locks.release_all(brain, c.id)
     tripped = breakers.record(brain, step.scope, status, c.id, now=now)
-    _emit(brain, "STEP_DONE", run, step.id, c.id, c.result.summary if c.result else "",
+    emit(brain, "STEP_DONE", run, step.id, c.id, c.result.summary if c.result else "",
           payload={"result": status})
     if tripped:
         b = tripped[0]
-        gid = f"breaker-{claims.slug(b.scope)}-{c.id}"
-        history = _history(run, step.id, c.id, status, "signal:CIRCUIT_BREAK", now)
+        gid = gate_id(wf, run, step.id, c.id, "breaker")
+        history = with_history(run, step.id, c.id, status, "signal:CIRCUIT_BREAK", now)
         for t in tripped:
             breakers.set_gate(brain, t.scope, gid)
         out = _open_gate(brain, wf, run, gid, f"circuit breaker: {b.fails} consecutive fails on {b.scope}; "
@@ -424,17 +378,18 @@ def _route(brain: Brain, wf: Workflow, run: Run, c: claims.Claim, now: datetime)
                          reason="breaker", after=f"{step.id}::run", history=history)
         run = runs.update(brain, runs.load_run(brain, wf.name), status="breaker",
                           reason=f"circuit breaker tripped on {', '.join(t.scope for t in tripped)}")
-        _emit(brain, "CIRCUIT_BREAK", run, step.id, c.id, run.reason, payload={"fails": b.fails})
+        emit(brain, "CIRCUIT_BREAK", run, step.id, c.id, run.reason, payload={"fails": b.fails})
         reindex(brain)
         return Outcome(wf.name, "breaker", run.reason, claim=c.id, gate=out.gate, step=step.id)
     action = {"ok": step.on_done, "partial": step.partial_action, "failed": step.on_fail}[status]
     if status == "ok" and tier_of(wf, step) == "validated" and not step.test and c.result \
             and c.result.tests_failed is None:
-        history = _history(run, step.id, c.id, status, "gate:no-tests", now)
-        return _open_gate(brain, wf, run, f"gate-{c.id}", f"step {step.id} ({step.type}) has no tests: "
+        history = with_history(run, step.id, c.id, status, "gate:no-tests", now)
+        return _open_gate(brain, wf, run, gate_id(wf, run, step.id, c.id, "no-tests"),
+                          f"step {step.id} ({step.type}) has no tests: "
                           "accept its result?", step=step.id, claim=c.id, reason="no-tests",
                           after=f"{step.id}::{action}", history=history)
-    run = replace(run, history=_history(run, step.id, c.id, status, str(action), now), claim=None)
+    run = replace(run, history=with_history(run, step.id, c.id, status, str(action), now), claim=None)
     return _apply(brain, wf, run, step, action, c.id, status, now)
 
 
@@ -450,7 +405,7 @@ def _apply(brain: Brain, wf: Workflow, run: Run, step: Step, action: Action, cla
             # The triggered run starts in this run's mode: at once under --wait, else it is listed
             # as "next" when this run ends; a listener on the inbox may start it as well.
             order = {"workflow": other, "step": sid, "context": {"from": wf.name}, "mode": run.mode}
-            _emit(brain, "ORCHESTRATE", run, step.id, claim, f"trigger {target}", payload=order)
+            emit(brain, "ORCHESTRATE", run, step.id, claim, f"trigger {target}", payload=order)
             _send_inbox(brain, {"type": "ORCHESTRATE", **order})
             run = replace(run, context={**run.context, "triggered": list(run.context.get("triggered", []))
                                         + [target]})
@@ -460,12 +415,13 @@ def _apply(brain: Brain, wf: Workflow, run: Run, step: Step, action: Action, cla
         reindex(brain)
         return Outcome(wf.name, "progress", f"step {step.id} → {target or 'end'}")
     if action.kind == "gate":
-        return _open_gate(brain, wf, run, f"gate-{claim or step.id + '-' + _stamp(run)}", action.message,
+        return _open_gate(brain, wf, run, gate_id(wf, run, step.id, claim, "partial" if status == "partial"
+                                                  else "human"), action.message,
                           step=step.id, claim=claim, reason="partial" if status == "partial" else "human",
                           after=f"{onward}::run" if onward != END else f"{step.id}::trigger:next",
                           history=run.history)
     if action.kind == "notify":
-        _emit(brain, "INFO", run, step.id, claim, action.message)
+        emit(brain, "INFO", run, step.id, claim, action.message)
         runs.save(brain, replace(run, cursor=onward, status="running", claim=None))
         reindex(brain)
         return Outcome(wf.name, "progress", f"notify: {action.message}")
@@ -479,7 +435,7 @@ def _apply(brain: Brain, wf: Workflow, run: Run, step: Step, action: Action, cla
         out = _block(brain, run, step.id, f"signal {action.target} after step {step.id} ({status})"
                      + (f": {said}" if said else ""), signal=action.target, claim=claim)
         return replace(out, status="halted", step=step.id)
-    _emit(brain, action.target, run, step.id, claim, f"after step {step.id}")
+    emit(brain, action.target, run, step.id, claim, f"after step {step.id}")
     runs.save(brain, replace(run, cursor=onward, status="running", claim=None))
     reindex(brain)
     return Outcome(wf.name, "progress", f"signal {action.target}")
@@ -500,7 +456,7 @@ def abort_run(brain: Brain, run: Run, reason: str, now: datetime) -> Outcome:
             claims.close_claim(brain, c.id, "failed", f"aborted: {reason}", now=now)
         locks.release_all(brain, run.claim)
     run = runs.update(brain, run, status="aborted", reason=reason, claim=None, finished=now)
-    _emit(brain, "ABORT", run, run.cursor, None, reason)
+    emit(brain, "ABORT", run, run.cursor, None, reason)
     reindex(brain)
     return Outcome(run.workflow, "aborted", reason)
 
@@ -538,7 +494,7 @@ def _close(brain: Brain, wf: Workflow, run: Run, now: datetime) -> Outcome:
     if run.context.get("triggered"):
         report["triggered"] = list(run.context["triggered"])
     run = runs.update(brain, run, status="done", finished=now, report=report, reason="")
-    _emit(brain, "DONE", run, None, None, f"{len(report['delivered'])} delivered, "
+    emit(brain, "DONE", run, None, None, f"{len(report['delivered'])} delivered, "
           f"{len(report['partial'])} partial, {len(report['skipped'])} skipped", payload=report)
     with base_checkout(brain):
         branches.remove_theme_worktree(brain.root, wf.branch, brain.worktrees_dir)

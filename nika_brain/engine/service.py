@@ -13,7 +13,7 @@ from nika_brain.state import adapt as adapt_mod
 from nika_brain.state import breakers, claims, gates, locks, runs
 from nika_brain.support import clock, faults
 from nika_brain.gitrepo import git
-from nika_brain.engine import gatebackends, orchestrator, satellites, signals
+from nika_brain.engine import gatebackends, halts, orchestrator, satellites, signals
 from nika_brain.brain import Brain
 from nika_brain.errors import Blocked, BrainError, Invalid, Refused
 from nika_brain.engine.orchestrator import Outcome
@@ -231,7 +231,7 @@ def resume(brain: Brain, name: str, *, retry: bool = False, skip: bool = False, 
     """`workflow resume`: go on from the files; a halted run needs --retry or --skip first."""
     name = find_workflow(brain, name).name
     if retry or skip:
-        orchestrator.resume_halted(brain, name, retry=retry, skip=skip)
+        halts.resume_halted(brain, name, retry=retry, skip=skip)
     run = runs.load_run(brain, name)
     return drive(brain, name, wait=wait, poll=poll, timeout=timeout, on_event=on_event,
                  mode=run.mode if run else "assisted")
@@ -256,7 +256,7 @@ def reset_breaker(brain: Brain, scope: str) -> breakers.Breaker | None:
     """preflight-check.sh reset <scope>: a human resets a tripped breaker (and approves its gate)."""
     if gates.in_agent_session():
         raise Refused("refused: a circuit breaker is reset by a human, not from an agent session")
-    b = orchestrator.reset_breaker_state(brain, scope, why="reset by a human")
+    b = halts.reset_breaker_state(brain, scope, why="reset by a human")
     if b is not None:
         orchestrator.reindex(brain)
     return b
