@@ -191,7 +191,8 @@ def test_cli_open_show_close_list(brain, cli):
             shown["children"]) == ("test", "leaf", ["src/auth/", "tests/"], "app", [f"{BASE}-r2"])
 
     r = cli("claim", "close", f"{BASE}-r2", "--status", "failed")  # children close before parents
-    assert (r.returncode, r.stdout) == (0, f"closed {BASE}-r2: failed\n"), r.stderr
+    assert (r.returncode, r.stdout) == (0, f"closed {BASE}-r2: failed\nnext: nothing to route — claim "
+                                           f"{BASE}-r2 is not the step of a workflow run\n"), r.stderr
     r = cli("claim", "close", BASE, "--status", "ok", "--summary", "all green", "--tests-passed", "12",
             "--tests-failed", "0")
     assert (r.returncode, r.stdout) == (0, f"closed {BASE}: ok\n"), r.stderr
