@@ -33,6 +33,7 @@ MIN_CLAUSE_WORDS = 3
 _SEPARATORS = re.compile(
     r"\s*(?:;|\n+|(?<=[.!?])\s+|,?\s+(?:et(?:\s+(?:aussi|ensuite|puis))?|puis|ensuite|"
     r"and(?:\s+(?:also|then))?|then|also|as well as|plus)\s+)\s*", re.IGNORECASE)
+_LEADING = re.compile(r"^(?:(?:et|and|then|puis|ensuite|also|aussi|plus)\s+)+", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -83,17 +84,26 @@ class Decision:
 
 
 def clauses(prompt: str) -> list[str]:
-    """The prompt cut at request boundaries; fragments too short to be a request are glued back."""
-    pieces = [p.strip(" ,.;") for p in _SEPARATORS.split(prompt.strip()) if p and p.strip(" ,.;")]
-    out: list[str] = []
-    for p in pieces:
-        if out and len(p.split()) < MIN_CLAUSE_WORDS:
-            out[-1] = f"{out[-1]} {p}"
-        elif not out or len(out[-1].split()) >= MIN_CLAUSE_WORDS:
-            out.append(p)
+    """The prompt cut at request boundaries; fragments too short to be a request stay with their
+    neighbour, in the prompt's own words."""
+    text = prompt.strip()
+    cuts = [(m.start(), m.end()) for m in _SEPARATORS.finditer(text) if m.end() > m.start()]
+    spans, start = [], 0
+    for a, b in cuts:
+        spans.append((start, a))
+        start = b
+    spans.append((start, len(text)))
+
+    def size(span: tuple[int, int]) -> int:
+        return len(text[span[0]:span[1]].split())
+    merged: list[tuple[int, int]] = []
+    for span in spans:
+        if merged and (size(span) < MIN_CLAUSE_WORDS or size(merged[-1]) < MIN_CLAUSE_WORDS):
+            merged[-1] = (merged[-1][0], span[1])
         else:
-            out[-1] = f"{out[-1]} {p}"
-    return out
+            merged.append(span)
+    out = [_LEADING.sub("", text[a:b].strip(" ,.;\n")) for a, b in merged]
+    return [c for c in out if c]
 
 
 def data_class_of(prompt: str, classes: tuple[DataClass, ...], stated: str | None = None) -> DataClass:
