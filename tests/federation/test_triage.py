@@ -11,8 +11,16 @@ from nika_brain.errors import BrainError
 from nika_brain.federation import goals, router
 from nika_brain.federation.triage import clauses, triage
 from tests.conftest import make_brain
-from tests.federation.triagekit import (ALPHA, BETA, DELTA, EPSILON, GAMMA, GENERALIST, seed_kernels,
-                                        write_kernel)
+from tests.federation.triagekit import (
+    ALPHA,
+    BETA,
+    DELTA,
+    EPSILON,
+    GAMMA,
+    GENERALIST,
+    seed_kernels,
+    write_kernel,
+)
 
 CONFIG = "version: 1\nlock_poll: 0.01\nfederation:\n  triage: {default: kernel-generalist}\n"
 
@@ -262,15 +270,15 @@ def test_cli_triage_json_and_text(fed, git_env):
     import sys
     r = subprocess.run([sys.executable, "-m", "nika_brain", "triage", "--json", "--kernel-context", ALPHA,
                         "prépare le rapport mensuel d'avancement pour le client"],
-                       cwd=fed.root, capture_output=True, text=True, timeout=120)
+                       cwd=fed.root, capture_output=True, text=True, timeout=120, check=False)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["decision"] == "kernel" and out["kernels"] == [GAMMA] and out["wrong_kernel"] is True
     r = subprocess.run([sys.executable, "-m", "nika_brain", "triage", "raconte-moi une blague"],
-                       cwd=fed.root, capture_output=True, text=True, timeout=120)
+                       cwd=fed.root, capture_output=True, text=True, timeout=120, check=False)
     assert r.returncode == 0 and r.stdout.startswith(f"fallback: {GENERALIST}")
     assert "threshold" in r.stdout
     r = subprocess.run([sys.executable, "-m", "nika_brain", "triage"], cwd=fed.root,
-                       capture_output=True, text=True, timeout=120)
+                       capture_output=True, text=True, timeout=120, check=False)
     assert r.returncode == 1 and r.stderr.startswith("nika-brain: triage needs a prompt")
     assert "Traceback" not in r.stderr
