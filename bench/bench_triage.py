@@ -128,8 +128,8 @@ def cold_processes(runs: int) -> dict:
     """Cold `nika-brain triage` and UserPromptSubmit processes on a temporary brain of the FR set."""
     from nika_brain.brain import Brain
     from nika_brain.federation import goals
-    from nika_brain.support.yamlsafe import dumps
     from nika_brain.federation.bench import read_routes
+    from nika_brain.support.yamlsafe import dumps
     out: dict[str, float | bool] = {}
     with tempfile.TemporaryDirectory(prefix="nika-triage-cold-") as tmp:
         root = Path(tmp) / "brain"
