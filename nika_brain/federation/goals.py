@@ -299,7 +299,8 @@ def refresh(brain: Brain, *, force: bool = False, store: bool = True, publish: b
     with brain.mutex("federation-goals"):
         entries, st, dig, cal_path = _state(brain, embedder)
         if labelled is not None:
-            dig = hashlib.sha256((dig + (_file_digest(str(labelled), None) or "")).encode()).hexdigest()
+            # a one-off refinement (`triage calibrate --labelled`): kept until the goals change;
+            # `federation.triage.calibration` makes it permanent
             cal_path = labelled
         old = load(path)
         changed = force or old is None or old.digest != dig
