@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 MAX_PROMPT = 20_000  # characters embedded (the model truncates long inputs anyway)
 MIN_CLAUSE_WORDS = 3
+MAX_CLAUSES = 6      # more "requests" than that is a document or a brief: routed whole
 _SEPARATORS = re.compile(
     r"\s*(?:;|\n+|(?<=[.!?])\s+|,?\s+(?:et(?:\s+(?:aussi|ensuite|puis))?|puis|ensuite|"
     r"and(?:\s+(?:also|then))?|then|also|as well as|plus)\s+)\s*", re.IGNORECASE)
@@ -173,6 +174,8 @@ class Triage:
             return Decision(prompt, "fallback", (default,), "no kernel has a goal yet", (),
                             data_class=dc.name, context=context)
         parts = clauses(text) if self.settings.split else [text]
+        if len(parts) > MAX_CLAUSES:
+            parts = [text]
         texts = [text] + (parts if len(parts) > 1 else [])
         vecs = self.embedder.embed(texts, kind=EMBED_KIND)
         chosen, scores = self._route_one(vecs[0], text, dc)
