@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from ..errors import BrainError
+from ..errors import BrainError, Invalid
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy
@@ -46,13 +46,13 @@ class Embedder(Protocol):
 
 
 def _bad(key: str, message: str) -> BrainError:
-    return BrainError(message, file=CONFIG_FILE, key=f"federation.embedder.{key}" if key else
+    return Invalid(message, file=CONFIG_FILE, key=f"federation.embedder.{key}" if key else
                       "federation.embedder")
 
 
 def _check_kind(kind: str) -> None:
     if kind not in KINDS:
-        raise BrainError(f"embedding kind must be query or passage, got {kind!r}")
+        raise Invalid(f"embedding kind must be query or passage, got {kind!r}")
 
 
 def _normalise(vectors: numpy.ndarray) -> numpy.ndarray:

@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from nika_brain.errors import BrainError
+from nika_brain.errors import BrainError, Invalid
 from nika_brain.federation.goals import EMBED_KIND, DataClass, Index, Settings
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -113,7 +113,7 @@ def data_class_of(prompt: str, classes: tuple[DataClass, ...], stated: str | Non
     names = [c.name for c in classes]
     if stated is not None:
         if stated not in names:
-            raise BrainError(f"unknown data class {stated!r} (configured: {', '.join(names)})")
+            raise Invalid(f"unknown data class {stated!r} (configured: {', '.join(names)})")
         return classes[names.index(stated)]
     found = classes[0]
     for c in classes:
@@ -165,7 +165,7 @@ class Triage:
 
     def decide(self, prompt: str, *, context: str | None = None, data_class: str | None = None) -> Decision:
         if not isinstance(prompt, str) or not prompt.strip():
-            raise BrainError("an empty prompt cannot be routed")
+            raise Invalid("an empty prompt cannot be routed")
         prompt = prompt.strip()
         text = prompt[:MAX_PROMPT]
         default = self.index.default
