@@ -1,0 +1,123 @@
+"""Super-chunks: a group of frequent near-duplicates of one kernel merged into one record.
+
+A group forms around a record (the most frequent first: `dups` counts the duplicates dropped against
+it at write) from the kernel's other live chunks at least `merge_threshold` similar to it; it is
+merged when its weight (members plus their dropped duplicates) reaches `merge_min`. The super-chunk
+is extractive by default (the seed's text, then the sentences the others add), or the output of
+`superchunk_command` (argv; the members' texts on stdin, separated by lines of `---`). It keeps the
+links both ways: `replaces` on the super-chunk, `superseded_by` on each member, which default queries
+then skip. Only one kernel's records are ever read for its super-chunks.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+import subprocess
+from collections import Counter
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from ... import clock
+from ...errors import BrainError
+from . import settings as vsettings
+from . import store as vstore
+from .query import caller_kernel
+from .records import LEVELS, Record, rank
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ...brain import Brain
+
+_SENT = re.compile(r"(?<=[.!?…])\s+|\n+")
+COMMAND_TIMEOUT = 300
+
+
+def _extractive(texts: list[str], limit: int) -> str:
+    out: list[str] = []
+    seen: set[str] = set()
+    for text in texts:
+        for sent in _SENT.split(text):
+            s = sent.strip()
+            key = " ".join(s.lower().split())
+            if not s or key in seen:
+                continue
+            if sum(len(x) + 1 for x in out) + len(s) > limit and out:
+                return "\n".join(out)
+            seen.add(key)
+            out.append(s)
+    return "\n".join(out)
+
+
+def _command(argv: tuple[str, ...], texts: list[str]) -> str:
+    try:
+        proc = subprocess.run(list(argv), input="\n---\n".join(texts), capture_output=True, text=True,
+                              timeout=COMMAND_TIMEOUT, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise BrainError(f"superchunk_command {argv[0]} failed: {exc}",
+                         key="federation.vault.superchunk_command") from exc
+    if proc.returncode != 0 or not proc.stdout.strip():
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise BrainError(f"superchunk_command {argv[0]} exited {proc.returncode}: {tail}",
+                         key="federation.vault.superchunk_command")
+    return proc.stdout.strip()
+
+
+def _groups(vecs: Any, weights: list[int], threshold: float, minimum: int) -> list[list[int]]:
+    import numpy as np
+    n = len(weights)
+    order = sorted(range(n), key=lambda i: (-weights[i], i))
+    taken = np.zeros(n, dtype=bool)
+    groups = []
+    for i in order:
+        if taken[i]:
+            continue
+        sims = vecs @ vecs[i]
+        members = [int(j) for j in np.nonzero((sims >= threshold) & ~taken)[0]]
+        if i not in members:
+            members.append(i)
+        if len(members) >= 2 and sum(weights[j] for j in members) >= minimum:
+            members.sort(key=lambda j: (j != i, -weights[j], j))
+            taken[members] = True
+            groups.append(members)
+    return groups
+
+
+def merge(brain: Brain, kernel_id: str, *, now: datetime | None = None) -> list[Record]:
+    """Merge the kernel's groups of frequent near-duplicates; returns the super-chunks made."""
+    import numpy as np
+    kernel = caller_kernel(kernel_id)
+    cfg = vsettings.load(brain)
+    now = now or clock.now()
+    st = vstore.store(brain)
+    col = vstore.vault(brain)
+    made: list[Record] = []
+    with st.errors("vault merge"), st.writer():
+        got = vstore.get_all(col, {"$and": [{"kernel_id": kernel}, {"kind": "chunk"},
+                                            {"superseded_by": ""}]},
+                             ["documents", "metadatas", "embeddings"])
+        if len(got["ids"]) < 2:
+            return []
+        vecs = np.asarray(got["embeddings"], dtype=np.float32)
+        weights = [1 + int(m.get("dups", 0) or 0) for m in got["metadatas"]]
+        for members in _groups(vecs, weights, cfg.merge_threshold, cfg.merge_min):
+            texts = [got["documents"][j] for j in members]
+            text = (_command(cfg.superchunk_command, texts) if cfg.superchunk_command
+                    else _extractive(texts, int(cfg.chunk_chars * 1.5)))
+            metas = [got["metadatas"][j] for j in members]
+            levels = [str(m.get("level", "atomic")) for m in metas]
+            level = min((lv for lv in levels if lv in LEVELS), key=rank, default="atomic")
+            parents = {str(m.get("parent", "")) for m in metas}
+            ids = [got["ids"][j] for j in members]
+            digest = hashlib.sha256(("\0".join(sorted(ids)) + "\0" + text).encode()).hexdigest()[:24]
+            sup = Record(id=f"{kernel}:super-{digest}", kernel_id=kernel, text=text, level=level,
+                         parent=parents.pop() if len(parents) == 1 else "", source="super-chunk",
+                         added=clock.iso(now), day=clock.iso(now)[:10],
+                         dups=sum(weights[j] for j in members) - 1, kind="super", replaces=tuple(ids))
+            emb = vstore.embed(brain, [text], "passage")
+            col.add(ids=[sup.id], embeddings=emb, documents=[text], metadatas=[sup.meta()])
+            col.update(ids=ids, metadatas=[dict(m, superseded_by=sup.id) for m in metas])
+            made.append(sup)
+    return made
+
+
+def levels_count(records: list[Record]) -> dict[str, int]:
+    return dict(Counter(r.level for r in records))
