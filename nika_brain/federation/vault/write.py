@@ -151,3 +151,19 @@ def add(brain: Brain, kernel_id: str, chunks: Sequence[Chunk], embeddings: Any, 
                      for rid, m in zip(got["ids"], got["metadatas"])]
             col.update(ids=got["ids"], metadatas=metas)
     return result
+
+
+def delete(brain: Brain, kernel_id: str, ids: Sequence[str]) -> list[str]:
+    """Delete some of a kernel's own records; ids of other kernels are ignored (not found)."""
+    from .query import caller_kernel
+    kernel = caller_kernel(kernel_id)
+    st = vstore.store(brain)
+    with st.errors("vault delete"), st.writer():
+        col = vstore.vault(brain)
+        own = [i for i in dict.fromkeys(ids) if kernel_of(i) == kernel]
+        if not own:
+            return []
+        found = col.get(ids=own, where={"kernel_id": kernel}, include=[])["ids"]
+        if found:
+            col.delete(ids=found)
+    return found
