@@ -8,9 +8,9 @@ import sys
 
 import typer
 
-from ..brain import Brain
-from ..errors import BrainError
-from . import app, json_object
+from nika_brain.brain import Brain
+from nika_brain.cli import app, json_object
+from nika_brain.errors import BrainError
 
 rag_app = typer.Typer(no_args_is_help=True,
                       help="The shared vault: scoped RAG per kernel (nika_vault), grants, summaries.")
@@ -18,7 +18,7 @@ app.add_typer(rag_app, name="rag")
 
 
 def _known_kernel(brain: Brain, kernel_id: str) -> None:
-    from .. import kernels
+    from nika_brain.state import kernels
     kernels.load_kernel(brain, kernel_id)
 
 
@@ -34,8 +34,8 @@ def rag_ingest(paths: list[str] = typer.Argument(..., help="files and folders (t
                level: str = typer.Option("atomic", "--level"),
                parent: str = typer.Option("", "--parent", help="record id of the parent"),
                as_json: bool = typer.Option(False, "--json")):
-    from ..federation.vault.ingest import ingest
-    from ..federation.vault.query import caller_kernel
+    from nika_brain.federation.vault.ingest import ingest
+    from nika_brain.federation.vault.query import caller_kernel
     brain = Brain.find()
     kernel = caller_kernel(kernel)
     _known_kernel(brain, kernel)
@@ -76,7 +76,7 @@ def rag_query(text: str, kernel: str | None = typer.Option(None, "--kernel"),
               include_superseded: bool = typer.Option(False, "--all", help="include chunks merged "
                                                       "into super-chunks"),
               as_json: bool = typer.Option(False, "--json")):
-    from ..federation.vault.query import search
+    from nika_brain.federation.vault.query import search
     extra = json_object(where, "--where") if where else None
     recs = search(Brain.find(), text, kernel=kernel, k=k, levels=level, owners=owners, where=extra,
                   include_superseded=include_superseded)
@@ -92,7 +92,7 @@ def rag_grant(owner: str = typer.Argument(..., help="the kernel whose records ar
               reader: str = typer.Argument(..., help="the kernel that may read them"),
               level: list[str] = typer.Option([], "--level", help="only these levels (repeat)"),
               until: str | None = typer.Option(None, "--until", help="ISO time the grant ends")):
-    from ..federation.vault import grants
+    from nika_brain.federation.vault import grants
     brain = Brain.find()
     _known_kernel(brain, owner)
     _known_kernel(brain, reader)
@@ -103,7 +103,7 @@ def rag_grant(owner: str = typer.Argument(..., help="the kernel whose records ar
 
 @rag_app.command("revoke")
 def rag_revoke(owner: str, reader: str):
-    from ..federation.vault import grants
+    from nika_brain.federation.vault import grants
     if not grants.revoke(Brain.find(), owner, reader):
         raise BrainError(f"no grant from {owner} to {reader}")
     print(f"{reader} may no longer read {owner}'s records")
@@ -111,7 +111,7 @@ def rag_revoke(owner: str, reader: str):
 
 @rag_app.command("grants")
 def rag_grants(as_json: bool = typer.Option(False, "--json")):
-    from ..federation.vault import grants
+    from nika_brain.federation.vault import grants
     gs = grants.list_grants(Brain.find())
     if as_json:
         print(json.dumps([g.__dict__ | {"levels": list(g.levels)} for g in gs]))
@@ -123,7 +123,7 @@ def rag_grants(as_json: bool = typer.Option(False, "--json")):
 @rag_app.command("tree")
 def rag_tree(record: str, kernel: str | None = typer.Option(None, "--kernel"),
              as_json: bool = typer.Option(False, "--json")):
-    from ..federation.vault.query import tree
+    from nika_brain.federation.vault.query import tree
     t = tree(Brain.find(), record, kernel=kernel or record.split(":", 1)[0])
     if as_json:
         print(json.dumps({"record": t["record"].to_json(),
@@ -142,7 +142,7 @@ def rag_tree(record: str, kernel: str | None = typer.Option(None, "--kernel"),
 @rag_app.command("merge")
 def rag_merge(kernel: str = typer.Option(..., "--kernel")):
     """Merge groups of frequent near-duplicates into super-chunks."""
-    from ..federation.vault.superchunks import merge
+    from nika_brain.federation.vault.superchunks import merge
     made = merge(Brain.find(), kernel)
     for s in made:
         print(f"{s.id}\treplaces {len(s.replaces)}: {', '.join(s.replaces)}")
@@ -153,8 +153,8 @@ def rag_merge(kernel: str = typer.Option(..., "--kernel")):
 def rag_summarize(kernel: str | None = typer.Option(None, "--kernel", help="default: every kernel"),
                   day: str | None = typer.Option(None, "--day", help="YYYY-MM-DD, default today (UTC)"),
                   as_json: bool = typer.Option(False, "--json")):
-    from .. import kernels
-    from ..federation.vault import summaries
+    from nika_brain.federation.vault import summaries
+    from nika_brain.state import kernels
     brain = Brain.find()
     ids = [kernel] if kernel else [k.id for k in kernels.list_kernels(brain)]
     out = []
@@ -170,7 +170,7 @@ def rag_summarize(kernel: str | None = typer.Option(None, "--kernel", help="defa
 @rag_app.command("stats")
 def rag_stats(kernel: str | None = typer.Option(None, "--kernel"),
               as_json: bool = typer.Option(False, "--json")):
-    from ..federation.vault.admin import stats
+    from nika_brain.federation.vault.admin import stats
     s = stats(Brain.find(), kernel)
     if as_json:
         print(json.dumps(s))
@@ -188,7 +188,7 @@ def rag_stats(kernel: str | None = typer.Option(None, "--kernel"),
 def rag_purge(kernel: str = typer.Option(..., "--kernel"),
               yes: bool = typer.Option(False, "--yes", help="required: this deletes the records")):
     """Delete a kernel's records, summaries and grants (what a killed kernel leaves behind)."""
-    from ..federation.vault.admin import purge
+    from nika_brain.federation.vault.admin import purge
     if not yes:
         raise BrainError(f"rag purge deletes every vault record of {kernel}: add --yes to confirm")
     r = purge(Brain.find(), kernel)

@@ -28,10 +28,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from ..errors import EXIT_BUSY, EXIT_FAIL, BrainError
+from nika_brain.errors import EXIT_BUSY, EXIT_FAIL, BrainError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..brain import Brain
+    from nika_brain.brain import Brain
 
 DEFAULT_WRITER_WAIT = 30.0
 POLL = 0.05

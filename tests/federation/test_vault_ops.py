@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from nika_brain import signals
+from nika_brain.engine import signals
 from nika_brain.errors import EXIT_REFUSED, BrainError
 from nika_brain.federation.vault import (
     admin,
@@ -18,7 +18,7 @@ from nika_brain.federation.vault import (
     write,
 )
 from nika_brain.federation.vault.write import Chunk
-from nika_brain.yamlsafe import load_file
+from nika_brain.support.yamlsafe import load_file
 from tests.federation.vaultkit import at_cosine, axis, vault_brain
 
 

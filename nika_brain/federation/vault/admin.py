@@ -4,13 +4,13 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from . import grants as vgrants
-from . import store as vstore
-from . import summaries as vsummaries
-from .records import check_kernel
+from nika_brain.federation.vault import grants as vgrants
+from nika_brain.federation.vault import store as vstore
+from nika_brain.federation.vault import summaries as vsummaries
+from nika_brain.federation.vault.records import check_kernel
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ...brain import Brain
+    from nika_brain.brain import Brain
 
 
 def stats(brain: Brain, kernel_id: str | None = None) -> dict:

@@ -11,8 +11,8 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from ...errors import BrainError
-from .write import Chunk
+from nika_brain.errors import BrainError
+from nika_brain.federation.vault.write import Chunk
 
 TEXT_SUFFIXES = (".txt", ".md", ".markdown", ".rst", ".text")
 PDF_SUFFIXES = (".pdf",)

@@ -13,12 +13,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from ... import clock, signals
-from ...brain import Brain
-from ...errors import EXIT_REFUSED, BrainError
-from ...schema import F, fields, str_list
-from ...yamlsafe import dumps, load_doc
-from .records import LEVELS, check_kernel, check_level
+from nika_brain.brain import Brain
+from nika_brain.engine import signals
+from nika_brain.errors import EXIT_REFUSED, BrainError
+from nika_brain.federation.vault.records import LEVELS, check_kernel, check_level
+from nika_brain.support import clock
+from nika_brain.support.schema import F, fields, str_list
+from nika_brain.support.yamlsafe import dumps, load_doc
 
 
 @dataclass(frozen=True)

@@ -12,16 +12,27 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from ... import clock
-from ...errors import BrainError
-from . import settings as vsettings
-from . import store as vstore
-from .chunking import discover, read_chunks
-from .records import DEFAULT_LEVEL, check_kernel, check_level, record_id
-from .write import AddResult, Chunk, add, check_parent, existing_ids
+from nika_brain.errors import BrainError
+from nika_brain.federation.vault import settings as vsettings
+from nika_brain.federation.vault import store as vstore
+from nika_brain.federation.vault.chunking import discover, read_chunks
+from nika_brain.federation.vault.records import (
+    DEFAULT_LEVEL,
+    check_kernel,
+    check_level,
+    record_id,
+)
+from nika_brain.federation.vault.write import (
+    AddResult,
+    Chunk,
+    add,
+    check_parent,
+    existing_ids,
+)
+from nika_brain.support import clock
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ...brain import Brain
+    from nika_brain.brain import Brain
 
 
 @dataclass

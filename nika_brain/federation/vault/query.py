@@ -13,14 +13,20 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from ... import clock
-from ...errors import EXIT_REFUSED, BrainError
-from . import grants as vgrants
-from . import store as vstore
-from .records import LEVELS, Record, check_kernel, check_level, from_chroma
+from nika_brain.errors import EXIT_REFUSED, BrainError
+from nika_brain.federation.vault import grants as vgrants
+from nika_brain.federation.vault import store as vstore
+from nika_brain.federation.vault.records import (
+    LEVELS,
+    Record,
+    check_kernel,
+    check_level,
+    from_chroma,
+)
+from nika_brain.support import clock
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ...brain import Brain
+    from nika_brain.brain import Brain
 
 MAX_K = 100
 

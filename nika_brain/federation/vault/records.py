@@ -11,8 +11,8 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...errors import BrainError
-from ...schema import name
+from nika_brain.errors import BrainError
+from nika_brain.support.schema import name
 
 VAULT = "nika_vault"
 SUMMARIES = "nika_federation_summaries"

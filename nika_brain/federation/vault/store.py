@@ -3,13 +3,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .. import chroma
-from .records import SUMMARIES, VAULT
+from nika_brain.federation import chroma
+from nika_brain.federation.vault.records import SUMMARIES, VAULT
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy
 
-    from ...brain import Brain
+    from nika_brain.brain import Brain
 
 
 def store(brain: Brain) -> chroma.VectorStore:
@@ -25,7 +25,7 @@ def summaries(brain: Brain) -> Any:
 
 
 def embed(brain: Brain, texts: list[str], kind: str) -> numpy.ndarray:
-    from ..embedding import open_embedder
+    from nika_brain.federation.embedding import open_embedder
     return open_embedder(brain).embed(texts, kind=kind)  # type: ignore[arg-type]
 
 

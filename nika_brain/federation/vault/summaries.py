@@ -14,14 +14,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from ... import clock, signals
-from ...errors import BrainError
-from . import store as vstore
-from .query import caller_kernel
-from .records import check_kernel
+from nika_brain.engine import signals
+from nika_brain.errors import BrainError
+from nika_brain.federation.vault import store as vstore
+from nika_brain.federation.vault.query import caller_kernel
+from nika_brain.federation.vault.records import check_kernel
+from nika_brain.support import clock
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ...brain import Brain
+    from nika_brain.brain import Brain
 
 MAX_CHARS = 2000
 _DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -177,10 +178,7 @@ def _about(sig: dict, kernel: str) -> bool:
 
 def _claims_of_day(brain: Brain, kernel: str, day: str) -> list[str]:
     """Claims opened that day by a session bound to the kernel (claims name their session)."""
-    from ... import (  # the layout move (issue 7) will make these ...state.*
-        claims,
-        sessions,
-    )
+    from nika_brain.state import claims, sessions
     mine = {s.id for s in sessions.list_sessions(brain) if s.kernel == kernel}
     out = []
     for c in claims.list_claims(brain):

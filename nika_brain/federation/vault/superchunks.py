@@ -17,15 +17,15 @@ from collections import Counter
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from ... import clock
-from ...errors import BrainError
-from . import settings as vsettings
-from . import store as vstore
-from .query import caller_kernel
-from .records import LEVELS, Record, rank
+from nika_brain.errors import BrainError
+from nika_brain.federation.vault import settings as vsettings
+from nika_brain.federation.vault import store as vstore
+from nika_brain.federation.vault.query import caller_kernel
+from nika_brain.federation.vault.records import LEVELS, Record, rank
+from nika_brain.support import clock
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ...brain import Brain
+    from nika_brain.brain import Brain
 
 _SENT = re.compile(r"(?<=[.!?…])\s+|\n+")
 COMMAND_TIMEOUT = 300

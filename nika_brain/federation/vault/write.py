@@ -17,11 +17,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from ... import clock
-from ...errors import BrainError
-from . import settings as vsettings
-from . import store as vstore
-from .records import (
+from nika_brain.errors import BrainError
+from nika_brain.federation.vault import settings as vsettings
+from nika_brain.federation.vault import store as vstore
+from nika_brain.federation.vault.records import (
     DEFAULT_LEVEL,
     Record,
     check_kernel,
@@ -30,9 +29,10 @@ from .records import (
     rank,
     record_id,
 )
+from nika_brain.support import clock
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ...brain import Brain
+    from nika_brain.brain import Brain
 
 
 @dataclass
@@ -155,7 +155,7 @@ def add(brain: Brain, kernel_id: str, chunks: Sequence[Chunk], embeddings: Any, 
 
 def delete(brain: Brain, kernel_id: str, ids: Sequence[str]) -> list[str]:
     """Delete some of a kernel's own records; ids of other kernels are ignored (not found)."""
-    from .query import caller_kernel
+    from nika_brain.federation.vault.query import caller_kernel
     kernel = caller_kernel(kernel_id)
     st = vstore.store(brain)
     with st.errors("vault delete"), st.writer():
