@@ -115,7 +115,7 @@ def _near_group(vb, kernel):
     texts = [f"The VPN gateway drops sessions at night. Variant {i} seen in {c}." for i, c in
              enumerate(("Lyon", "Oslo", "Porto"))]
     members = write.add(vb, kernel, [Chunk(t) for t in texts],
-                        [at_cosine(0, 10 + i, 0.9) for i in range(3)]).added
+                        [at_cosine(0, 10 + i, 0.93) for i in range(3)]).added
     write.add(vb, kernel, [Chunk("Unrelated: the invoice batch is late.")], [axis(50)])
     return base, members
 
@@ -196,3 +196,14 @@ def test_stats_and_purge(kbrain, cli):
     chroma.reset_cache()
     s = admin.stats(kbrain)
     assert s["records"] == 1 and list(s["kernels"]) == ["beta"] and s["grants"] == 1
+
+
+def test_a_bad_where_or_k_is_one_line_and_records_gives_vectors(vb):
+    write.add(vb, "alpha", [Chunk("a"), Chunk("b")], [axis(0), axis(1)])
+    with pytest.raises(BrainError, match="vault query"):
+        query.search(vb, embedding=axis(0), kernel="alpha", where={"$nonsense": 1})
+    with pytest.raises(BrainError, match="--k must be between"):
+        query.search(vb, embedding=axis(0), kernel="alpha", k=0)
+    ids, vecs = query.records(vb, "alpha")
+    assert len(ids) == 2 and vecs.shape == (2, 384)
+    assert query.records(vb, "beta")[0] == []

@@ -3,7 +3,8 @@
     federation:
       vault:
         dedup_threshold: 0.95      # a chunk more similar than this to one of its kernel's is dropped
-        merge_threshold: 0.85      # near-duplicates at least this similar may merge into a super-chunk
+        merge_threshold: 0.92      # near-duplicates at least this similar may merge into a super-chunk
+                                   # (e5-small: paraphrases ~0.97, unrelated notes ~0.80-0.88)
         merge_min: 3               # ... when their group (counting dropped duplicates) is this large
         superchunk_command: []     # argv of a command that summarises a group (stdin: texts); empty = extractive
         chunk_chars: 1200          # target chunk size in characters
@@ -24,7 +25,7 @@ if TYPE_CHECKING:  # pragma: no cover
 @dataclass(frozen=True)
 class VaultSettings:
     dedup_threshold: float = 0.95
-    merge_threshold: float = 0.85
+    merge_threshold: float = 0.92
     merge_min: int = 3
     superchunk_command: tuple[str, ...] = ()
     chunk_chars: int = 1200
@@ -61,7 +62,7 @@ def load(brain: Brain) -> VaultSettings:
         raise _bad("superchunk_command", "expected a list of strings (a command's argv)")
     return VaultSettings(
         dedup_threshold=float(_num(raw, "dedup_threshold", 0.95, 0.0, 1.0)),
-        merge_threshold=float(_num(raw, "merge_threshold", 0.85, 0.0, 1.0)),
+        merge_threshold=float(_num(raw, "merge_threshold", 0.92, 0.0, 1.0)),
         merge_min=int(_num(raw, "merge_min", 3, 2, 10_000, integer=True)),
         superchunk_command=tuple(cmd),
         chunk_chars=int(_num(raw, "chunk_chars", 1200, 100, 100_000, integer=True)),

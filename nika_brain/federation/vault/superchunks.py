@@ -61,17 +61,28 @@ def _command(argv: tuple[str, ...], texts: list[str]) -> str:
     return proc.stdout.strip()
 
 
+def _neighbours(vecs: Any, threshold: float, block: int = 512) -> list[Any]:
+    """For each row, the rows at least `threshold` similar (itself included), in blocks of rows so
+    that 10,000 records never need a 10,000 × 10,000 matrix at once."""
+    import numpy as np
+    out: list[Any] = []
+    for start in range(0, len(vecs), block):
+        sims = vecs[start:start + block] @ vecs.T
+        out += [np.nonzero(row >= threshold)[0] for row in sims]
+    return out
+
+
 def _groups(vecs: Any, weights: list[int], threshold: float, minimum: int) -> list[list[int]]:
     import numpy as np
     n = len(weights)
+    near = _neighbours(vecs, threshold)
     order = sorted(range(n), key=lambda i: (-weights[i], i))
     taken = np.zeros(n, dtype=bool)
     groups = []
     for i in order:
         if taken[i]:
             continue
-        sims = vecs @ vecs[i]
-        members = [int(j) for j in np.nonzero((sims >= threshold) & ~taken)[0]]
+        members = [int(j) for j in near[i] if not taken[j]]
         if i not in members:
             members.append(i)
         if len(members) >= 2 and sum(weights[j] for j in members) >= minimum:
