@@ -157,24 +157,31 @@ class VectorStore:
         self.mode = mode            # "embedded" | "server"
         self.where = where          # folder or URL, for messages and `rag stats`
         self._lock = lock
+        self._cols: dict[str, Any] = {}   # name -> collection handle (one lookup per process)
 
     def errors(self, what: str | None = None):
         return translate(what or f"chroma ({self.mode} {self.where})")
 
     def collection(self, name: str):
         """The named collection (created on first use: cosine space, no embedding function)."""
+        col = self._cols.get(name)
+        if col is not None:
+            return col
         with self.errors(f"chroma collection {name}"):
             try:
-                return self.client.get_collection(name, embedding_function=None)
+                col = self.client.get_collection(name, embedding_function=None)
             except Exception as exc:
                 if not _is_not_found(exc):
                     raise
-            with self.writer():
-                return self.client.get_or_create_collection(
-                    name, embedding_function=None, configuration={"hnsw": {"space": "cosine"}})
+                with self.writer():
+                    col = self.client.get_or_create_collection(
+                        name, embedding_function=None, configuration={"hnsw": {"space": "cosine"}})
+        self._cols[name] = col
+        return col
 
     def drop(self, name: str) -> bool:
         """Delete a whole collection; False when it did not exist."""
+        self._cols.pop(name, None)
         with self.errors(f"chroma collection {name}"), self.writer():
             try:
                 self.client.delete_collection(name)
