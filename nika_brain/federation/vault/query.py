@@ -64,7 +64,7 @@ def scope(brain: Brain, kernel: str, owners: Sequence[str] = (), *,
 def _where(allowed: dict[str, tuple[str, ...]], levels: Sequence[str], include_superseded: bool,
            extra: dict | None) -> dict:
     parts: list[dict] = []
-    owner_parts = []
+    owner_parts: list[dict] = []
     for owner, olevels in allowed.items():
         if olevels:
             owner_parts.append({"$and": [{"kernel_id": owner}, {"level": {"$in": list(olevels)}}]})

@@ -171,7 +171,8 @@ def summarize(brain: Brain, kernel_id: str, day: str | None = None, *,
 
 
 def _about(sig: dict, kernel: str) -> bool:
-    payload = sig.get("payload") if isinstance(sig.get("payload"), dict) else {}
+    raw = sig.get("payload")
+    payload: dict = raw if isinstance(raw, dict) else {}
     return kernel in (sig.get("kernel"), sig.get("kernel_id"), payload.get("kernel"),
                       payload.get("kernel_id"))
 
