@@ -4,8 +4,8 @@ ingest   `rag ingest` of CHUNKS chunks (incident notes in Markdown files, one pa
          fresh brain with a cold embedding cache: chunks/s, embedding, dedup and Chroma writes
          included; beside it the embedder's own raw rate on a sample of the same texts at the same
          batch size, and the ratio (the vault's overhead). Target: 1,000 chunks under 60 s.
-query    `query.search` for one kernel over RECORDS records of KERNELS kernels in one collection
-         (embedded Chroma). The stored vectors are synthetic (random unit vectors with the vault's
+query    `query.search` for one kernel over RECORDS records of KERNELS kernels in one embedded Chroma
+         store (each kernel's records in its own collection, as the vault keeps them). The stored vectors are synthetic (random unit vectors with the vault's
          metadata; built once and kept in --store, reused while the count matches); every query text
          is new and embedded by the real model (the cache never hits). Prints the median and p95 of
          the whole call, and of its two parts (embedding, scoped Chroma query). Target: median
@@ -33,7 +33,8 @@ from nika_brain.brain import Brain
 from nika_brain.federation import chroma
 from nika_brain.federation.embedding import open_embedder
 from nika_brain.federation.vault import ingest, query
-from nika_brain.federation.vault.records import VAULT, Record
+from nika_brain.federation.vault import store as vstore
+from nika_brain.federation.vault.records import Record
 from tests.federation.vaultkit import prose
 
 INGEST_TARGET = 60.0    # seconds for 1,000 chunks
@@ -81,28 +82,31 @@ def bench_ingest(n_chunks: int, work: Path) -> None:
 def build_store(store_dir: Path, n_records: int, n_kernels: int) -> Brain:
     import numpy as np
     brain_dir = store_dir / "brain"
-    marker = store_dir / f"built-{n_records}-{n_kernels}"
+    marker = store_dir / f"built-v2-{n_records}-{n_kernels}"
     if marker.exists():
         chroma.reset_cache()
         return Brain.at(brain_dir)
     shutil.rmtree(store_dir, ignore_errors=True)
     brain = new_brain(brain_dir)
     st = chroma.open_store(brain)
-    col = st.collection(VAULT)
     rng = np.random.default_rng(13)
     t0 = time.perf_counter()
     batch = 5000
+    per_kernel = n_records // n_kernels
     with st.writer():
-        for start in range(0, n_records, batch):
-            n = min(batch, n_records - start)
-            vecs = rng.standard_normal((n, 384)).astype(np.float32)
-            vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
-            recs = [Record(id=f"k{(start + i) % n_kernels:02d}:{start + i:08d}",
-                           kernel_id=f"k{(start + i) % n_kernels:02d}", text=f"synthetic record {start + i}",
-                           level=("task", "atomic")[(start + i) % 2], added="2026-11-30T00:00:00Z",
-                           day="2026-11-30") for i in range(n)]
-            col.add(ids=[r.id for r in recs], embeddings=vecs, documents=[r.text for r in recs],
-                    metadatas=[r.meta() for r in recs])
+        for k in range(n_kernels):
+            kernel = f"k{k:02d}"
+            col = vstore.collection(brain, kernel)
+            for start in range(0, per_kernel, batch):
+                n = min(batch, per_kernel - start)
+                vecs = rng.standard_normal((n, 384)).astype(np.float32)
+                vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+                recs = [Record(id=f"{kernel}:{start + i:08d}", kernel_id=kernel,
+                               text=f"synthetic record {start + i} of {kernel}",
+                               level=("task", "atomic")[(start + i) % 2], added="2026-11-30T00:00:00Z",
+                               day="2026-11-30") for i in range(n)]
+                col.add(ids=[r.id for r in recs], embeddings=vecs, documents=[r.text for r in recs],
+                        metadatas=[r.meta() for r in recs])
     print(f"  (built the {n_records:,}-record store in {time.perf_counter() - t0:.0f} s, kept in {store_dir})")
     marker.write_text("ok\n")
     return brain
@@ -110,7 +114,7 @@ def build_store(store_dir: Path, n_records: int, n_kernels: int) -> Brain:
 
 def bench_query(n_records: int, n_kernels: int, n_queries: int, store_dir: Path) -> None:
     brain = build_store(store_dir, n_records, n_kernels)
-    count = chroma.open_store(brain).collection(VAULT).count()
+    count = sum(vstore.collection(brain, k, create=False).count() for k in vstore.kernels(brain))
     emb = open_embedder(brain)
     salt = random.randrange(10**9)
     texts = [f"what happened to {prose(salt + i)[:60]}? ({salt}-{i})" for i in range(n_queries + 3)]

@@ -162,8 +162,9 @@ class VectorStore:
     def errors(self, what: str | None = None):
         return translate(what or f"chroma ({self.mode} {self.where})")
 
-    def collection(self, name: str):
-        """The named collection (created on first use: cosine space, no embedding function)."""
+    def collection(self, name: str, *, create: bool = True, metadata: dict | None = None):
+        """The named collection, created on first use (cosine space, no embedding function, the
+        given metadata); with create=False, None when it does not exist (a read never creates)."""
         col = self._cols.get(name)
         if col is not None:
             return col
@@ -173,9 +174,12 @@ class VectorStore:
             except Exception as exc:
                 if not _is_not_found(exc):
                     raise
+                if not create:
+                    return None
                 with self.writer():
                     col = self.client.get_or_create_collection(
-                        name, embedding_function=None, configuration={"hnsw": {"space": "cosine"}})
+                        name, embedding_function=None, metadata=metadata or None,
+                        configuration={"hnsw": {"space": "cosine"}})
         self._cols[name] = col
         return col
 
@@ -192,9 +196,14 @@ class VectorStore:
                 raise
 
     def names(self) -> list[str]:
+        return [name for name, _ in self.listing()]
+
+    def listing(self) -> list[tuple[str, dict]]:
+        """(name, metadata) of every collection, by name."""
         with self.errors():
             cols = self.client.list_collections()
-        return sorted(getattr(c, "name", c) for c in cols)
+        return sorted((getattr(c, "name", str(c)), dict(getattr(c, "metadata", None) or {}))
+                      for c in cols)
 
     @contextlib.contextmanager
     def writer(self) -> Iterator[None]:

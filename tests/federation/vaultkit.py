@@ -7,7 +7,6 @@ import numpy as np
 
 from nika_brain.brain import Brain
 from nika_brain.federation import chroma
-from nika_brain.federation.vault.records import SUMMARIES, VAULT
 from tests.conftest import make_brain
 
 DIM = 384
@@ -23,9 +22,8 @@ def vault_brain(root: Path, kernels=("alpha", "beta", "gamma"), extra: str = "")
 
 
 def reset_store(brain: Brain) -> None:
-    store = chroma.open_store(brain)
-    store.drop(VAULT)
-    store.drop(SUMMARIES)
+    from nika_brain.federation.vault.store import drop_all
+    drop_all(brain)
 
 
 def axis(i: int) -> np.ndarray:

@@ -15,51 +15,43 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def stats(brain: Brain, kernel_id: str | None = None) -> dict:
     st = vstore.store(brain)
-    where = {"kernel_id": check_kernel(kernel_id)} if kernel_id else None
     with st.errors("vault stats"):
-        got = vstore.get_all(vstore.vault(brain), where, ["metadatas"]) if where else \
-            _all(vstore.vault(brain))
+        ids = [check_kernel(kernel_id)] if kernel_id else vstore.kernels(brain)
+        kernels: dict[str, dict] = {}
+        for k in ids:
+            live = vstore.get_all(vstore.collection(brain, k, create=False), None, ["metadatas"])
+            merged = vstore.get_all(vstore.collection(brain, k, "merged", create=False), None,
+                                    ["metadatas"])
+            if not live["ids"] and not merged["ids"]:
+                continue
+            metas = live["metadatas"]
+            kernels[k] = {
+                "records": len(live["ids"]) + len(merged["ids"]), "live": len(live["ids"]),
+                "super": sum(1 for m in metas if m.get("kind") == "super"),
+                "superseded": len(merged["ids"]),
+                "duplicates_dropped": sum(int(m.get("dups", 0) or 0) for m in metas + merged["metadatas"]
+                                          if m.get("kind") != "super"),
+                "levels": dict(sorted(Counter(str(m.get("level")) for m in metas).items())),
+            }
         sums = vsummaries.list_summaries(brain, kernel_id=kernel_id)
-    kernels: dict[str, dict] = {}
-    for meta in got["metadatas"]:
-        k = str(meta.get("kernel_id"))
-        row = kernels.setdefault(k, {"records": 0, "live": 0, "super": 0, "superseded": 0,
-                                     "duplicates_dropped": 0, "levels": Counter()})
-        row["records"] += 1
-        row["live"] += 0 if meta.get("superseded_by") else 1
-        row["super"] += 1 if meta.get("kind") == "super" else 0
-        row["superseded"] += 1 if meta.get("superseded_by") else 0
-        row["duplicates_dropped"] += int(meta.get("dups", 0) or 0) if meta.get("kind") != "super" else 0
-        row["levels"][str(meta.get("level"))] += 1
     for k, row in kernels.items():
-        row["levels"] = dict(sorted(row["levels"].items()))
         row["summaries"] = sum(1 for s in sums if s.kernel_id == k)
-    return {"store": st.mode, "where": st.where, "records": len(got["ids"]),
-            "summaries": len(sums), "grants": len(vgrants.list_grants(brain)),
-            "kernels": dict(sorted(kernels.items()))}
-
-
-def _all(col) -> dict:
-    out: dict[str, list] = {"ids": [], "metadatas": []}
-    offset = 0
-    while True:
-        res = col.get(include=["metadatas"], limit=5000, offset=offset)
-        out["ids"] += res["ids"]
-        out["metadatas"] += res["metadatas"]
-        if len(res["ids"]) < 5000:
-            return out
-        offset += 5000
+    return {"store": st.mode, "where": st.where,
+            "records": sum(row["records"] for row in kernels.values()),
+            "summaries": len(sums), "grants": len(vgrants.list_grants(brain)), "kernels": kernels}
 
 
 def purge(brain: Brain, kernel_id: str) -> dict:
     """Delete every vault record and summary of a kernel, and the grants naming it."""
     check_kernel(kernel_id)
     st = vstore.store(brain)
+    n = 0
     with st.errors("vault purge"), st.writer():
-        col = vstore.vault(brain)
-        ids = vstore.get_all(col, {"kernel_id": kernel_id}, [])["ids"]
-        for start in range(0, len(ids), 5000):
-            col.delete(ids=ids[start:start + 5000])
+        for role in vstore.ROLES:
+            col = vstore.collection(brain, kernel_id, role, create=False)
+            if col is not None:
+                n += col.count()
+                st.drop(vstore.name(kernel_id, role))
     n_sum = vsummaries.purge(brain, kernel_id)
     n_grants = vgrants.drop_kernel(brain, kernel_id)
-    return {"kernel": kernel_id, "records": len(ids), "summaries": n_sum, "grants": n_grants}
+    return {"kernel": kernel_id, "records": n, "summaries": n_sum, "grants": n_grants}

@@ -85,7 +85,7 @@ def ingest(brain: Brain, paths: list[str], kernel_id: str, *, level: str = DEFAU
     total = AddResult()
     for start in range(0, len(pending), cfg.batch):
         batch = pending[start:start + cfg.batch]
-        have = existing_ids(brain, [record_id(kernel_id, c.text) for c in batch])
+        have = existing_ids(brain, kernel_id, [record_id(kernel_id, c.text) for c in batch])
         todo = [c for c in batch if record_id(kernel_id, c.text) not in have]
         total.already += [record_id(kernel_id, c.text) for c in batch if c not in todo]
         if todo:

@@ -2,9 +2,11 @@
 
 `search()` answers for one kernel (the caller's): its own records, plus those of the kernels that
 granted it access (grants.py) when asked for with `owners`. A session started for a kernel
-(NIKA_KERNEL_ID) can only search as that kernel. The caller's optional `where` is AND-ed under the
-kernel filter, so it can narrow but never widen it; results are checked again against the allowed
-owners and levels after Chroma answers (defence in depth), and embeddings are never returned.
+(NIKA_KERNEL_ID) can only search as that kernel. Each kernel's records live in their own collections
+(store.py), and only the allowed owners' collections are searched; the caller's optional `where` is
+applied inside them, so it can narrow but never widen the scope; results are checked again against
+the allowed owners and levels after Chroma answers (defence in depth), and embeddings are never
+returned.
 """
 from __future__ import annotations
 
@@ -61,24 +63,20 @@ def scope(brain: Brain, kernel: str, owners: Sequence[str] = (), *,
     return allowed
 
 
-def _where(allowed: dict[str, tuple[str, ...]], levels: Sequence[str], include_superseded: bool,
-           extra: dict | None) -> dict:
+def _where(owner_levels: tuple[str, ...], levels: Sequence[str], extra: dict | None) -> dict | None:
+    """The filter inside one owner's collection: the grant's levels, the asked levels, and the
+    caller's own filter, AND-ed (the kernel scope is the collection itself)."""
     parts: list[dict] = []
-    owner_parts: list[dict] = []
-    for owner, olevels in allowed.items():
-        if olevels:
-            owner_parts.append({"$and": [{"kernel_id": owner}, {"level": {"$in": list(olevels)}}]})
-        else:
-            owner_parts.append({"kernel_id": owner})
-    parts.append(owner_parts[0] if len(owner_parts) == 1 else {"$or": owner_parts})
+    if owner_levels:
+        parts.append({"level": {"$in": list(owner_levels)}})
     if levels:
         parts.append({"level": {"$in": list(levels)}})
-    if not include_superseded:
-        parts.append({"superseded_by": ""})
     if extra:
         if not isinstance(extra, dict):
             raise BrainError("where must be a mapping of metadata filters")
         parts.append(extra)
+    if not parts:
+        return None
     return parts[0] if len(parts) == 1 else {"$and": parts}
 
 
@@ -86,6 +84,10 @@ def _allowed(rec: Record, allowed: dict[str, tuple[str, ...]]) -> bool:
     levels = allowed.get(rec.kernel_id)
     return levels is not None and (not levels or rec.level in levels) and rec.id.startswith(
         f"{rec.kernel_id}:")
+
+
+def _roles(include_superseded: bool) -> tuple[str, ...]:
+    return vstore.ROLES if include_superseded else ("live",)
 
 
 def search(brain: Brain, text: str | None = None, *, kernel: str | None = None, k: int = 5,
@@ -98,38 +100,56 @@ def search(brain: Brain, text: str | None = None, *, kernel: str | None = None, 
         raise BrainError(f"--k must be between 1 and {MAX_K}, got {k}")
     for level in levels:
         check_level(level)
+    if where is not None and not isinstance(where, dict):
+        raise BrainError("where must be a mapping of metadata filters")
     allowed = scope(brain, kernel, owners, now=now or clock.now())
     if embedding is None:
         if not text or not text.strip():
             raise BrainError("empty query text")
         embedding = vstore.embed(brain, [text], "query")[0]
-    st = vstore.store(brain)
-    with st.errors("vault query"):
-        res = vstore.vault(brain).query(
-            query_embeddings=[embedding], n_results=k,
-            where=_where(allowed, levels, include_superseded, where),
-            include=["documents", "metadatas", "distances"])
-    out = []
-    for rid, doc, meta, dist in zip(res["ids"][0], res["documents"][0], res["metadatas"][0],
-                                    res["distances"][0]):
-        rec = from_chroma(rid, doc, meta, 1.0 - float(dist))
-        if _allowed(rec, allowed):
-            out.append(rec)
+    found: list[Record] = []
+    with vstore.store(brain).errors("vault query"):
+        for owner, owner_levels in allowed.items():
+            for role in _roles(include_superseded):
+                col = vstore.collection(brain, owner, role, create=False)
+                if col is None:
+                    continue
+                res = col.query(query_embeddings=[embedding], n_results=k,
+                                where=_where(owner_levels, levels, where),
+                                include=["documents", "metadatas", "distances"])
+                for rid, doc, meta, dist in zip(res["ids"][0], res["documents"][0],
+                                                res["metadatas"][0], res["distances"][0]):
+                    rec = from_chroma(rid, doc, meta, 1.0 - float(dist))
+                    if _allowed(rec, allowed):
+                        found.append(rec)
+    found.sort(key=lambda r: (-(r.score or 0.0), r.id))
+    return found[:k]
+
+
+def _by_owner(ids: Sequence[str]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for i in dict.fromkeys(ids):
+        out.setdefault(i.split(":", 1)[0], []).append(i)
     return out
 
 
 def get(brain: Brain, ids: Sequence[str], *, kernel: str | None = None,
         owners: Sequence[str] = ()) -> list[Record]:
-    """Records by id, only those `kernel` may read (others are simply not found)."""
+    """Records by id (live or merged), only those `kernel` may read (others are not found)."""
     kernel = caller_kernel(kernel)
     allowed = scope(brain, kernel, owners)
-    if not ids:
-        return []
+    recs: list[Record] = []
     with vstore.store(brain).errors("vault get"):
-        res = vstore.vault(brain).get(ids=list(dict.fromkeys(ids)),
-                                      where=_where(allowed, (), True, None),
-                                      include=["documents", "metadatas"])
-    recs = [from_chroma(i, d, m) for i, d, m in zip(res["ids"], res["documents"], res["metadatas"])]
+        for owner, owner_ids in _by_owner(ids).items():
+            if owner not in allowed:
+                continue
+            for role in vstore.ROLES:
+                col = vstore.collection(brain, owner, role, create=False)
+                if col is None:
+                    continue
+                res = col.get(ids=owner_ids, include=["documents", "metadatas"])
+                recs += [from_chroma(i, d, m) for i, d, m in
+                         zip(res["ids"], res["documents"], res["metadatas"])]
     return [r for r in recs if _allowed(r, allowed)]
 
 
@@ -139,11 +159,15 @@ def records(brain: Brain, kernel_id: str, *, include_superseded: bool = False,
     A kernel session can only list its own."""
     import numpy as np
     kernel = caller_kernel(kernel_id)
-    where = _where({kernel: ()}, levels, include_superseded, None)
+    ids: list[str] = []
+    vecs: list[Any] = []
     with vstore.store(brain).errors("vault records"):
-        got = vstore.get_all(vstore.vault(brain), where, ["embeddings"])
-    vecs = np.asarray(got["embeddings"], dtype=np.float32) if got["ids"] else np.zeros((0, 0), np.float32)
-    return got["ids"], vecs
+        for role in _roles(include_superseded):
+            got = vstore.get_all(vstore.collection(brain, kernel, role, create=False),
+                                 _where((), levels, None), ["embeddings"])
+            ids += got["ids"]
+            vecs += got["embeddings"]
+    return ids, (np.asarray(vecs, dtype=np.float32) if ids else np.zeros((0, 0), np.float32))
 
 
 def tree(brain: Brain, record: str, *, kernel: str | None = None) -> dict:
@@ -164,10 +188,13 @@ def tree(brain: Brain, record: str, *, kernel: str | None = None) -> dict:
         cur = up[0]
         ancestors.insert(0, cur)
     allowed = scope(brain, kernel, owners)
+    children: list[Record] = []
     with vstore.store(brain).errors("vault tree"):
-        res = vstore.get_all(vstore.vault(brain),
-                             {"$and": [_where(allowed, (), True, None), {"parent": rec.id}]},
-                             ["documents", "metadatas"])
-    children = [from_chroma(i, d, m) for i, d, m in zip(res["ids"], res["documents"], res["metadatas"])]
+        for role in vstore.ROLES:   # a parent and its children belong to one kernel
+            res = vstore.get_all(vstore.collection(brain, rec.kernel_id, role, create=False),
+                                 {"parent": rec.id}, ["documents", "metadatas"])
+            children += [from_chroma(i, d, m) for i, d, m in
+                         zip(res["ids"], res["documents"], res["metadatas"])]
     children = [c for c in children if _allowed(c, allowed)]
-    return {"record": rec, "ancestors": ancestors, "children": sorted(children, key=lambda r: (r.source, r.chunk))}
+    return {"record": rec, "ancestors": ancestors,
+            "children": sorted(children, key=lambda r: (r.source, r.chunk))}

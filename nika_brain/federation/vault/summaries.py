@@ -137,8 +137,7 @@ def summarize(brain: Brain, kernel_id: str, day: str | None = None, *,
     kernel = caller_kernel(kernel_id)
     day = check_day(day, now)
     with vstore.store(brain).errors("summaries"):
-        got = vstore.get_all(vstore.vault(brain),
-                             {"$and": [{"kernel_id": kernel}, {"day": day}, {"superseded_by": ""}]},
+        got = vstore.get_all(vstore.collection(brain, kernel, create=False), {"day": day},
                              ["documents", "embeddings", "metadatas"])
     ids = [i for i in got["ids"] if i.startswith(f"{kernel}:")]
     keep = [got["ids"].index(i) for i in ids]

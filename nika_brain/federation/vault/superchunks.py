@@ -5,8 +5,8 @@ it at write) from the kernel's other live chunks at least `merge_threshold` simi
 merged when its weight (members plus their dropped duplicates) reaches `merge_min`. The super-chunk
 is extractive by default (the seed's text, then the sentences the others add), or the output of
 `superchunk_command` (argv; the members' texts on stdin, separated by lines of `---`). It keeps the
-links both ways: `replaces` on the super-chunk, `superseded_by` on each member, which default queries
-then skip. Only one kernel's records are ever read for its super-chunks.
+links both ways: `replaces` on the super-chunk, `superseded_by` on each member; the members move to
+the kernel's `merged` collection, which default queries skip (`--all` includes it). Only one kernel's records are ever read for its super-chunks.
 """
 from __future__ import annotations
 
@@ -99,14 +99,16 @@ def merge(brain: Brain, kernel_id: str, *, now: datetime | None = None) -> list[
     cfg = vsettings.load(brain)
     now = now or clock.now()
     st = vstore.store(brain)
-    col = vstore.vault(brain)
     made: list[Record] = []
     with st.errors("vault merge"), st.writer():
-        got = vstore.get_all(col, {"$and": [{"kernel_id": kernel}, {"kind": "chunk"},
-                                            {"superseded_by": ""}]},
-                             ["documents", "metadatas", "embeddings"])
+        live = vstore.collection(brain, kernel, create=False)
+        every = vstore.get_all(live, None, ["documents", "metadatas", "embeddings"])
+        keep = [i for i, m in enumerate(every["metadatas"])
+                if m.get("kind", "chunk") == "chunk" and m.get("kernel_id") == kernel]
+        got = {key: [every[key][i] for i in keep] for key in every}
         if len(got["ids"]) < 2:
             return []
+        merged = vstore.collection(brain, kernel, "merged")
         vecs = np.asarray(got["embeddings"], dtype=np.float32)
         weights = [1 + int(m.get("dups", 0) or 0) for m in got["metadatas"]]
         for members in _groups(vecs, weights, cfg.merge_threshold, cfg.merge_min):
@@ -124,8 +126,11 @@ def merge(brain: Brain, kernel_id: str, *, now: datetime | None = None) -> list[
                          added=clock.iso(now), day=clock.iso(now)[:10],
                          dups=sum(weights[j] for j in members) - 1, kind="super", replaces=tuple(ids))
             emb = vstore.embed(brain, [text], "passage")
-            col.add(ids=[sup.id], embeddings=emb, documents=[text], metadatas=[sup.meta()])
-            col.update(ids=ids, metadatas=[dict(m, superseded_by=sup.id) for m in metas])
+            live.add(ids=[sup.id], embeddings=emb, documents=[text], metadatas=[sup.meta()])
+            # the members move to the kernel's merged collection, linked to their super-chunk
+            merged.upsert(ids=ids, embeddings=vecs[members], documents=texts,
+                          metadatas=[dict(m, superseded_by=sup.id) for m in metas])
+            live.delete(ids=ids)
             made.append(sup)
     return made
 

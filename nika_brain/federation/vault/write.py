@@ -59,22 +59,33 @@ def check_parent(brain: Brain, kernel_id: str, level: str, parent: str) -> None:
         return
     if kernel_of(parent) != kernel_id:
         raise BrainError(f"parent {parent} is not a record of kernel {kernel_id}")
-    col = vstore.vault(brain)
+    meta = None
     with vstore.store(brain).errors():
-        res = col.get(ids=[parent], where={"kernel_id": kernel_id}, include=["metadatas"])
-    if not res["ids"]:
+        for role in vstore.ROLES:
+            col = vstore.collection(brain, kernel_id, role, create=False)
+            res = col.get(ids=[parent], include=["metadatas"]) if col is not None else {"ids": []}
+            if res["ids"]:
+                meta = res["metadatas"][0]
+                break
+    if meta is None or meta.get("kernel_id") != kernel_id:
         raise BrainError(f"no such parent record in kernel {kernel_id}: {parent}")
-    plevel = str(res["metadatas"][0].get("level", DEFAULT_LEVEL))
+    plevel = str(meta.get("level", DEFAULT_LEVEL))
     if rank(plevel) >= rank(level):
         raise BrainError(f"a {level} record cannot have a {plevel} parent (strategy → project → job "
                          "→ task → atomic: the parent must be higher)")
 
 
-def existing_ids(brain: Brain, ids: Sequence[str]) -> set[str]:
+def existing_ids(brain: Brain, kernel_id: str, ids: Sequence[str]) -> set[str]:
+    """The ids among `ids` stored for the kernel, live or merged into a super-chunk."""
     if not ids:
         return set()
+    found: set[str] = set()
     with vstore.store(brain).errors():
-        return set(vstore.vault(brain).get(ids=list(dict.fromkeys(ids)), include=[])["ids"])
+        for role in vstore.ROLES:
+            col = vstore.collection(brain, kernel_id, role, create=False)
+            if col is not None:
+                found |= set(col.get(ids=list(dict.fromkeys(ids)), include=[])["ids"])
+    return found
 
 
 def add(brain: Brain, kernel_id: str, chunks: Sequence[Chunk], embeddings: Any, *,
@@ -91,13 +102,13 @@ def add(brain: Brain, kernel_id: str, chunks: Sequence[Chunk], embeddings: Any, 
         threshold = vsettings.load(brain).dedup_threshold
     now = now or clock.now()
     st = vstore.store(brain)
-    col = vstore.vault(brain)
+    col = vstore.collection(brain, kernel_id)
     result = AddResult()
     with st.errors(), st.writer():
         if parent:
             check_parent(brain, kernel_id, level, parent)
         ids = [record_id(kernel_id, c.text) for c in chunks]
-        have = existing_ids(brain, ids)
+        have = existing_ids(brain, kernel_id, ids)
         keep: list[int] = []
         seen: set[str] = set()
         for i, rid in enumerate(ids):
@@ -120,8 +131,7 @@ def add(brain: Brain, kernel_id: str, chunks: Sequence[Chunk], embeddings: Any, 
         bumps: dict[str, int] = {}
         final: list[int] = []
         if kept:
-            res = col.query(query_embeddings=vecs[kept], n_results=1, where={"kernel_id": kernel_id},
-                            include=["distances", "metadatas"])
+            res = col.query(query_embeddings=vecs[kept], n_results=1, include=["distances", "metadatas"])
             for pos, i in enumerate(kept):
                 hit_ids = res["ids"][pos]
                 if hit_ids:
@@ -157,13 +167,18 @@ def delete(brain: Brain, kernel_id: str, ids: Sequence[str]) -> list[str]:
     """Delete some of a kernel's own records; ids of other kernels are ignored (not found)."""
     from nika_brain.federation.vault.query import caller_kernel
     kernel = caller_kernel(kernel_id)
+    own = [i for i in dict.fromkeys(ids) if kernel_of(i) == kernel]
+    if not own:
+        return []
+    gone: list[str] = []
     st = vstore.store(brain)
     with st.errors("vault delete"), st.writer():
-        col = vstore.vault(brain)
-        own = [i for i in dict.fromkeys(ids) if kernel_of(i) == kernel]
-        if not own:
-            return []
-        found = col.get(ids=own, where={"kernel_id": kernel}, include=[])["ids"]
-        if found:
-            col.delete(ids=found)
-    return found
+        for role in vstore.ROLES:
+            col = vstore.collection(brain, kernel, role, create=False)
+            if col is None:
+                continue
+            found = col.get(ids=own, include=[])["ids"]
+            if found:
+                col.delete(ids=found)
+                gone += found
+    return gone
