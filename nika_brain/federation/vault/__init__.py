@@ -1,6 +1,7 @@
-"""The shared vault (issue 13): one Chroma collection `nika_vault` for every kernel's memory, scoped
-per kernel, with grants, dedup at write, super-chunks, the strategy → atomic hierarchy, and
-`nika_federation_summaries` (one summary per kernel per day).
+"""The shared vault (issue 13): one Chroma store `nika_vault` for every kernel's memory (a live and a
+merged collection per kernel, see store.py), scoped per kernel, with grants, dedup at write,
+super-chunks, the strategy → atomic hierarchy, and `nika_federation_summaries` (one summary per
+kernel per day).
 
 Modules: records (what a record is, levels), chunking + ingest (files in), write (the one write path,
 dedup), query (scoped reads: search, get, records, tree), grants (YAML files in grants/),
