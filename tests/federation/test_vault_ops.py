@@ -196,6 +196,7 @@ def test_stats_and_purge(kbrain, cli):
     chroma.reset_cache()
     s = admin.stats(kbrain)
     assert s["records"] == 1 and list(s["kernels"]) == ["beta"] and s["grants"] == 1
+    assert signals.read(kbrain, types=("VAULT_PURGE",))[0]["payload"]["records"] == 2
 
 
 def test_a_bad_where_or_k_is_one_line_and_records_gives_vectors(vb):

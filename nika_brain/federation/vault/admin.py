@@ -4,6 +4,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from nika_brain.engine import signals
 from nika_brain.federation.vault import grants as vgrants
 from nika_brain.federation.vault import store as vstore
 from nika_brain.federation.vault import summaries as vsummaries
@@ -54,4 +55,7 @@ def purge(brain: Brain, kernel_id: str) -> dict:
                 st.drop(vstore.name(kernel_id, role))
     n_sum = vsummaries.purge(brain, kernel_id)
     n_grants = vgrants.drop_kernel(brain, kernel_id)
-    return {"kernel": kernel_id, "records": n, "summaries": n_sum, "grants": n_grants}
+    out = {"kernel": kernel_id, "records": n, "summaries": n_sum, "grants": n_grants}
+    signals.emit(brain, "VAULT_PURGE", reason=f"kernel {kernel_id}'s vault records purged",
+                 payload=out, publish=False)
+    return out
