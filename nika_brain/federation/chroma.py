@@ -92,19 +92,22 @@ class _WriterLock:
 
     def __init__(self, path: Path, wait: float):
         self.path = path
+        self.gen_path = path.with_suffix(".generation")
         self.wait = wait
         self._tlock = threading.RLock()
         self._depth = 0
         self._fd: int | None = None
 
     @contextlib.contextmanager
-    def hold(self) -> Iterator[None]:
+    def hold(self) -> Iterator[bool]:
+        """Hold the lock; yields True for the outermost hold of this process."""
         with self._tlock:
-            if self._depth == 0:
+            outer = self._depth == 0
+            if outer:
                 self._acquire()
             self._depth += 1
             try:
-                yield
+                yield outer
             finally:
                 self._depth -= 1
                 if self._depth == 0 and self._fd is not None:
@@ -137,6 +140,23 @@ class _WriterLock:
         self._fd = fd
 
 
+    def generation(self) -> int:
+        """How many write holds the store has seen (any process): a change means another process
+        wrote, and this process's client must reload what it caches."""
+        try:
+            return int(self.gen_path.read_text().strip() or 0)
+        except (OSError, ValueError):
+            return 0
+
+    def bump(self) -> int:
+        """Count one more write hold; call only while holding the lock."""
+        gen = self.generation() + 1
+        tmp = self.gen_path.with_name(f".{self.gen_path.name}.{os.getpid()}")
+        tmp.write_text(f"{gen}\n")
+        os.replace(tmp, self.gen_path)
+        return gen
+
+
 def _read_holder(fd: int) -> str:
     try:
         pid = os.pread(fd, 32, 0).decode().strip()
@@ -152,8 +172,11 @@ _LOCKS_GUARD = threading.Lock()
 class VectorStore:
     """One Chroma client for a brain, embedded or server; see the module docstring."""
 
-    def __init__(self, client: Any, mode: str, where: str, lock: _WriterLock | None):
+    def __init__(self, client: Any, mode: str, where: str, lock: _WriterLock | None,
+                 make: Any = None):
         self.client = client
+        self._make = make                  # builds a fresh client (embedded mode)
+        self._gen = lock.generation() if lock is not None else 0
         self.mode = mode            # "embedded" | "server"
         self.where = where          # folder or URL, for messages and `rag stats`
         self._lock = lock
@@ -165,6 +188,7 @@ class VectorStore:
     def collection(self, name: str, *, create: bool = True, metadata: dict | None = None):
         """The named collection, created on first use (cosine space, no embedding function, the
         given metadata); with create=False, None when it does not exist (a read never creates)."""
+        self._refresh()
         col = self._cols.get(name)
         if col is not None:
             return col
@@ -207,12 +231,35 @@ class VectorStore:
 
     @contextlib.contextmanager
     def writer(self) -> Iterator[None]:
-        """Hold the right to write (embedded: one process at a time; server: a no-op)."""
+        """Hold the right to write (embedded: one process at a time; server: a no-op).
+
+        Embedded, the client caches segments in memory: when another process wrote since this one
+        last looked, the client is rebuilt on entry, so that this process neither reads stale data
+        nor writes over what the other wrote. Take collection handles inside the block."""
         if self._lock is None:
             yield
             return
-        with self._lock.hold():
-            yield
+        with self._lock.hold() as outer:
+            if outer:
+                self._refresh()
+            try:
+                yield
+            finally:
+                if outer:
+                    self._gen = self._lock.bump()
+
+    def _refresh(self) -> None:
+        if self._lock is None or self._make is None:
+            return
+        gen = self._lock.generation()
+        if gen == self._gen:
+            return
+        from chromadb.api.shared_system_client import SharedSystemClient
+        with translate("chroma: cannot reopen the store"):
+            SharedSystemClient.clear_system_cache()
+            self.client = self._make()
+        self._cols.clear()
+        self._gen = gen
 
 
 def _is_not_found(exc: Exception) -> bool:
@@ -246,8 +293,9 @@ def open_store(brain: Brain) -> VectorStore:
                 lock = _LOCKS.get(lock_path)
                 if lock is None:
                     lock = _LOCKS[lock_path] = _WriterLock(lock_path, _writer_wait(brain))
-            client = chromadb.PersistentClient(path=str(folder), settings=settings)
-            store = VectorStore(client, "embedded", str(folder), lock)
+            def make() -> Any:
+                return chromadb.PersistentClient(path=str(folder), settings=settings)
+            store = VectorStore(make(), "embedded", str(folder), lock, make)
     _STORES[key] = store
     return store
 

@@ -102,9 +102,9 @@ def add(brain: Brain, kernel_id: str, chunks: Sequence[Chunk], embeddings: Any, 
         threshold = vsettings.load(brain).dedup_threshold
     now = now or clock.now()
     st = vstore.store(brain)
-    col = vstore.collection(brain, kernel_id)
     result = AddResult()
     with st.errors(), st.writer():
+        col = vstore.collection(brain, kernel_id)
         if parent:
             check_parent(brain, kernel_id, level, parent)
         ids = [record_id(kernel_id, c.text) for c in chunks]
