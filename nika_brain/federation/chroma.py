@@ -187,7 +187,16 @@ class VectorStore:
 
     def collection(self, name: str, *, create: bool = True, metadata: dict | None = None):
         """The named collection, created on first use (cosine space, no embedding function, the
-        given metadata); with create=False, None when it does not exist (a read never creates)."""
+        given metadata); with create=False, None when it does not exist (a read never creates).
+
+        Embedded, what comes back is a handle that resolves the chromadb collection on every use,
+        so that a handle taken before `writer()` still talks to the client that block refreshed."""
+        col = self._handle(name, create=create, metadata=metadata)
+        if col is None or self._make is None:
+            return col
+        return _Collection(self, name)
+
+    def _handle(self, name: str, *, create: bool = False, metadata: dict | None = None):
         self._refresh()
         col = self._cols.get(name)
         if col is not None:
@@ -260,6 +269,24 @@ class VectorStore:
             self.client = self._make()
         self._cols.clear()
         self._gen = gen
+
+
+class _Collection:
+    """A chromadb collection of an embedded store, looked up afresh (cheaply) at each use."""
+
+    def __init__(self, store: VectorStore, name: str):
+        self._store = store
+        self._name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        col = self._store._handle(self._name)
+        if col is None:
+            raise BrainError(f"chroma collection {self._name} no longer exists (dropped by another "
+                             "process?)")
+        return getattr(col, attr)
+
+    def __repr__(self) -> str:
+        return f"<collection {self._name} of {self._store.where}>"
 
 
 def _is_not_found(exc: Exception) -> bool:
