@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from nika_brain.errors import EXIT_BUSY, EXIT_FAIL, BrainError
+from nika_brain.errors import BrainError, Busy, Invalid
 
 if TYPE_CHECKING:  # pragma: no cover
     from nika_brain.brain import Brain
@@ -47,7 +47,7 @@ def chroma_url(brain: Brain) -> str | None:
     if url in (None, ""):
         return None
     if not isinstance(url, str):
-        raise BrainError("federation.chroma_url must be a URL string (http://host:port)",
+        raise Invalid("federation.chroma_url must be a URL string (http://host:port)",
                          file="nika-brain.yml", key="federation.chroma_url")
     return url
 
@@ -55,12 +55,12 @@ def chroma_url(brain: Brain) -> str | None:
 def _parse_url(url: str) -> tuple[str, int, bool]:
     parts = urlsplit(url if "://" in url else f"http://{url}")
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise BrainError(f"federation.chroma_url {url!r} is not an http(s)://host:port URL",
+        raise Invalid(f"federation.chroma_url {url!r} is not an http(s)://host:port URL",
                          file="nika-brain.yml", key="federation.chroma_url")
     try:
         port = parts.port or (443 if parts.scheme == "https" else 8000)
     except ValueError as exc:
-        raise BrainError(f"federation.chroma_url {url!r}: bad port", file="nika-brain.yml",
+        raise Invalid(f"federation.chroma_url {url!r}: bad port", file="nika-brain.yml",
                          key="federation.chroma_url") from exc
     return parts.hostname, port, parts.scheme == "https"
 
@@ -68,7 +68,7 @@ def _parse_url(url: str) -> tuple[str, int, bool]:
 def _writer_wait(brain: Brain) -> float:
     value = _fed(brain).get("chroma_writer_wait", DEFAULT_WRITER_WAIT)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise BrainError("federation.chroma_writer_wait must be a number of seconds >= 0",
+        raise Invalid("federation.chroma_writer_wait must be a number of seconds >= 0",
                          file="nika-brain.yml", key="federation.chroma_writer_wait")
     return float(value)
 
@@ -84,7 +84,7 @@ def translate(what: str = "chroma") -> Iterator[None]:
         raise  # our own bugs keep their traceback
     except Exception as exc:  # chromadb raises many types (ChromaError, ValueError, httpx errors...)
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise BrainError(f"{what}: {type(exc).__name__}: {msg[:300]}", EXIT_FAIL) from exc
+        raise BrainError(f"{what}: {type(exc).__name__}: {msg[:300]}") from exc
 
 
 class _WriterLock:
@@ -129,11 +129,10 @@ class _WriterLock:
                 if time.monotonic() >= deadline:
                     holder = _read_holder(fd)
                     os.close(fd)
-                    raise BrainError(
+                    raise Busy(
                         f"the embedded Chroma store is being written by another process{holder}; "
                         f"waited {self.wait:g}s (raise federation.chroma_writer_wait, or set "
-                        "federation.chroma_url to use a Chroma server for many writers)",
-                        EXIT_BUSY) from None
+                        "federation.chroma_url to use a Chroma server for many writers)") from None
                 time.sleep(POLL)
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from nika_brain.brain import Brain
 from nika_brain.engine import signals
-from nika_brain.errors import EXIT_REFUSED, BrainError
+from nika_brain.errors import BrainError, Refused
 from nika_brain.federation.vault.records import LEVELS, check_kernel, check_level
 from nika_brain.support import clock
 from nika_brain.support.schema import F, fields, str_list
@@ -88,9 +88,8 @@ def active_for(brain: Brain, reader: str, *, now: datetime | None = None) -> dic
 def _check_actor(owner: str, verb: str) -> str:
     session_kernel = os.environ.get("NIKA_KERNEL_ID")
     if session_kernel and session_kernel != owner:
-        raise BrainError(f"refused: a session of kernel {session_kernel} cannot {verb} access to "
-                         f"kernel {owner}'s records (only {owner} or a person outside a kernel session can)",
-                         EXIT_REFUSED)
+        raise Refused(f"refused: a session of kernel {session_kernel} cannot {verb} access to "
+                      f"kernel {owner}'s records (only {owner} or a person outside a kernel session can)")
     return session_kernel or os.environ.get("USER") or "cli"
 
 
