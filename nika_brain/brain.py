@@ -42,6 +42,7 @@ LAYOUT: tuple[Folder, ...] = (
     Folder("breakers", "breaker", state=True, index=True, what="circuit breakers per scope"),
     Folder("runs", "run", state=True, index=True, what="the orchestrator's cursor through a workflow run"),
     Folder("journal", None, state=True, what="journal/signals.jsonl: BSI signals"),
+    Folder("grants", "grant", state=True, index=True, what="vault grants: who may read whose records"),
     Folder("kernels", "kernel", index=True, what="one folder per kernel: kernel.yml, memory/, .claude/"),
     Folder("scripts", None, what="the seed's shell entry points"),
     Folder("hooks", None, what="git hook and Claude Code hook templates"),
@@ -172,6 +173,8 @@ class Brain:
     def breakers_dir(self) -> Path: return self.root / "breakers"
     @property
     def runs_dir(self) -> Path: return self.root / "runs"
+    @property
+    def grants_dir(self) -> Path: return self.root / "grants"
     @property
     def kernel_md(self) -> Path: return self.root / "brain" / "KERNEL.md"
     @property
