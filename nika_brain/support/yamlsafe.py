@@ -128,6 +128,7 @@ def loads(text: str, source: str = "<string>") -> Doc:
         lines.setdefault(p, line)
         return p
 
+    event: Any  # dispatched on type(event) below, which mypy does not narrow
     try:
         for event in yaml.parse(text, Loader=_Loader):
             kind = type(event)
