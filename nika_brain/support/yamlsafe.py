@@ -202,7 +202,7 @@ def load_file(path: Path | str) -> Any:
 
 class _StableDumper(_Dumper):  # type: ignore[misc, valid-type]
     # Never emit &id001/*id001 for shared objects: our own loader refuses them.
-    def ignore_aliases(self, data: Any) -> bool:
+    def ignore_aliases(self, data: Any) -> bool:  # noqa: ARG002 (PyYAML's signature)
         return True
 
 
