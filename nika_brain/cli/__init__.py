@@ -51,7 +51,8 @@ def _main(show_version: bool = typer.Option(False, "--version", callback=_versio
 
 def _register() -> None:
     # Command modules attach themselves to `app` (and its sub-apps) on import.
-    from nika_brain.cli import bus, claude, index, kernel, state, workflow  # noqa: F401
+    from nika_brain.cli import bus, claude, index, kernel, state, triage, workflow  # noqa: F401
+    from nika_brain.cli import rag  # noqa: F401
 
 
 def run(argv: list[str]) -> int:

@@ -120,7 +120,8 @@ def merge_branch(brain: Brain, branch: str, *, base: str | None = None, test: st
     if debt and not force_human:
         reason = refusal(owed_=debt) + " (a human may override with --force-human)"
         signals.emit(brain, "BLOCKED_ON", reason=f"merge of {branch} refused: {reason}",
-                     payload={"branch": branch, "failed": list(debt.failed), "unresolved": list(debt.unresolved)})
+                     payload={"branch": branch, "failed": list(debt.failed),
+                              "unresolved": list(debt.unresolved)})
         raise Blocked(reason)
     tr = None
     if test is not None:

@@ -38,7 +38,7 @@ class Run:
     gates: tuple[str, ...] = ()      # every gate the run triggered
     finished: datetime | None = None
     report: dict | None = None
-    halted: bool = False             # blocked by the step's own result: only `workflow resume --retry|--skip` goes on
+    halted: bool = False             # the step itself halted: only `workflow resume --retry/--skip` goes on
 
     @property
     def active(self) -> bool:
@@ -101,10 +101,6 @@ def load_run(brain: Brain, workflow: str) -> Run | None:
 def save(brain: Brain, run: Run) -> Run:
     brain.write(run_path(brain, run.workflow), dumps(to_dict(run)))
     return run
-
-
-def list_runs(brain: Brain) -> list[Run]:
-    return brain.load_all(runs_dir(brain), load_path)
 
 
 def update(brain: Brain, run: Run, **changes) -> Run:
