@@ -39,9 +39,11 @@ def _lock_dict(lk: locks.Lock) -> dict:
 def lock_acquire(scope: str, owner: Optional[str] = typer.Option(None, help="claim id (default $NIKA_CLAIM)"),
                  ttl: Optional[float] = typer.Option(None, help="seconds (default from nika-brain.yml)"),
                  wait: float = typer.Option(0.0, help="seconds to wait for a busy scope"),
-                 shared: bool = typer.Option(False, "--shared", help="shared lock (conflicts only with exclusive)"),
+                 shared: bool = typer.Option(False, "--shared",
+                                             help="shared lock (conflicts only with exclusive)"),
                  pid: Optional[int] = typer.Option(None, help="holder pid (default: the calling process)"),
-                 no_pid: bool = typer.Option(False, "--no-pid", help="record no holder process: only the TTL protects"),
+                 no_pid: bool = typer.Option(False, "--no-pid",
+                                             help="record no holder process: only the TTL protects"),
                  as_json: bool = typer.Option(False, "--json")):
     """Acquire a lock on SCOPE; exit 3 with the holder named when it is busy."""
     brain = Brain.find()

@@ -53,7 +53,8 @@ def _context(text: Optional[str]) -> Optional[dict]:
 def workflow_launch(workflow: str = typer.Argument(..., help="workflows/<name>.yml or <name>"),
                     mode: str = typer.Option("assisted", help="assisted (mode 1) | swarm (mode 3)"),
                     wait: bool = typer.Option(False, "--wait", help="stay and route each result as it comes"),
-                    restart: bool = typer.Option(False, "--restart", help="start a finished/aborted workflow again"),
+                    restart: bool = typer.Option(False, "--restart",
+                                                 help="start a finished/aborted workflow again"),
                     step: Optional[str] = typer.Option(None, help="start at this step"),
                     context: Optional[str] = typer.Option(None, help="JSON context for the satellites"),
                     poll: float = typer.Option(1.0, help="seconds between checks with --wait"),
@@ -69,7 +70,8 @@ def workflow_launch(workflow: str = typer.Argument(..., help="workflows/<name>.y
 
 @wf_app.command("resume")
 def workflow_resume(name: str,
-                    retry: bool = typer.Option(False, "--retry", help="a halted run: run the halted step again"),
+                    retry: bool = typer.Option(False, "--retry",
+                                               help="a halted run: run the halted step again"),
                     skip: bool = typer.Option(False, "--skip", help="a halted run: go past the halted step"),
                     wait: bool = typer.Option(False, "--wait", help="stay and route each result as it comes"),
                     poll: float = 1.0, timeout: Optional[float] = None,
@@ -104,7 +106,8 @@ def workflow_status(name: str, as_json: bool = typer.Option(False, "--json"),
     if run is None:
         print(f"{wf.name}: not started")
     else:
-        print(f"{wf.name}: {run.status}{' (halted)' if run.halted else ''} ({run.mode}) cursor={run.cursor} claim={run.claim or '-'} "
+        halted = " (halted)" if run.halted else ""
+        print(f"{wf.name}: {run.status}{halted} ({run.mode}) cursor={run.cursor} claim={run.claim or '-'} "
               f"gate={run.gate or '-'}" + (f" — {run.reason}" if run.reason else ""))
     for sid, st in states:
         print(f"  step {sid}: {st}")
@@ -200,9 +203,11 @@ def branch_open(branch: str, base: Optional[str] = None):
 @branch_app.command("merge")
 def branch_merge(branch: str, base: Optional[str] = None,
                  test: Optional[str] = typer.Option(None, help="test command for the 0-failures gate"),
-                 no_tests: bool = typer.Option(False, "--no-tests", help="merge without a test command (declared)"),
+                 no_tests: bool = typer.Option(False, "--no-tests",
+                                               help="merge without a test command (declared)"),
                  force_human: bool = typer.Option(False, "--force-human",
-                                                  help="a human merges a run with failed/unresolved steps (journaled)"),
+                                                  help="a human merges a run with failed or "
+                                                       "unresolved steps (journaled)"),
                  note: str = typer.Option("", help="why, recorded with --force-human")):
     """theme-branch-merge.sh <branch>: --no-ff merge, only when the branch's run owes nothing (no failed
     or unresolved step) and its tests are green."""

@@ -237,7 +237,8 @@ def resume(brain: Brain, name: str, *, retry: bool = False, skip: bool = False, 
                  mode=run.mode if run else "assisted")
 
 
-def decide_gate(brain: Brain, gate_id: str, decision: str, *, note: str = "") -> tuple[gates.Gate, Outcome | None]:
+def decide_gate(brain: Brain, gate_id: str, decision: str, *,
+                note: str = "") -> tuple[gates.Gate, Outcome | None]:
     """A human decides a gate (journaled); the run waiting on it takes that one transition at once."""
     g = gates.decide(brain, gate_id, decision, note=note)
     signals.emit(brain, "GATE_DECIDED", workflow=g.workflow, step=None if g.step is None else str(g.step),
