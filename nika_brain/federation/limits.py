@@ -47,8 +47,19 @@ def _v2_root(root: Path) -> Path | None:
     return None
 
 
+def group_name(brain_root: Path | str, kernel_id: str) -> str:
+    """One cgroup per kernel of one brain: two brains on a machine may both have a kernel `alpha`."""
+    import hashlib
+    return f"{hashlib.sha1(str(brain_root).encode()).hexdigest()[:8]}-{kernel_id}"
+
+
 def _mkgroup(base: Path, name: str) -> Path:
     g = base / GROUP / name
+    if g.is_dir():
+        try:
+            g.rmdir()  # an empty leftover: start with fresh counters (oom_kill)
+        except OSError:
+            pass
     g.mkdir(parents=True, exist_ok=True)
     return g
 
@@ -61,8 +72,10 @@ def _write(path: Path, value: str) -> bool:
         return False
 
 
-def plan(kernel: Kernel, cgroup_root: str | Path = "/sys/fs/cgroup") -> Plan:
-    """Prepare the kernel's cgroup(s) and say what will enforce its limits."""
+def plan(kernel: Kernel, cgroup_root: str | Path = "/sys/fs/cgroup", name: str | None = None) -> Plan:
+    """Prepare the kernel's cgroup(s) (named `name`, see group_name) and say what will enforce its
+    limits."""
+    name = name or kernel.id
     lim = kernel.limits
     if lim.memory_bytes is None and lim.cpu_percent is None:
         return Plan("none")
@@ -73,7 +86,7 @@ def plan(kernel: Kernel, cgroup_root: str | Path = "/sys/fs/cgroup") -> Plan:
             top = v2 / GROUP
             top.mkdir(exist_ok=True)
             _write(top / "cgroup.subtree_control", "+memory +cpu")
-            g = _mkgroup(v2, kernel.id)
+            g = _mkgroup(v2, name)
             ok = lim.memory_bytes is None or _write(g / "memory.max", str(lim.memory_bytes))
             if lim.memory_bytes is not None:
                 _write(g / "memory.swap.max", "0")
@@ -90,7 +103,7 @@ def plan(kernel: Kernel, cgroup_root: str | Path = "/sys/fs/cgroup") -> Plan:
         oom = None
         try:
             if lim.memory_bytes is not None:
-                g = _mkgroup(mem_h, kernel.id)
+                g = _mkgroup(mem_h, name)
                 _write(g / "memory.memsw.limit_in_bytes", "-1")  # lower the plain limit first
                 if not _write(g / "memory.limit_in_bytes", str(lim.memory_bytes)):
                     raise OSError("memory.limit_in_bytes")
@@ -99,7 +112,7 @@ def plan(kernel: Kernel, cgroup_root: str | Path = "/sys/fs/cgroup") -> Plan:
                 oom = str(g / "memory.oom_control")
             cpu = False
             if lim.cpu_percent is not None and _writable_dir(cpu_h):
-                g = _mkgroup(cpu_h, kernel.id)
+                g = _mkgroup(cpu_h, name)
                 cpu = _write(g / "cpu.cfs_period_us", "100000") and \
                     _write(g / "cpu.cfs_quota_us", str(int(lim.cpu_percent * 1000)))
                 if cpu:
@@ -111,27 +124,33 @@ def plan(kernel: Kernel, cgroup_root: str | Path = "/sys/fs/cgroup") -> Plan:
     return Plan("prlimit", memory_bytes=lim.memory_bytes)
 
 
-def oom_killed(p: Plan | dict | None) -> bool:
-    """True when the kernel's cgroup counted an OOM kill."""
-    f = p.oom_file if isinstance(p, Plan) else (p or {}).get("oom_file")
-    if not f:
-        return False
+def oom_count(oom_file: str | None) -> int:
+    """OOM kills counted by a cgroup (memory.events in v2, memory.oom_control in v1)."""
+    if not oom_file:
+        return 0
     try:
-        text = Path(f).read_text()
+        text = Path(oom_file).read_text()
     except OSError:
-        return False
+        return 0
     for line in text.splitlines():
         key, _, value = line.partition(" ")
-        if key == "oom_kill" and value.strip().isdigit() and int(value) > 0:
-            return True
-    return False
+        if key == "oom_kill" and value.strip().isdigit():
+            return int(value)
+    return 0
 
 
-def remove_groups(kernel_id: str, cgroup_root: str | Path = "/sys/fs/cgroup") -> None:
+def oom_killed(state: dict | None) -> bool:
+    """True when the kernel's cgroup counted an OOM kill since the kernel started (runtime state
+    holds the file and the count at start)."""
+    state = state or {}
+    return oom_count(state.get("oom_file")) > int(state.get("oom_base") or 0)
+
+
+def remove_groups(name: str, cgroup_root: str | Path = "/sys/fs/cgroup") -> None:
     """Remove the kernel's (empty) cgroups; a still-populated one stays."""
     root = Path(cgroup_root)
     for base in (root, root / "unified", root / "memory", root / "cpu"):
-        g = base / GROUP / kernel_id
+        g = base / GROUP / name
         if g.is_dir():
             try:
                 g.rmdir()

@@ -84,13 +84,18 @@ def check_kernel(brain: Brain, k: kernels.Kernel, *, ttl: float, beat_every: flo
         live = runtimes.Liveness(False, None, None, f"no heartbeat for more than {ttl:g}s")
     if not live.alive:
         reason = _death_reason(k, state, live)
-        health.record_event(brain, k.id, "run-exit", status=live.exit_status, reason=reason)
+        health.record_event(brain, k.id, "run-exit", reason=reason,
+                            status=live.exit_status if live.exit_status is not None else "died")
         k = kernels.set_status(brain, k.id, "dead", reason=reason)
         verbs.release_held(brain, k.id, f"dead: {reason}")
+        try:
+            rt.stop(brain, k, state, 0.5)  # what is left of it (a tmux pane kept for its status)
+        except BrainError:
+            pass
+        limits.remove_groups(limits.group_name(brain.root, k.id), options.get(brain, "cgroup_root"))
         health.publish_event(brain, k.id, "dead", reason=reason)
         if k.restart == "on-failure" and k.restarts < k.max_restarts:
             try:
-                rt.stop(brain, k, state, 0.5)
                 k = kernels.set_status(brain, k.id, "starting", reason=f"restarting after: {reason}",
                                        restarts=k.restarts + 1)
                 verbs._start(brain, k)

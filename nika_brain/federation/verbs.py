@@ -81,10 +81,12 @@ def rebuild_goals_index(brain: Brain) -> None:
 def _start(brain: Brain, k: Kernel) -> Kernel:
     """Start (or restart) the kernel's runtime; the record says active and which limits applied."""
     rt = runtimes.require(brain, k.runtime)
-    plan = limits.plan(k, options.get(brain, "cgroup_root")) if k.runtime != "kubernetes" \
+    group = limits.group_name(brain.root, k.id)
+    plan = limits.plan(k, options.get(brain, "cgroup_root"), group) if k.runtime != "kubernetes" \
         else limits.Plan("kubernetes")
     state = rt.start(brain, k, _launch(brain, k, plan))
-    state.update(enforcement=plan.enforcement, oom_file=plan.oom_file, cpu_enforced=plan.cpu_enforced)
+    state.update(enforcement=plan.enforcement, oom_file=plan.oom_file, cpu_enforced=plan.cpu_enforced,
+                 oom_base=limits.oom_count(plan.oom_file), cgroup=group)
     runtimes.save_state(brain, k.id, state)
     return kernels.set_status(brain, k.id, "active", enforcement=plan.enforcement)
 
@@ -335,7 +337,7 @@ def kernel_kill(brain: Brain, kernel_id: str, reason: str, *, by: str = "") -> d
     why = reason.strip() + (f" (by {by})" if by else "")
     k = kernels.set_status(brain, k.id, "killed", reason=why)
     held = release_held(brain, k.id, f"killed: {reason.strip()}")
-    limits.remove_groups(k.id, options.get(brain, "cgroup_root"))
+    limits.remove_groups(limits.group_name(brain.root, k.id), options.get(brain, "cgroup_root"))
     health.publish_event(brain, k.id, "killed", reason=why)
     _publish_goals(brain, "removed", k)
     return {"kernel": k.id, "status": k.status, "seconds": round(time.monotonic() - started, 3), **held}

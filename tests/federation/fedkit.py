@@ -26,9 +26,16 @@ def fed_brain(tmp: Path, **extra) -> Brain:
     return make_brain(tmp / "brain", fed_config(tmp, **extra))
 
 
+def configure(brain: Brain, tmp: Path, **extra) -> Brain:
+    (brain.root / "nika-brain.yml").write_text(fed_config(tmp, **extra), encoding="utf-8")
+    return Brain.at(brain.root)
+
+
 @pytest.fixture
-def fbrain(tmp_path, git_env):
-    b = fed_brain(tmp_path)
+def fbrain(brain, tmp_path):
+    """The conftest `brain` (so the `cli` fixture runs in it), configured for the stand-in agent."""
+    (brain.root / "nika-brain.yml").write_text(fed_config(tmp_path), encoding="utf-8")
+    b = Brain.at(brain.root)
     yield b
     subprocess.run(["tmux", "-S", str(tmp_path / "tmux.sock"), "kill-server"], capture_output=True)
 

@@ -47,7 +47,8 @@ def render(brain: Brain, kernel: Kernel, launch: Launch | None = None) -> list[d
         labels["nika-brain/region"] = kernel.region.lower()
     res: dict = {}
     if kernel.limits.memory_bytes is not None:
-        res["memory"] = str(kernel.limits.memory_bytes)
+        text = kernel.limits.memory or str(kernel.limits.memory_bytes)  # "1G" is 2**30 for us
+        res["memory"] = text + "i" if text[-1] in "KMGT" else text    # and "1Gi" for Kubernetes
     if kernel.limits.cpu_percent is not None:
         res["cpu"] = f"{max(1, round(kernel.limits.cpu_percent * 10))}m"
     env = [{"name": "NIKA_KERNEL_ID", "value": kernel.id}]
