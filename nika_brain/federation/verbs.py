@@ -91,6 +91,15 @@ def _start(brain: Brain, k: Kernel) -> Kernel:
     return kernels.set_status(brain, k.id, "active", enforcement=plan.enforcement)
 
 
+def _undo_start(brain: Brain, k: Kernel) -> None:
+    """Stop whatever a failed start left running (a tmux session whose setup failed...)."""
+    try:
+        runtimes.get(k.runtime).stop(brain, k, runtimes.load_state(brain, k.id), 0.5)
+    except (BrainError, OSError):
+        pass
+    limits.remove_groups(limits.group_name(brain.root, k.id), options.get(brain, "cgroup_root"))
+
+
 # ---- spawn -----------------------------------------------------------------------------------------
 
 def kernel_spawn(brain: Brain, goal: str, scope=(), resource_limits: Mapping[str, Any] | Limits | None = None,
@@ -134,11 +143,11 @@ def kernel_spawn(brain: Brain, goal: str, scope=(), resource_limits: Mapping[str
             from .. import claude_settings
             claude_settings.install(folder, kernel_id=kid, brain_dir=brain.root)
         k = _start(brain, k)
-    except BrainError as exc:
+    except (BrainError, OSError) as exc:
+        _undo_start(brain, k)
         kernels.set_status(brain, kid, "failed", reason=f"spawn failed: {exc}")
-        raise
-    except OSError as exc:
-        kernels.set_status(brain, kid, "failed", reason=f"spawn failed: {exc}")
+        if isinstance(exc, BrainError):
+            raise
         raise BrainError(f"kernel {kid}: spawn failed: {exc}") from exc
     _publish_goals(brain, "spawned", k)
     from . import supervisor
