@@ -88,6 +88,10 @@ def _start(brain: Brain, k: Kernel) -> Kernel:
     state.update(enforcement=plan.enforcement, oom_file=plan.oom_file, cpu_enforced=plan.cpu_enforced,
                  oom_base=limits.oom_count(plan.oom_file), cgroup=group)
     runtimes.save_state(brain, k.id, state)
+    if state.get("applied") is False:
+        return kernels.set_status(brain, k.id, "starting", enforcement=plan.enforcement, reason=(
+            f"manifests rendered to {brain.rel(state['manifests'])}; not applied: no kubectl context "
+            "(federation.kubernetes.context)"))
     return kernels.set_status(brain, k.id, "active", enforcement=plan.enforcement)
 
 

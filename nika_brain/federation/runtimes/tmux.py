@@ -29,7 +29,12 @@ class TmuxRuntime:
     name = "tmux"
 
     def missing(self, brain: Brain) -> str | None:
-        return None if shutil.which("tmux") else "tmux is not installed (apt-get install tmux)"
+        if not shutil.which("tmux"):
+            return "tmux is not installed (apt-get install tmux)"
+        exe = options.get(brain, "agent_command")[0]
+        if not (shutil.which(exe) or os.access(exe, os.X_OK)):
+            return f"the agent command {exe!r} is not installed"
+        return None
 
     def _tmux(self, brain: Brain, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         sock = options.get(brain, "tmux_socket")
