@@ -9,17 +9,17 @@ from typing import List, Optional
 
 import typer
 
-from .. import kernels
-from ..brain import Brain
-from ..errors import BrainError
-from . import app
+from nika_brain.state import kernels
+from nika_brain.brain import Brain
+from nika_brain.errors import BrainError
+from nika_brain.cli import app
 
 kernel_app = typer.Typer(no_args_is_help=True, help="Kernels: one folder per /goal under kernels/<id>/.")
 app.add_typer(kernel_app, name="kernel")
 
 
 def _row(brain: Brain, k: kernels.Kernel) -> dict:
-    from ..federation import health
+    from nika_brain.federation import health
     try:
         hb = health.last_heartbeat(brain, k.id) if k.runtime else None
     except BrainError:
@@ -77,7 +77,7 @@ def kernel_spawn(goal: str,
                  temporary: bool = typer.Option(False, "--temporary", help="a burst worker (needs --ttl)"),
                  ttl: Optional[str] = typer.Option(None, "--ttl", help="e.g. 2h")):
     """Create kernels/<id>/, register its goal and start it (a human command)."""
-    from ..federation import verbs
+    from nika_brain.federation import verbs
     ex: list[str] = []
     if examples is not None:
         try:
@@ -96,7 +96,7 @@ def kernel_invoke(kernel_id: str, prompt: str,
                   wait: bool = typer.Option(False, "--wait", help="print the answer"),
                   timeout: float = typer.Option(600.0, "--timeout", help="seconds --wait waits")):
     """Deliver a prompt and confirm the agent took it (exit 8 when it could not: it stays queued)."""
-    from ..federation import verbs
+    from nika_brain.federation import verbs
     if not 0 < timeout <= 86400:
         raise BrainError("--timeout must be between 0 and 86400 seconds")
     out = verbs.kernel_invoke(Brain.find(), kernel_id, prompt, wait=wait, timeout=timeout,
@@ -107,7 +107,7 @@ def kernel_invoke(kernel_id: str, prompt: str,
 @kernel_app.command("readjust")
 def kernel_readjust(kernel_id: str, directive: str):
     """Inject a directive into a running kernel without killing it (the seed's readjust verb)."""
-    from ..federation import verbs
+    from nika_brain.federation import verbs
     d = verbs.kernel_readjust(Brain.find(), kernel_id, directive, by=getpass.getuser())
     print(f"directive {d.id} queued for {kernel_id}")
 
@@ -117,7 +117,7 @@ def kernel_observe(kernel_id: str, since: str = typer.Option("1h", "--since"),
                    query: Optional[str] = typer.Option(None, "--query"),
                    as_json: bool = typer.Option(False, "--json")):
     """Recent heartbeats, context use, directives, claims, sessions and queue of a kernel."""
-    from ..federation import verbs
+    from nika_brain.federation import verbs
     o = verbs.kernel_observe(Brain.find(), kernel_id, since=since, query=query)
     if as_json:
         print(json.dumps(o, default=str))
@@ -145,7 +145,7 @@ def kernel_observe(kernel_id: str, since: str = typer.Option("1h", "--since"),
 @kernel_app.command("kill")
 def kernel_kill(kernel_id: str, reason: str = typer.Option(..., "--reason")):
     """Stop a kernel (graceful, then forced); keeps its folder and history."""
-    from ..federation import verbs
+    from nika_brain.federation import verbs
     out = verbs.kernel_kill(Brain.find(), kernel_id, reason, by=getpass.getuser())
     print(f"killed {out['kernel']} in {out['seconds']}s; released {len(out['locks_released'])} lock(s), "
           f"failed {len(out['claims_failed'])} claim(s)")

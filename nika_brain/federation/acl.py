@@ -12,10 +12,11 @@ import os
 import re
 import secrets
 
-from .. import bus, kernels
-from ..brain import Brain
-from ..errors import BrainError
-from . import options
+from nika_brain import bus
+from nika_brain.state import kernels
+from nika_brain.brain import Brain
+from nika_brain.errors import BrainError
+from nika_brain.federation import options
 
 COMMANDS = ("ping", "hello", "auth", "client|setname", "client|id", "select", "echo",
             "get", "set", "del", "exists", "expire", "pexpire", "ttl", "pttl", "mget",

@@ -21,8 +21,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from .. import clock
-from ..brain import Brain
+from nika_brain.support import clock
+from nika_brain.brain import Brain
 
 HEARTBEAT_KEY = "federation:heartbeat:"
 _ANSWER_CAP = 4000
@@ -78,8 +78,8 @@ def events_size(brain: Brain, kernel_id: str) -> int:
 # ---- metrics and heartbeats ------------------------------------------------------------------------
 
 def metrics(brain: Brain, kernel_id: str) -> dict:
-    from .. import sessions
-    from . import queue
+    from nika_brain.state import sessions
+    from nika_brain.federation import queue
     events, _ = read_events(brain, kernel_id)
     taken = [e for e in events if e.get("event") == "taken"][-50:]
     answered = [e for e in events if e.get("event") == "answered"]
@@ -102,7 +102,7 @@ def metrics(brain: Brain, kernel_id: str) -> dict:
 
 def publish_heartbeat(brain: Brain, kernel_id: str, state: str, *, source: str, **extra: Any) -> dict:
     """Publish one heartbeat on nika:federation:health and keep it as the kernel's last one."""
-    from .. import bus
+    from nika_brain import bus
     hb = {"kind": "heartbeat", "kernel": kernel_id, "state": state, "source": source,
           "at": clock.iso(clock.now()), "t": clock.now().timestamp(), **metrics(brain, kernel_id),
           **extra}
@@ -114,13 +114,13 @@ def publish_heartbeat(brain: Brain, kernel_id: str, state: str, *, source: str, 
 
 def publish_event(brain: Brain, kernel_id: str, kind: str, **extra: Any) -> None:
     """A health event that is not a heartbeat: dead, killed, restarted, failed."""
-    from .. import bus
+    from nika_brain import bus
     bus.open_bus(brain).publish(bus.HEALTH, {"kind": kind, "kernel": kernel_id,
                                              "at": clock.iso(clock.now()), **extra})
 
 
 def last_heartbeat(brain: Brain, kernel_id: str) -> dict | None:
-    from .. import bus
+    from nika_brain import bus
     return bus.open_bus(brain).get(HEARTBEAT_KEY + kernel_id)
 
 
@@ -130,7 +130,7 @@ def _kernel_of(hook: Any) -> str | None:
     kid = os.environ.get("NIKA_KERNEL_ID") or (hook.kernel() if hook.brain is not None else None)
     if not kid:
         return None
-    from ..kernels import check_id
+    from nika_brain.state.kernels import check_id
     try:
         return check_id(kid)
     except Exception:

@@ -18,10 +18,10 @@ from __future__ import annotations
 import json
 import time
 
-from .. import locks
-from ..brain import Brain
-from ..errors import EXIT_BUSY, BrainError
-from . import options
+from nika_brain.state import locks
+from nika_brain.brain import Brain
+from nika_brain.errors import EXIT_BUSY, BrainError
+from nika_brain.federation import options
 
 _ACQUIRE = """
 local t = redis.call('TIME')

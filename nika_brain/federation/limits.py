@@ -18,7 +18,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..kernels import Kernel
+from nika_brain.state.kernels import Kernel
 
 GROUP = "nika-brain"   # our subtree under each hierarchy
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..brain import Brain
-from ..errors import BrainError
+from nika_brain.brain import Brain
+from nika_brain.errors import BrainError
 
 DEFAULTS: dict[str, Any] = {
     "agent_command": ["claude"],

@@ -12,10 +12,10 @@ import json
 import os
 from pathlib import Path
 
-from .. import clock
-from ..brain import Brain
-from ..errors import BrainError
-from ..kernels import kernel_dir
+from nika_brain.support import clock
+from nika_brain.brain import Brain
+from nika_brain.errors import BrainError
+from nika_brain.state.kernels import kernel_dir
 
 MAX_PROMPT = 100_000
 

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import statistics
 
-from .. import bus, clock, kernels
-from ..brain import Brain
-from ..errors import BrainError
-from . import health, options
+from nika_brain import bus
+from nika_brain.support import clock
+from nika_brain.state import kernels
+from nika_brain.brain import Brain
+from nika_brain.errors import BrainError
+from nika_brain.federation import health, options
 
 
 def kernel_state(k: kernels.Kernel, hb: dict | None, ttl: float, now: float) -> str:

@@ -17,10 +17,11 @@ import subprocess
 import sys
 import time
 
-from .. import clock, kernels
-from ..brain import Brain
-from ..errors import BrainError
-from . import health, limits, options, queue, runtimes
+from nika_brain.support import clock
+from nika_brain.state import kernels
+from nika_brain.brain import Brain
+from nika_brain.errors import BrainError
+from nika_brain.federation import health, limits, options, queue, runtimes
 
 INTERVAL = 2.0
 
@@ -63,7 +64,7 @@ def _death_reason(k: kernels.Kernel, state: dict, live: runtimes.Liveness) -> st
 
 def check_kernel(brain: Brain, k: kernels.Kernel, *, ttl: float, beat_every: float) -> str | None:
     """One kernel's check; returns what was done (dead, restarted, killed-ttl, heartbeat) or None."""
-    from . import verbs
+    from nika_brain.federation import verbs
     if not k.live:
         return None
     now = clock.now()

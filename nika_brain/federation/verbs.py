@@ -19,11 +19,12 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any, Mapping
 
-from .. import clock, kernels
-from ..brain import Brain
-from ..errors import BrainError
-from ..kernels import Kernel, Limits
-from . import health, limits, options, queue, runtimes
+from nika_brain.support import clock
+from nika_brain.state import kernels
+from nika_brain.brain import Brain
+from nika_brain.errors import BrainError
+from nika_brain.state.kernels import Kernel, Limits
+from nika_brain.federation import health, limits, options, queue, runtimes
 
 EXIT_NOT_TAKEN = 8   # dead kernel, or the agent did not take the prompt in time: it stays queued
 PASS_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "USER", "LOGNAME", "SHELL",
@@ -57,7 +58,7 @@ def _launch(brain: Brain, kernel: Kernel, plan: limits.Plan) -> runtimes.Launch:
 
 
 def _publish_goals(brain: Brain, event: str, k: Kernel) -> None:
-    from .. import bus
+    from nika_brain import bus
     bus.open_bus(brain).publish(bus.GOALS, {
         "event": event, "kernel": k.id, "goal": k.goal, "tags": list(k.tags),
         "examples": list(k.examples), "region": k.region, "data_class": k.data_class,
@@ -70,7 +71,7 @@ def rebuild_goals_index(brain: Brain) -> None:
     or a kill. It is called when the triage module offers a rebuild function; until then the triage
     rebuilds from the `nika:federation:goals` messages published just before."""
     try:
-        from . import triage  # type: ignore[attr-defined]
+        from nika_brain.federation import triage  # type: ignore[attr-defined]
     except ImportError:
         return
     fn = getattr(triage, "rebuild_goals_index", None) or getattr(triage, "rebuild", None)
@@ -144,7 +145,7 @@ def kernel_spawn(brain: Brain, goal: str, scope=(), resource_limits: Mapping[str
             raise
     try:
         if install_settings:
-            from .. import claude_settings
+            from nika_brain.claude import settings as claude_settings
             claude_settings.install(folder, kernel_id=kid, brain_dir=brain.root)
         k = _start(brain, k)
     except (BrainError, OSError) as exc:
@@ -154,7 +155,7 @@ def kernel_spawn(brain: Brain, goal: str, scope=(), resource_limits: Mapping[str
             raise
         raise BrainError(f"kernel {kid}: spawn failed: {exc}") from exc
     _publish_goals(brain, "spawned", k)
-    from . import supervisor
+    from nika_brain.federation import supervisor
     supervisor.ensure_running(brain)
     return k
 
@@ -240,7 +241,7 @@ def drain_queue(brain: Brain, kernel_id: str) -> int:
 def kernel_readjust(brain: Brain, kernel_id: str, new_directive: str, *, by: str = "") -> kernels.Directive:
     """Append a directive (the hooks inject it at the session's next prompt) and publish it on
     nika:federation:directives for listeners."""
-    from .. import bus
+    from nika_brain import bus
     d = kernels.readjust(brain, kernel_id, new_directive, by=by)
     bus.open_bus(brain).publish(bus.DIRECTIVES, {"kind": "directive", "kernel": kernel_id,
                                                  "id": d.id, "text": d.text, "by": d.by, "at": d.at})
@@ -251,7 +252,8 @@ def kernel_readjust(brain: Brain, kernel_id: str, new_directive: str, *, by: str
 
 def kernel_observe(brain: Brain, kernel_id: str, since: str | float = "1h",
                    query: str | None = None) -> dict:
-    from .. import bus, claims, sessions
+    from nika_brain import bus
+    from nika_brain.state import claims, sessions
     k = kernels.load_kernel(brain, kernel_id)
     seconds = since if isinstance(since, (int, float)) else kernels.parse_duration(since, "since")
     cutoff = clock.now() - timedelta(seconds=seconds)
@@ -291,7 +293,7 @@ def kernel_observe(brain: Brain, kernel_id: str, since: str | float = "1h",
 def _vault_query(brain: Brain, kernel_id: str, text: str) -> Any:
     """The shared vault's records of this kernel matching `text` (issue 13's query API)."""
     try:
-        from .vault import query as vault_query  # type: ignore[attr-defined]
+        from nika_brain.federation.vault import query as vault_query  # type: ignore[attr-defined]
     except ImportError:
         return {"error": "the shared vault is not available in this build"}
     return vault_query(brain, text, kernel=kernel_id)
@@ -303,8 +305,8 @@ def release_held(brain: Brain, kernel_id: str, reason: str) -> dict:
     """Release what a kernel held: its sessions' open claims are closed failed (with the reason, so
     the orchestrator re-queues the step), their locks and the kernel's own are released (and the
     Redis leases with them)."""
-    from .. import claims, locks, sessions
-    from . import leases
+    from nika_brain.state import claims, locks, sessions
+    from nika_brain.federation import leases
     owners = {kernel_id}
     closed = []
     sess = [s for s in sessions.list_sessions(brain) if s.kernel == kernel_id]

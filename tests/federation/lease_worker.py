@@ -8,7 +8,7 @@ import random
 import sys
 from pathlib import Path
 
-from nika_brain import locks
+from nika_brain.state import locks
 from nika_brain.brain import Brain
 from nika_brain.federation import leases
 

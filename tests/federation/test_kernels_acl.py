@@ -7,7 +7,8 @@ import json
 import pytest
 import redis
 
-from nika_brain import bus, kernels
+from nika_brain import bus
+from nika_brain.state import kernels
 from nika_brain.federation import acl, limits
 from tests.redis_fixture import RedisServer
 

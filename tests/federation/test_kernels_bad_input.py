@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from nika_brain import kernels
+from nika_brain.state import kernels
 
 from .fedkit import fbrain  # noqa: F401
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from nika_brain import kernels
+from nika_brain.state import kernels
 from nika_brain.federation import runtimes
 
 from .fedkit import fbrain, until  # noqa: F401

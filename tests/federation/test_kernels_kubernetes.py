@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from nika_brain import kernels
+from nika_brain.state import kernels
 from nika_brain.errors import BrainError
 from nika_brain.federation.runtimes import kubernetes
 

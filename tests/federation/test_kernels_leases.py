@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from nika_brain import locks
+from nika_brain.state import locks
 from nika_brain.brain import Brain
 from nika_brain.errors import EXIT_BUSY, BrainError
 from nika_brain.federation import leases

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import os
 
-from nika_brain import bus, claims, kernels, locks, sessions
+from nika_brain import bus
+from nika_brain.state import claims, kernels, locks, sessions
 from nika_brain.federation import health, limits, runtimes, supervisor, verbs
 
 from .fedkit import configure, fbrain, until  # noqa: F401

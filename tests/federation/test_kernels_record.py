@@ -5,7 +5,7 @@ import dataclasses
 
 import pytest
 
-from nika_brain import kernels
+from nika_brain.state import kernels
 from nika_brain.errors import BrainError
 
 

@@ -7,7 +7,8 @@ import os
 import stat
 import subprocess
 
-from nika_brain import bus, kernels, locks
+from nika_brain import bus
+from nika_brain.state import kernels, locks
 from nika_brain.federation import health, runtimes, supervisor
 
 from .fedkit import fbrain, until  # noqa: F401

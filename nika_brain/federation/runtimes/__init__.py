@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from ...brain import Brain
-from ...errors import BrainError
-from ...kernels import Kernel, kernel_dir
+from nika_brain.brain import Brain
+from nika_brain.errors import BrainError
+from nika_brain.state.kernels import Kernel, kernel_dir
 
 EXIT_RUNTIME_MISSING = 7   # a runtime's program (tmux, kubectl, the agent) is not installed
 
@@ -53,9 +53,9 @@ class Runtime(Protocol):
 
 
 def _registry() -> dict[str, type]:
-    from .headless import HeadlessRuntime
-    from .kubernetes import KubernetesRuntime
-    from .tmux import TmuxRuntime
+    from nika_brain.federation.runtimes.headless import HeadlessRuntime
+    from nika_brain.federation.runtimes.kubernetes import KubernetesRuntime
+    from nika_brain.federation.runtimes.tmux import TmuxRuntime
     return {"tmux": TmuxRuntime, "headless": HeadlessRuntime, "kubernetes": KubernetesRuntime}
 
 

@@ -13,16 +13,16 @@ import subprocess
 import time
 import uuid
 
-from ...brain import Brain
-from ...kernels import Kernel, kernel_dir
-from . import Launch, Liveness, pid_alive
+from nika_brain.brain import Brain
+from nika_brain.state.kernels import Kernel, kernel_dir
+from nika_brain.federation.runtimes import Launch, Liveness, pid_alive
 
 
 class HeadlessRuntime:
     name = "headless"
 
     def missing(self, brain: Brain) -> str | None:
-        from .. import options
+        from nika_brain.federation import options
         exe = options.get(brain, "agent_command")[0]
         return None if shutil.which(exe) or os.access(exe, os.X_OK) else \
             f"the agent command {exe!r} is not installed"

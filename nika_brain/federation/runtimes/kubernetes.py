@@ -15,11 +15,11 @@ import re
 import shutil
 import subprocess
 
-from ...brain import Brain
-from ...errors import BrainError
-from ...kernels import Kernel, kernel_dir
-from .. import options
-from . import Launch, Liveness
+from nika_brain.brain import Brain
+from nika_brain.errors import BrainError
+from nika_brain.state.kernels import Kernel, kernel_dir
+from nika_brain.federation import options
+from nika_brain.federation.runtimes import Launch, Liveness
 
 DEFAULT_IMAGE = "nika-brain/kernel:latest"
 _DNS = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -76,7 +76,7 @@ def manifest_path(brain: Brain, kernel_id: str):
 
 
 def write_manifests(brain: Brain, kernel: Kernel) -> str:
-    from ...yamlsafe import dumps
+    from nika_brain.support.yamlsafe import dumps
     text = "---\n".join(dumps(d) for d in render(brain, kernel))
     path = manifest_path(brain, kernel.id)
     brain.write(path, text)

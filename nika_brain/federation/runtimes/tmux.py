@@ -14,11 +14,11 @@ import signal
 import subprocess
 import time
 
-from ...brain import Brain
-from ...errors import BrainError
-from ...kernels import Kernel
-from .. import options
-from . import Launch, Liveness, pid_alive
+from nika_brain.brain import Brain
+from nika_brain.errors import BrainError
+from nika_brain.state.kernels import Kernel
+from nika_brain.federation import options
+from nika_brain.federation.runtimes import Launch, Liveness, pid_alive
 
 
 def session_name(kernel_id: str) -> str:
