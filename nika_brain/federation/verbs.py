@@ -66,6 +66,16 @@ def _publish_goals(brain: Brain, event: str, k: Kernel) -> None:
     rebuild_goals_index(brain)
 
 
+def reindex(brain: Brain) -> None:
+    """Regenerate BRAIN-INDEX.md (kernels with their state); an index problem never fails a verb."""
+    try:
+        from nika_brain.engine import index
+        index.regenerate(brain)
+    except (BrainError, OSError) as exc:
+        import sys
+        print(f"nika-brain: BRAIN-INDEX.md not updated: {exc}", file=sys.stderr)
+
+
 def rebuild_goals_index(brain: Brain) -> None:
     """HOOK POINT for the triage (issue 12, branch fed-triage): rebuild its goals index after a spawn
     or a kill. It is called when the triage module offers a rebuild function; until then the triage
@@ -151,10 +161,12 @@ def kernel_spawn(brain: Brain, goal: str, scope=(), resource_limits: Mapping[str
     except (BrainError, OSError) as exc:
         _undo_start(brain, k)
         kernels.set_status(brain, kid, "failed", reason=f"spawn failed: {exc}")
+        reindex(brain)
         if isinstance(exc, BrainError):
             raise
         raise BrainError(f"kernel {kid}: spawn failed: {exc}") from exc
     _publish_goals(brain, "spawned", k)
+    reindex(brain)
     from nika_brain.federation import supervisor
     supervisor.ensure_running(brain)
     return k
@@ -355,4 +367,5 @@ def kernel_kill(brain: Brain, kernel_id: str, reason: str, *, by: str = "") -> d
     limits.remove_groups(limits.group_name(brain.root, k.id), options.get(brain, "cgroup_root"))
     health.publish_event(brain, k.id, "killed", reason=why)
     _publish_goals(brain, "removed", k)
+    reindex(brain)
     return {"kernel": k.id, "status": k.status, "seconds": round(time.monotonic() - started, 3), **held}

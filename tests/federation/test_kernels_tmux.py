@@ -80,6 +80,7 @@ def test_five_verbs_end_to_end(fbrain, cli, tmp_path):  # noqa: F811
     assert tmux.returncode != 0
     assert [m["event"] for _, m in bus.open_bus(brain).read(bus.GOALS)] == ["spawned", "removed"]
     assert any(m.get("kind") == "killed" for _, m in bus.open_bus(brain).read(bus.HEALTH))
+    assert "| `alpha` | killed (test over" in (brain.root / "BRAIN-INDEX.md").read_text()
 
     # a prompt for a killed kernel is an error, and it is not lost
     late = cli("kernel", "invoke", "alpha", "are you there")
