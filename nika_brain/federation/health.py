@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import statistics
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +67,20 @@ def read_events(brain: Brain, kernel_id: str, offset: int = 0) -> tuple[list[dic
     return out, offset + end
 
 
+def tail_events(brain: Brain, kernel_id: str, max_bytes: int = 256 * 1024) -> list[dict]:
+    """The newest events (the last `max_bytes` of the file): metrics never read a whole history."""
+    size = events_size(brain, kernel_id)
+    start = max(0, size - max_bytes)
+    events, _ = read_events(brain, kernel_id, start)
+    return events[1:] if start else events  # the first line may be cut
+
+
+def _median(values: list[float]) -> float:
+    v = sorted(values)
+    n = len(v)
+    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+
+
 def events_size(brain: Brain, kernel_id: str) -> int:
     try:
         return events_path(brain, kernel_id).stat().st_size
@@ -80,7 +93,7 @@ def events_size(brain: Brain, kernel_id: str) -> int:
 def metrics(brain: Brain, kernel_id: str) -> dict:
     from nika_brain.state import sessions
     from nika_brain.federation import queue
-    events, _ = read_events(brain, kernel_id)
+    events = tail_events(brain, kernel_id)
     taken = [e for e in events if e.get("event") == "taken"][-50:]
     answered = [e for e in events if e.get("event") == "answered"]
     waits = []
@@ -95,7 +108,7 @@ def metrics(brain: Brain, kernel_id: str) -> dict:
     sess.sort(key=lambda s: s.heartbeat_at or s.started_at or "")
     pct = sess[-1].context_pct if sess else None
     return {"context_pct": pct, "error_rate": round(errors / len(runs), 3) if runs else 0.0,
-            "ttfa_s": round(statistics.median(waits), 3) if waits else None,
+            "ttfa_s": round(_median(waits), 3) if waits else None,
             "queue_depth": len(queue.pending(brain, kernel_id)),
             "session": sess[-1].id if sess else None}
 
