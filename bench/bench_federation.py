@@ -35,7 +35,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.g
 
 from nika_brain import bus  # noqa: E402
 from nika_brain.brain import Brain  # noqa: E402
-from nika_brain.federation import health, runtimes, supervisor, verbs  # noqa: E402
+from nika_brain.federation import health, runtimes, verbs  # noqa: E402
 from nika_brain.state import locks  # noqa: E402
 
 STANDIN = ROOT / "tests" / "federation" / "standin_agent.py"
@@ -74,7 +74,7 @@ def spawn_kill(tmp: Path, runs: int) -> tuple[list[float], list[float]]:
         kid = f"k{i}"
         t0 = time.perf_counter()
         verbs.kernel_spawn(brain, f"bench kernel {i}", kernel_id=kid, resource_limits={"memory": "512M"})
-        wait_for(lambda: health.last_heartbeat(brain, kid))
+        wait_for(lambda kid=kid: health.last_heartbeat(brain, kid))
         spawn.append(time.perf_counter() - t0)
         locks.acquire(brain, f"area{i}/", kid, pid=None)
         t0 = time.perf_counter()
@@ -143,7 +143,7 @@ def directive_latency(brain: Brain, n: int) -> list[float]:
         text = f"directive {i} {time.time()}"
         t0 = time.perf_counter()
         verbs.kernel_readjust(brain, "d1", text, by="bench")
-        wait_for(lambda: text in got, timeout=10)
+        wait_for(lambda text=text: text in got, timeout=10)
         out.append(got[text] - t0)
         time.sleep(0.02)
     stop.set()

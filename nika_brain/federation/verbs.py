@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import re
 import time
-from dataclasses import replace
 from datetime import timedelta
 from typing import Any, Mapping
 

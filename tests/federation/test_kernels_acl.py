@@ -9,7 +9,7 @@ import redis
 
 from nika_brain import bus
 from nika_brain.state import kernels
-from nika_brain.federation import acl, limits
+from nika_brain.federation import limits
 from tests.redis_fixture import RedisServer
 
 
