@@ -76,16 +76,21 @@ def reindex(brain: Brain) -> None:
 
 
 def rebuild_goals_index(brain: Brain) -> None:
-    """HOOK POINT for the triage (issue 12, branch fed-triage): rebuild its goals index after a spawn
-    or a kill. It is called when the triage module offers a rebuild function; until then the triage
-    rebuilds from the `nika:federation:goals` messages published just before."""
+    """Have the triage (issue 12, branch fed-triage) rebuild its goals index after a spawn or a kill:
+    `nika_brain.federation.goals.refresh(brain)` when that module is present. Without it (a build
+    before the triage landed) the triage rebuilds from the nika:federation:goals messages published
+    just before. A triage failure is reported, never fatal to the verb."""
     try:
-        from nika_brain.federation import triage  # type: ignore[attr-defined]
+        from nika_brain.federation import goals  # type: ignore[attr-defined]
     except ImportError:
         return
-    fn = getattr(triage, "rebuild_goals_index", None) or getattr(triage, "rebuild", None)
-    if callable(fn):
-        fn(brain)
+    refresh = getattr(goals, "refresh", None)
+    if callable(refresh):
+        try:
+            refresh(brain)
+        except BrainError as exc:
+            import sys
+            print(f"nika-brain: triage goals index not rebuilt: {exc}", file=sys.stderr)
 
 
 def _start(brain: Brain, k: Kernel) -> Kernel:
@@ -301,13 +306,18 @@ def kernel_observe(brain: Brain, kernel_id: str, since: str | float = "1h",
     return out
 
 
-def _vault_query(brain: Brain, kernel_id: str, text: str) -> Any:
-    """The shared vault's records of this kernel matching `text` (issue 13's query API)."""
+def _vault_query(brain: Brain, kernel_id: str, text: str, k: int = 5) -> Any:
+    """The shared vault's records of this kernel nearest to `text` (issue 13, branch fed-vault:
+    `nika_brain.federation.vault.query.search`); a build without the vault says so."""
     try:
-        from nika_brain.federation.vault import query as vault_query  # type: ignore[attr-defined]
+        from nika_brain.federation.vault.query import search  # type: ignore[import-not-found]
     except ImportError:
         return {"error": "the shared vault is not available in this build"}
-    return vault_query(brain, text, kernel=kernel_id)
+    import dataclasses
+    out = []
+    for rec in search(brain, text, kernel=kernel_id, k=k):
+        out.append(dataclasses.asdict(rec) if dataclasses.is_dataclass(rec) else rec)
+    return out
 
 
 # ---- kill ------------------------------------------------------------------------------------------

@@ -73,3 +73,19 @@ def test_kill_9_is_detected_and_what_it_held_released(fbrain):  # noqa: F811
     assert closed.result.status == "failed" and "gamma" in closed.result.summary
     assert sessions.load(brain, sid).ended_at is not None
     assert supervisor.check_once(brain) == {}, "a dead kernel is reported once"
+
+
+def test_temporary_kernel_is_decommissioned_after_its_ttl(fbrain, cli):  # noqa: F811
+    brain = fbrain
+    k = verbs.kernel_spawn(brain, "Ingest a burst of PDFs", kernel_id="burst", temporary=True, ttl="1s")
+    assert k.temporary and k.ttl == 1.0
+    until(lambda: health.last_heartbeat(brain, "burst"))
+    out = until(lambda: cli("federation", "supervise", "--once").stdout.strip() or None)
+    assert out in ("burst\theartbeat", "burst\tkilled-ttl")
+
+    def decommissioned():
+        supervisor.check_once(brain)
+        return kernels.load_kernel(brain, "burst").status == "killed"
+    until(decommissioned)
+    assert "ttl" in kernels.load_kernel(brain, "burst").status_reason
+    assert (brain.kernels_dir / "burst" / "kernel.yml").is_file(), "its records stay"
