@@ -46,7 +46,7 @@ def scrubbed_env(brain: Brain, kernel: Kernel) -> dict[str, str]:
     """The kernel's environment: a few harmless variables of ours, never the caller's secrets. Its
     own credentials are added by the launcher from its credentials file (not on any command line)."""
     env = {k: os.environ[k] for k in PASS_ENV if k in os.environ}
-    env.update(NIKA_BRAIN_DIR=str(brain.root), NIKA_KERNEL_ID=kernel.id, TERM="tmux-256color")
+    env.update(NIKA_BRAIN_DIR=str(brain.root), NIKA_KERNEL_ID=kernel.id, TERM="screen-256color")
     return env
 
 
@@ -58,7 +58,7 @@ def _launch(brain: Brain, kernel: Kernel, plan: limits.Plan) -> runtimes.Launch:
 
 def _publish_goals(brain: Brain, event: str, k: Kernel) -> None:
     from nika_brain import bus
-    bus.open_bus(brain).publish(bus.GOALS, {
+    health.publish_or_warn(brain, bus.GOALS, {
         "event": event, "kernel": k.id, "goal": k.goal, "tags": list(k.tags),
         "examples": list(k.examples), "region": k.region, "data_class": k.data_class,
         "status": k.status, "at": clock.iso(clock.now())})
@@ -259,8 +259,8 @@ def kernel_readjust(brain: Brain, kernel_id: str, new_directive: str, *, by: str
     nika:federation:directives for listeners."""
     from nika_brain import bus
     d = kernels.readjust(brain, kernel_id, new_directive, by=by)
-    bus.open_bus(brain).publish(bus.DIRECTIVES, {"kind": "directive", "kernel": kernel_id,
-                                                 "id": d.id, "text": d.text, "by": d.by, "at": d.at})
+    health.publish_or_warn(brain, bus.DIRECTIVES, {"kind": "directive", "kernel": kernel_id, "id": d.id,
+                                                   "text": d.text, "by": d.by, "at": d.at})
     return d
 
 

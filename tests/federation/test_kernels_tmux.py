@@ -111,3 +111,18 @@ def test_queued_prompt_is_delivered_when_the_kernel_runs_again(fbrain):  # noqa:
     os.kill(runtimes.load_state(brain, "gamma")["pid"], 9)
     until(lambda: supervisor.check_once(brain).get("gamma") == "dead")
     assert kernels.load_kernel(brain, "gamma").status == "dead"
+
+
+def test_spawn_starts_the_supervisor_which_sees_a_death_and_exits(fbrain, tmp_path):  # noqa: F811
+    from nika_brain.federation import verbs
+
+    from .fedkit import configure
+    brain = configure(fbrain, tmp_path, supervisor="auto")
+    verbs.kernel_spawn(brain, "Watch the markets", kernel_id="eps")
+    pid = until(lambda: supervisor.running_pid(brain))
+    until(lambda: health.last_heartbeat(brain, "eps"))
+    os.kill(runtimes.load_state(brain, "eps")["pid"], 9)
+    until(lambda: kernels.load_kernel(brain, "eps").status == "dead", timeout=30)
+    assert any(m.get("kind") == "dead" for _, m in bus.open_bus(brain).read(bus.HEALTH))
+    until(lambda: not runtimes.pid_alive(pid), timeout=30)  # nothing left to watch: it ends
+    assert supervisor.running_pid(brain) is None
