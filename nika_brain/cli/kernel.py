@@ -141,6 +141,8 @@ def kernel_observe(kernel_id: str, since: str = typer.Option("1h", "--since"),
         print(f"  session {s['id']} started {s['started_at']} context {s['context_pct']}")
     for c in o["claims"]:
         print(f"  claim {c['id']} {c['status']} {c['result'] or ''}")
+    for sg in o["signals"]:
+        print(f"  signal {sg.get('time')} {sg.get('type')} {sg.get('claim') or ''} {sg.get('reason') or ''}")
     for q in o["queue"]:
         print(f"  queued {q['id']} ({q['at']}): {q['prompt'][:80]}")
     if "vault" in o:

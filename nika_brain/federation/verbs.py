@@ -299,11 +299,24 @@ def kernel_observe(brain: Brain, kernel_id: str, since: str | float = "1h",
                       "context_pct": s.context_pct, "ended_at": s.ended_at} for s in sess],
         "claims": [{"id": c.id, "status": c.status, "scope": list(c.scope),
                     "result": c.result.status if c.result else None} for c in cl],
+        "signals": _signals(brain, k.id, {c.id for c in cl}, cut),
         "queue": queue.pending(brain, k.id), "since": cut,
     }
     if query:
         out["vault"] = _vault_query(brain, k.id, query)
     return out
+
+
+def _signals(brain: Brain, kernel_id: str, claim_ids: set[str], cut: str) -> list[dict]:
+    """BSI signals (journal/signals.jsonl) of the kernel's claims, or naming the kernel, since `cut`."""
+    from nika_brain.engine import signals
+    out = []
+    for rec in signals.read(brain):
+        payload = rec.get("payload") if isinstance(rec.get("payload"), dict) else {}
+        if str(rec.get("time", "")) >= cut and (rec.get("claim") in claim_ids or
+                                                 payload.get("kernel") == kernel_id):
+            out.append(rec)
+    return out[-200:]
 
 
 def _vault_query(brain: Brain, kernel_id: str, text: str, k: int = 5) -> Any:

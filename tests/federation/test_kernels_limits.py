@@ -63,6 +63,10 @@ def test_kill_9_is_detected_and_what_it_held_released(fbrain):  # noqa: F811
     c = claims.open_claim(brain, workflow="report", step=1, satellite_type="brain-write", scope="clients/x/")
     sessions.bind(brain, sid, kernel="gamma", claim=c.id)
     locks.acquire(brain, "clients/x/", c.id, pid=None)
+    from nika_brain.engine import signals
+    signals.emit(brain, "CHECKPOINT", workflow="report", step="1", claim=c.id, reason="half way")
+    seen = verbs.kernel_observe(brain, "gamma")
+    assert [x["reason"] for x in seen["signals"]] == ["half way"] and seen["claims"][0]["id"] == c.id
     locks.acquire(brain, "clients/y.md", "gamma", pid=None)
     os.kill(runtimes.load_state(brain, "gamma")["pid"], 9)
     until(_dead(brain, "gamma"))
