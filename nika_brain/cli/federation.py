@@ -20,7 +20,7 @@ def federation_status(as_json: bool = typer.Option(False, "--json")):
     s = status.status(Brain.find())
     if as_json:
         print(json.dumps(s))
-        return
+        raise typer.Exit(0 if s["bus_ok"] else 1)
     a = s["aggregates"]
     print(f"bus: {s['bus']}  kernels: {a['kernels']}  " +
           "  ".join(f"{k}: {v}" for k, v in sorted(a["by_state"].items())) +
@@ -29,6 +29,7 @@ def federation_status(as_json: bool = typer.Option(False, "--json")):
     for k in s["kernels"]:
         print(f"{k['id']}\t{k['state']}\t{k['runtime']}\thb={k['last_heartbeat'] or '-'}\t"
               f"ctx={k['context_pct'] if k['context_pct'] is not None else '-'}\t{k['reason'] or ''}")
+    raise typer.Exit(0 if s["bus_ok"] else 1)  # the records are shown; the bus is not there
 
 
 @fed_app.command("supervise")

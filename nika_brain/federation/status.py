@@ -33,7 +33,12 @@ def status(brain: Brain) -> dict:
         where, bus_ok = f"{bus.backend_name(brain)} (unreachable: {exc})", False
     rows = []
     for k in kernels.list_kernels(brain):
-        hb = health.last_heartbeat(brain, k.id) if bus_ok else None
+        hb = None
+        if bus_ok:
+            try:
+                hb = health.last_heartbeat(brain, k.id)
+            except BrainError as exc:  # the store went away: show the records, say so
+                where, bus_ok = f"{bus.backend_name(brain)} (unreachable: {exc})", False
         m = health.metrics(brain, k.id)
         rows.append({"id": k.id, "state": kernel_state(k, hb, ttl, now), "status": k.status,
                      "reason": k.status_reason, "runtime": k.runtime, "goal": k.goal,
@@ -44,7 +49,7 @@ def status(brain: Brain) -> dict:
         by_state[r["state"]] = by_state.get(r["state"], 0) + 1
     pcts = [r["context_pct"] for r in rows if r["context_pct"] is not None and r["state"] == "alive"]
     rates = [r["error_rate"] for r in rows if r["state"] == "alive"]
-    return {"bus": where, "heartbeat_ttl": ttl, "kernels": rows, "aggregates": {
+    return {"bus": where, "bus_ok": bus_ok, "heartbeat_ttl": ttl, "kernels": rows, "aggregates": {
         "kernels": len(rows), "by_state": by_state,
         "mean_context_pct": round(statistics.mean(pcts), 1) if pcts else None,
         "mean_error_rate": round(statistics.mean(rates), 3) if rates else None,

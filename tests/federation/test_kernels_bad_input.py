@@ -77,3 +77,14 @@ def test_bad_federation_settings_are_one_line(fbrain, cli, tmp_path):  # noqa: F
     out = cli("federation", "status")
     _one_line(out, 1)
     assert "federation.heartbeat_ttl" in out.stderr
+
+
+def test_status_with_the_bus_gone_shows_the_records_and_fails(fbrain, cli):  # noqa: F811
+    from tests.redis_fixture import nothing_listening
+    kernels.save_kernel(fbrain, kernels.new_kernel("alpha", "g", status="active"))
+    with nothing_listening() as url:
+        (fbrain.root / "nika-brain.yml").write_text(
+            f"version: 1\nbus: redis\nredis_url: {url}\nfederation: {{supervisor: manual}}\n")
+        out = cli("federation", "status")
+    assert out.returncode == 1 and "unreachable" in out.stdout and "alpha\tstale" in out.stdout
+    assert "Traceback" not in out.stderr
