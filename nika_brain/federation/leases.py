@@ -163,6 +163,7 @@ def lock_acquire(brain: Brain, scope: str, owner: str, *, mode: str = "exclusive
         token, holder = le.try_acquire(scope, owner, mode, ttl)
         if token is not None:
             break
+        holder = holder or {}
         if time.monotonic() >= deadline:
             raise BrainError(f"scope busy: {holder['scope']} held by {holder['owner']} on "
                              f"{holder.get('host', '?')} (redis lease, token {holder['token']})", EXIT_BUSY)

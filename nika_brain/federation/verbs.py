@@ -312,7 +312,8 @@ def _signals(brain: Brain, kernel_id: str, claim_ids: set[str], cut: str) -> lis
     from nika_brain.engine import signals
     out = []
     for rec in signals.read(brain):
-        payload = rec.get("payload") if isinstance(rec.get("payload"), dict) else {}
+        payload = rec.get("payload")
+        payload = payload if isinstance(payload, dict) else {}
         if str(rec.get("time", "")) >= cut and (rec.get("claim") in claim_ids or
                                                  payload.get("kernel") == kernel_id):
             out.append(rec)
@@ -329,7 +330,8 @@ def _vault_query(brain: Brain, kernel_id: str, text: str, k: int = 5) -> Any:
     import dataclasses
     out = []
     for rec in search(brain, text, kernel=kernel_id, k=k):
-        out.append(dataclasses.asdict(rec) if dataclasses.is_dataclass(rec) else rec)
+        is_record = dataclasses.is_dataclass(rec) and not isinstance(rec, type)
+        out.append(dataclasses.asdict(rec) if is_record else rec)  # type: ignore[arg-type]
     return out
 
 

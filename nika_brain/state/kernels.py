@@ -302,9 +302,9 @@ def new_kernel(kernel_id: str, goal: str, *, tags=(), examples=(), scope=(), mem
         err = check(value)
         if err:
             raise BrainError(f"{what}: {err}")
-    for what, value in (("region", region), ("data_class", data_class), ("card", card)):
-        if value is not None and name(value):
-            raise BrainError(f"{what}: {name(value)}")
+    for what, given in (("region", region), ("data_class", data_class), ("card", card)):
+        if given is not None and name(given):
+            raise BrainError(f"{what}: {name(given)}")
     if runtime not in RUNTIMES:
         raise BrainError(f"unknown runtime: {runtime!r} (expected one of: {', '.join(RUNTIMES)})")
     if restart not in RESTART_POLICIES:
@@ -327,10 +327,10 @@ def save_kernel(brain: Brain, k: Kernel, *, now: datetime | None = None) -> Kern
     from nika_brain.support.yamlsafe import dumps
     folder = kernel_dir(brain, k.id)
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    k = replace(k, updated=now or clock.now(), created=k.created or now or clock.now(),
-                path=folder / "kernel.yml")
-    brain.write(k.path, dumps(to_dict(k)))
-    os.chmod(k.path, 0o600)
+    path = folder / "kernel.yml"
+    k = replace(k, updated=now or clock.now(), created=k.created or now or clock.now(), path=path)
+    brain.write(path, dumps(to_dict(k)))
+    os.chmod(path, 0o600)
     return k
 
 

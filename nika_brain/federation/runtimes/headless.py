@@ -60,7 +60,7 @@ class HeadlessRuntime:
         return {"runs": n, "pid": p.pid, "last_output": str(out)}
 
     def stop(self, brain: Brain, kernel: Kernel, state: dict, grace: float) -> None:
-        pid = state.get("pid")
+        pid: int = state.get("pid") or 0
         if not pid_alive(pid):
             return
         for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 1.0)):

@@ -88,7 +88,7 @@ class TmuxRuntime:
 
     def stop(self, brain: Brain, kernel: Kernel, state: dict, grace: float) -> None:
         name = state.get("tmux_session") or session_name(kernel.id)
-        pid = state.get("pid")
+        pid: int = state.get("pid") or 0
         if pid_alive(pid):
             try:
                 os.killpg(pid, signal.SIGTERM)
