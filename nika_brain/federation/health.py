@@ -92,7 +92,9 @@ def events_size(brain: Brain, kernel_id: str) -> int:
 
 # ---- metrics and heartbeats ------------------------------------------------------------------------
 
-def metrics(brain: Brain, kernel_id: str) -> dict:
+def metrics(brain: Brain, kernel_id: str, session_id: str | None = None) -> dict:
+    """The heartbeat's metrics. With `session_id` (a hook knows its session) only that session's
+    record is read, so a hook's cost does not grow with the brain's history of sessions."""
     from nika_brain.state import sessions
     from nika_brain.federation import queue
     events = tail_events(brain, kernel_id)
@@ -106,7 +108,8 @@ def metrics(brain: Brain, kernel_id: str) -> dict:
             waits.append(nxt["t"] - t["t"])
     runs = [e for e in events if e.get("event") == "run-exit"][-50:]
     errors = sum(1 for e in runs if e.get("status") not in (0, None))
-    sess = [s for s in sessions.list_sessions(brain) if s.kernel == kernel_id]
+    one = sessions.load(brain, session_id) if session_id and sessions.valid_id(session_id) else None
+    sess = [one] if one is not None else [s for s in sessions.list_sessions(brain) if s.kernel == kernel_id]
     sess.sort(key=lambda s: s.heartbeat_at or s.started_at or "")
     pct = sess[-1].context_pct if sess else None
     return {"context_pct": pct, "error_rate": round(errors / len(runs), 3) if runs else 0.0,
@@ -115,12 +118,13 @@ def metrics(brain: Brain, kernel_id: str) -> dict:
             "session": sess[-1].id if sess else None}
 
 
-def publish_heartbeat(brain: Brain, kernel_id: str, state: str, *, source: str, **extra: Any) -> dict:
+def publish_heartbeat(brain: Brain, kernel_id: str, state: str, *, source: str,
+                      session_id: str | None = None, **extra: Any) -> dict:
     """Publish one heartbeat on nika:federation:health and keep it as the kernel's last one."""
     from nika_brain import bus
     hb = {"kind": "heartbeat", "kernel": kernel_id, "state": state, "source": source,
-          "at": clock.iso(clock.now()), "t": clock.now().timestamp(), **metrics(brain, kernel_id),
-          **extra}
+          "at": clock.iso(clock.now()), "t": clock.now().timestamp(),
+          **metrics(brain, kernel_id, session_id), **extra}
     b = bus.open_bus(brain)
     b.publish(bus.HEALTH, hb)
     b.set(heartbeat_key(kernel_id), hb)
@@ -215,7 +219,7 @@ def on_hook(hook: Any) -> None:
     else:
         return None
     try:
-        publish_heartbeat(brain, kid, "alive", source=f"hook:{hook.event}")
+        publish_heartbeat(brain, kid, "alive", source=f"hook:{hook.event}", session_id=sid)
     except Exception as exc:  # a bus that is down must not break the agent's turn
         import sys
         print(f"nika-brain: heartbeat not published: {exc}", file=sys.stderr)
