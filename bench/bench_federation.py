@@ -35,7 +35,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.g
 
 from nika_brain import bus  # noqa: E402
 from nika_brain.brain import Brain  # noqa: E402
-from nika_brain.federation import health, runtimes, verbs  # noqa: E402
+from nika_brain.federation import health, runtimes, supervisor, verbs  # noqa: E402
 from nika_brain.state import locks  # noqa: E402
 
 STANDIN = ROOT / "tests" / "federation" / "standin_agent.py"
@@ -90,9 +90,9 @@ def memory(tmp: Path, n: int) -> dict:
         verbs.kernel_spawn(brain, f"memory kernel {i}", kernel_id=f"m{i}")
     for i in range(n):
         wait_for(lambda i=i: health.last_heartbeat(brain, f"m{i}"), timeout=120)
-    sup = subprocess.Popen([sys.executable, "-m", "nika_brain", "federation", "supervise", "--interval", "0.5"],
+    sup = subprocess.Popen(supervisor.command(),  # what `kernel spawn` starts in the background
                            cwd=brain.root, env={**os.environ, "NIKA_BRAIN_DIR": str(brain.root)})
-    time.sleep(4.0)  # a few passes over every kernel
+    time.sleep(6.0)  # a few passes over every kernel (one every 2 s)
     sup_rss = rss_kb(sup.pid)
     tmux_pid = int(subprocess.run(["tmux", "-S", str(tmp / "tmux.sock"), "display-message", "-p",
                                    "#{pid}"], capture_output=True, text=True).stdout.strip())

@@ -38,13 +38,19 @@ def running_pid(brain: Brain) -> int | None:
     return pid if runtimes.pid_alive(pid) else None
 
 
+def command() -> list[str]:
+    """The background supervisor: this module itself, so it does not carry the CLI framework (typer)
+    for its whole life; `nika-brain federation supervise` runs the same loop in the foreground."""
+    return [sys.executable, "-m", "nika_brain.federation.supervisor"]
+
+
 def ensure_running(brain: Brain) -> int | None:
     if brain.config.federation.get("supervisor", "auto") == "manual" or running_pid(brain):
         return running_pid(brain)
     log = brain.state_dir / "federation" / "supervisor.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as fh:
-        p = subprocess.Popen([sys.executable, "-m", "nika_brain", "federation", "supervise"],
+        p = subprocess.Popen(command(),
                              cwd=brain.root, stdin=subprocess.DEVNULL, stdout=fh, stderr=fh,
                              start_new_session=True, env={**os.environ, "NIKA_BRAIN_DIR": str(brain.root)})
     return p.pid
@@ -153,3 +159,18 @@ def run(brain: Brain, *, interval: float = INTERVAL, once: bool = False) -> None
                     pidfile.unlink()
             except (OSError, IndexError):
                 pass
+
+
+def main() -> int:
+    try:
+        run(Brain.find())
+    except BrainError as exc:
+        print(f"nika-brain: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
