@@ -100,7 +100,7 @@ def check_kernel(brain: Brain, k: kernels.Kernel, *, ttl: float, beat_every: flo
         except BrainError:
             pass
         limits.remove_groups(limits.group_name(brain.root, k.id), options.get(brain, "cgroup_root"))
-        health.publish_event(brain, k.id, "dead", reason=reason)
+        health.publish_event(brain, k.id, "dead", reason=reason)  # last: all above is done
         verbs.reindex(brain)
         if k.restart == "on-failure" and k.restarts < k.max_restarts:
             try:
