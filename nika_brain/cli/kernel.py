@@ -56,8 +56,14 @@ def kernel_show(kernel_id: str):
     print(f"{k.id}: {k.goal}\n  status: {k.status}{f' ({k.status_reason})' if k.status_reason else ''}"
           f"\n  runtime: {k.runtime}  limits: {k.limits} [{k.enforcement or '-'}]"
           f"\n  card: {k.card}\n  tags: {', '.join(k.tags) or '-'}")
-    if k.scope:
-        print(f"  scope: {', '.join(k.scope)}")
+    for label, value in (("scope", ", ".join(k.scope)), ("region", k.region), ("data class", k.data_class),
+                         ("doctrine", k.doctrine), ("restart", f"{k.restart} ({k.restarts}/{k.max_restarts})"
+                                                    if k.restart != "never" else None),
+                         ("temporary", f"ttl {k.ttl:g}s" if k.temporary and k.ttl else None)):
+        if value:
+            print(f"  {label}: {value}")
+    for ex in k.examples:
+        print(f"  example: {ex}")
     if k.parent:
         print("  lineage: " + " <- ".join(x.id for x in kernels.lineage(brain, k)))
     for d in kernels.list_directives(brain, k.id):
@@ -75,6 +81,7 @@ def kernel_spawn(goal: str,
                  cpu: Optional[str] = typer.Option(None, "--cpu", help="e.g. 50% (of one CPU)"),
                  region: Optional[str] = typer.Option(None, "--region"),
                  data_class: Optional[str] = typer.Option(None, "--data-class"),
+                 doctrine: Optional[str] = typer.Option(None, "--doctrine", help="its doctrine (text or a path)"),
                  card: Optional[str] = typer.Option(None, "--card"),
                  runtime: str = typer.Option("tmux", "--runtime", help="tmux | headless | kubernetes"),
                  restart: str = typer.Option("never", "--restart", help="never | on-failure"),
@@ -91,7 +98,7 @@ def kernel_spawn(goal: str,
             raise BrainError(f"cannot read examples file {examples}: {getattr(exc, 'strerror', exc)}") from exc
     k = verbs.kernel_spawn(Brain.find(), goal, scope=scope, resource_limits={"memory": memory, "cpu": cpu},
                            kernel_id=kernel_id, tags=tags, examples=ex, region=region,
-                           data_class=data_class, card=card, runtime=runtime, restart=restart,
+                           data_class=data_class, doctrine=doctrine, card=card, runtime=runtime, restart=restart,
                            max_restarts=max_restarts, temporary=temporary, ttl=ttl)
     print(f"spawned {k.id} ({k.runtime}, limits {k.limits} [{k.enforcement}])")
 

@@ -20,8 +20,10 @@ def test_five_verbs_end_to_end(fbrain, cli, tmp_path):  # noqa: F811
     examples.write_text("reboot the VPN\ncheck the backups\n")
     sp = cli("kernel", "spawn", "Operate the IT of BCUB3", "--id", "alpha", "--tags", "it", "--tags",
              "ops", "--examples", examples, "--scope", "it/", "--memory", "512M", "--cpu", "50%",
-             "--region", "fr")
+             "--region", "fr", "--doctrine", "validate every change")
     assert sp.returncode == 0, sp.stderr
+    shown = cli("kernel", "show", "alpha").stdout
+    assert "doctrine: validate every change" in shown and "example: reboot the VPN" in shown
     k = kernels.load_kernel(brain, "alpha")
     assert (k.status, k.tags, k.examples, k.scope, k.region) == \
         ("active", ("it", "ops"), ("reboot the VPN", "check the backups"), ("it/",), "fr")
