@@ -81,7 +81,11 @@ def lock_status(scope: str, as_json: bool = typer.Option(False, "--json")):
         print(f"{locks.normalize_scope(scope)}: free")
     for lk in held if not as_json else ():
         print(locks.describe(lk) + (" [expired]" if lk.expired(now) else ""))
-    raise typer.Exit(3 if held else 0)
+    from nika_brain.federation import leases  # with federation.redis_url: other machines' leases too
+    remote = leases.held_elsewhere(brain, scope, {lk.owner for lk in held})
+    for v in remote if not as_json else ():
+        print(f"{v['scope']} held by {v['owner']} on {v.get('host', '?')} (redis lease, token {v['token']})")
+    raise typer.Exit(3 if held or remote else 0)
 
 
 @lock_app.command("list")

@@ -129,8 +129,11 @@ class Leases:
                           args=[self.field(scope, owner), "" if token is None else str(token)]) == 1
 
     def held(self) -> list[dict]:
+        """The live leases (expired ones wait in the hash until the next acquire drops them)."""
         raw = self._call("list", self._r.hgetall, self.held_key)
-        return [json.loads(v) for v in raw.values()]
+        sec, usec = self._call("time", self._r.time)
+        now = sec * 1000 + usec // 1000
+        return [v for v in (json.loads(x) for x in raw.values()) if v.get("exp", 0) > now]
 
     def close(self) -> None:
         self._r.close()
@@ -199,6 +202,15 @@ def lock_renew(brain: Brain, scope: str, owner: str, *, ttl: float | None = None
             raise BrainError(f"cannot renew {locks.normalize_scope(scope)}: its redis lease expired "
                              "or is held by someone else", EXIT_BUSY)
     return locks.renew(brain, scope, owner, ttl=ttl)
+
+
+def held_elsewhere(brain: Brain, scope: str, local_owners: set[str]) -> list[dict]:
+    """Live leases overlapping `scope` whose owner holds no local lock file here (another machine or
+    clone); [] without leases."""
+    if not enabled(brain):
+        return []
+    return [v for v in open_leases(brain).held()
+            if v.get("owner") not in local_owners and locks.scopes_overlap(v["scope"], scope)]
 
 
 def release_owner(brain: Brain, owner: str) -> int:

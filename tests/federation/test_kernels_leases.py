@@ -63,6 +63,9 @@ def test_busy_across_clones_same_exit_code(tmp_path, git_env, redis_server):  # 
     with pytest.raises(BrainError) as exc:
         leases.lock_acquire(b, "src/x/y.py", "claim-b", pid=None)
     assert exc.value.exit_code == EXIT_BUSY and "claim-a" in str(exc.value)
+    status = subprocess.run([sys.executable, "-m", "nika_brain", "lock", "status", "src/x/"], cwd=b.root,
+                            capture_output=True, text=True)
+    assert status.returncode == 3 and "src/ held by claim-a" in status.stdout and "redis lease" in status.stdout
     shared = leases.lock_acquire(b, "docs/", "claim-b", mode="shared", pid=None)
     assert shared.mode == "shared"
     leases.lock_acquire(a, "docs/", "claim-a", mode="shared", pid=None)  # shared with shared: fine
