@@ -11,8 +11,9 @@ Headless (headless runtime): `standin_agent.py -p PROMPT --output-format json (-
 prints Claude Code's headless JSON result object.
 
 Words in a prompt are instructions: `alloc=MB` allocates and touches MB megabytes (to cross a memory
-limit), `crash` exits 3 at once, `sleep=S` waits S seconds before answering. The answer is
-`stand-in answer to: <prompt>` followed by any hook context it was given (directives).
+limit), `crash` exits 3 at once, `sleep=S` waits S seconds before answering, `env=NAME` says
+whether NAME is in its environment (never its value). The answer is `stand-in answer to: <prompt>`
+followed by any hook context it was given (directives).
 """
 from __future__ import annotations
 
@@ -86,7 +87,10 @@ class Session:
         self.turns += 1
         context = "\n".join(x for x in (self.context, extra) if x)
         self.context = ""
-        answer = f"stand-in answer to: {prompt}" + (f"\n[context]\n{context}" if context else "")
+        answer = f"stand-in answer to: {prompt}"
+        for name in re.findall(r"\benv=([A-Za-z_][A-Za-z0-9_]*)", prompt):
+            answer += f" [env {name}={'present' if name in os.environ else 'absent'}]"
+        answer += f"\n[context]\n{context}" if context else ""
         used = USED_PER_TURN * self.turns
         self.write({"type": "assistant", "sessionId": self.sid, "message": {
             "id": f"msg_{uuid.uuid4().hex[:12]}", "role": "assistant", "model": "stand-in",

@@ -31,6 +31,11 @@ def test_headless_five_verbs(fbrain, cli):  # noqa: F811
         "the second invocation resumed the first session"
     taken = [e for e in o["events"] if e["event"] == "taken"]
     assert len(taken) == 2
+    # scrubbed environment: its own credentials in, the caller's secrets out
+    (kernels.kernel_dir(brain, "epsilon") / "credentials.env").write_text("KERNEL_TOKEN=k-secret\n")
+    env = cli("kernel", "invoke", "epsilon", "env=KERNEL_TOKEN env=CALLER_SECRET env=NIKA_KERNEL_ID",
+              "--wait", env={"CALLER_SECRET": "do-not-leak"})
+    assert "[env KERNEL_TOKEN=present] [env CALLER_SECRET=absent] [env NIKA_KERNEL_ID=present]" in env.stdout
     no_wait = cli("kernel", "invoke", "epsilon", "sleep=0.5 a slow one")
     assert no_wait.returncode == 0 and "taken by epsilon" in no_wait.stdout
     until(lambda: not runtimes.pid_alive(runtimes.load_state(brain, "epsilon")["pid"]))
