@@ -9,6 +9,7 @@ import typer
 
 from nika_brain.engine import gatebackends
 from nika_brain.state import claims, gates, locks
+from nika_brain.state import scopes
 from nika_brain.support import clock
 from nika_brain.brain import Brain
 from nika_brain.cli import app
@@ -45,7 +46,7 @@ def lock_acquire(scope: str, owner: Optional[str] = typer.Option(None, help="cla
     """Acquire a lock on SCOPE; exit 3 with the holder named when it is busy."""
     brain = Brain.find()
     holder = None if no_pid else (pid if pid is not None else os.getppid())
-    from ..federation import leases  # a Redis lease too when federation.redis_url is set
+    from nika_brain.federation import leases  # a Redis lease too when federation.redis_url is set
     lk = leases.lock_acquire(brain, scope, _owner(owner), mode="shared" if shared else "exclusive",
                              ttl=ttl, wait=wait, pid=holder)
     print(json.dumps(_lock_dict(lk)) if as_json else f"acquired {lk.scope} (token {lk.token}, "
@@ -55,16 +56,16 @@ def lock_acquire(scope: str, owner: Optional[str] = typer.Option(None, help="cla
 @lock_app.command("release")
 def lock_release(scope: str, owner: Optional[str] = typer.Option(None)):
     """Release SCOPE; refused unless you are its owner."""
-    from ..federation import leases
+    from nika_brain.federation import leases
     brain = Brain.find()
     leases.lock_release(brain, scope, _owner(owner))
-    print(f"released {locks.normalize_scope(scope)}")
+    print(f"released {scopes.normalize_scope(scope)}")
 
 
 @lock_app.command("renew")
 def lock_renew(scope: str, owner: Optional[str] = typer.Option(None), ttl: Optional[float] = None):
     """Push back the expiry of a lock you own."""
-    from ..federation import leases
+    from nika_brain.federation import leases
     lk = leases.lock_renew(Brain.find(), scope, _owner(owner), ttl=ttl)
     print(f"renewed {lk.scope} until {clock.iso(lk.expires)}")
 
@@ -73,12 +74,12 @@ def lock_renew(scope: str, owner: Optional[str] = typer.Option(None), ttl: Optio
 def lock_status(scope: str, as_json: bool = typer.Option(False, "--json")):
     """Who holds SCOPE or anything overlapping it (exit 3 when something does)."""
     brain = Brain.find()
-    held = [lk for lk in locks.list_locks(brain) if locks.scopes_overlap(lk.scope, scope)]
+    held = [lk for lk in locks.list_locks(brain) if scopes.scopes_overlap(lk.scope, scope)]
     now = clock.now()
     if as_json:
         print(json.dumps([dict(_lock_dict(lk), expired=lk.expired(now)) for lk in held]))
     elif not held:
-        print(f"{locks.normalize_scope(scope)}: free")
+        print(f"{scopes.normalize_scope(scope)}: free")
     for lk in held if not as_json else ():
         print(locks.describe(lk) + (" [expired]" if lk.expired(now) else ""))
     from nika_brain.federation import leases  # with federation.redis_url: other machines' leases too

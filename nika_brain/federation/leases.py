@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import time
 
-from nika_brain.state import locks
+from nika_brain.state import locks, scopes
 from nika_brain.brain import Brain
 from nika_brain.errors import EXIT_BUSY, BrainError
 from nika_brain.federation import options
@@ -77,7 +77,7 @@ def enabled(brain: Brain) -> bool:
 
 def lease_path(scope: str) -> str:
     """'/a/b/' for a folder (subtree), '/a/b' for a file; a glob stands for the folder before it."""
-    s = locks.normalize_scope(scope)
+    s = scopes.normalize_scope(scope)
     if s == ".":
         return "/"
     parts = s.rstrip("/").split("/")
@@ -107,13 +107,13 @@ class Leases:
 
     @staticmethod
     def field(scope: str, owner: str) -> str:
-        return f"{owner}\0{locks.normalize_scope(scope)}"
+        return f"{owner}\0{scopes.normalize_scope(scope)}"
 
     def try_acquire(self, scope: str, owner: str, mode: str, ttl: float) -> tuple[int | None, dict | None]:
         import socket
         ms = max(1, int(ttl * 1000))
         ok, data = self._call("acquire", self._acq, keys=[self.held_key, self.token_key], args=[
-            lease_path(scope), locks.normalize_scope(scope), mode, ms, self.field(scope, owner), owner,
+            lease_path(scope), scopes.normalize_scope(scope), mode, ms, self.field(scope, owner), owner,
             socket.gethostname()])
         if ok == 1:
             return int(data), None
@@ -199,7 +199,7 @@ def lock_renew(brain: Brain, scope: str, owner: str, *, ttl: float | None = None
     if enabled(brain):
         t = brain.config.lock_ttl if ttl is None else ttl
         if not open_leases(brain).renew(scope, owner, t):
-            raise BrainError(f"cannot renew {locks.normalize_scope(scope)}: its redis lease expired "
+            raise BrainError(f"cannot renew {scopes.normalize_scope(scope)}: its redis lease expired "
                              "or is held by someone else", EXIT_BUSY)
     return locks.renew(brain, scope, owner, ttl=ttl)
 
@@ -210,7 +210,7 @@ def held_elsewhere(brain: Brain, scope: str, local_owners: set[str]) -> list[dic
     if not enabled(brain):
         return []
     return [v for v in open_leases(brain).held()
-            if v.get("owner") not in local_owners and locks.scopes_overlap(v["scope"], scope)]
+            if v.get("owner") not in local_owners and scopes.scopes_overlap(v["scope"], scope)]
 
 
 def release_owner(brain: Brain, owner: str) -> int:

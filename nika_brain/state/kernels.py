@@ -20,7 +20,7 @@ from nika_brain.support import clock
 from nika_brain.state import sessions
 from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
-from nika_brain.state.locks import check_scope, normalize_scope
+from nika_brain.state.scopes import check_scope, normalize_scope
 from nika_brain.support.schema import F, fields, name, str_list
 from nika_brain.support.yamlsafe import load_doc
 

@@ -8,7 +8,7 @@ import random
 import sys
 from pathlib import Path
 
-from nika_brain.state import locks
+from nika_brain.state import scopes
 from nika_brain.brain import Brain
 from nika_brain.federation import leases
 
@@ -36,7 +36,7 @@ def main(root: str, markers: str, cycles: int, seed: int) -> None:
                 theirs = (mdir / other).read_text()
             except FileNotFoundError:
                 continue
-            if locks.scopes_overlap(scope, theirs):
+            if scopes.scopes_overlap(scope, theirs):
                 overlaps += 1
         mine.unlink()
         leases.lock_release(brain, scope, owner)
