@@ -34,7 +34,9 @@ CREDENTIALS = "credentials.env"
 # ---- helpers ---------------------------------------------------------------------------------------
 
 def _auto_id(brain: Brain, goal: str) -> str:
-    words = re.findall(r"[a-z0-9]+", goal.lower())
+    import unicodedata  # "Opérer" -> "operer": French goals make readable ids
+    plain = unicodedata.normalize("NFKD", goal).encode("ascii", "ignore").decode("ascii")
+    words = re.findall(r"[a-z0-9]+", plain.lower())
     base = "k-" + "-".join(words[:5])[:40].strip("-") if words else "k"
     kid, n = base, 2
     while kernels.kernel_dir(brain, kid).exists():
