@@ -165,7 +165,8 @@ def kernel_spawn(brain: Brain, goal: str, scope=(), resource_limits: Mapping[str
             claude_settings.install(folder, kernel_id=kid, brain_dir=brain.root)
         k = _start(brain, k)
     except (BrainError, OSError) as exc:
-        _undo_start(brain, k)
+        if runtimes.state_path(brain, kid).exists():  # the runtime started: stop what it started
+            _undo_start(brain, k)
         kernels.set_status(brain, kid, "failed", reason=f"spawn failed: {exc}")
         reindex(brain)
         if isinstance(exc, BrainError):

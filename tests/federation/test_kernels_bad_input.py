@@ -88,3 +88,18 @@ def test_status_with_the_bus_gone_shows_the_records_and_fails(fbrain, cli):  # n
         out = cli("federation", "status")
     assert out.returncode == 1 and "unreachable" in out.stdout and "alpha\tstale" in out.stdout
     assert "Traceback" not in out.stderr
+
+
+def test_a_failed_start_marks_the_kernel_failed_and_leaves_others_alone(fbrain, cli, tmp_path):  # noqa: F811
+    import subprocess
+    sock = str(tmp_path / "tmux.sock")
+    subprocess.run(["tmux", "-S", sock, "new-session", "-d", "-s", "nika-os-k1", "sleep 300"], check=True)
+    out = cli("kernel", "spawn", "a goal", "--id", "k1")
+    _one_line(out, 1)
+    assert "exists already" in out.stderr
+    k = kernels.load_kernel(fbrain, "k1")
+    assert k.status == "failed" and "spawn failed" in k.status_reason
+    assert subprocess.run(["tmux", "-S", sock, "has-session", "-t", "=nika-os-k1"]).returncode == 0, \
+        "a session that was not ours is left alone"
+    listed = cli("kernel", "list")
+    assert "k1\tfailed" in listed.stdout

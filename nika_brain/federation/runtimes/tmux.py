@@ -57,10 +57,14 @@ class TmuxRuntime:
         # The environment goes in through `env -i`: the tmux server's own environment must not leak.
         env_args = [f"{k}={v}" for k, v in sorted(launch.env.items())]
         cmd = shlex.join(["env", "-i", *env_args, *launch.argv])
-        self._tmux(brain, "new-session", "-d", "-s", name, "-x", "200", "-y", "50", "-c",
-                   str(launch.cwd), cmd, ";", "set-option", "-w", "-t", f"={name}:",
-                   "remain-on-exit", "on")
-        p = self._tmux(brain, "display-message", "-p", "-t", f"={name}:", "#{pane_pid}")
+        made = self._tmux(brain, "new-session", "-d", "-s", name, "-x", "200", "-y", "50", "-c",
+                          str(launch.cwd), cmd, ";", "set-option", "-w", "-t", f"={name}:",
+                          "remain-on-exit", "on", check=False)
+        p = self._tmux(brain, "display-message", "-p", "-t", f"={name}:", "#{pane_pid}", check=False)
+        if made.returncode != 0 or p.returncode != 0:
+            self._tmux(brain, "kill-session", "-t", f"={name}", check=False)  # ours: it did not exist
+            why = (made.stderr or p.stderr).strip() or "the agent exited at once"
+            raise BrainError(f"tmux session {name} did not start: {why}")
         pid = int(p.stdout.strip() or 0) or None
         return {"tmux_session": name, "pid": pid, "started_at": time.time()}
 
