@@ -103,7 +103,8 @@ def _start(brain: Brain, k: Kernel) -> Kernel:
         else limits.Plan("kubernetes")
     state = rt.start(brain, k, _launch(brain, k, plan))
     state.update(enforcement=plan.enforcement, oom_file=plan.oom_file, cpu_enforced=plan.cpu_enforced,
-                 oom_base=limits.oom_count(plan.oom_file), cgroup=group)
+                 oom_base=limits.oom_count(plan.oom_file), cgroup=group, procs=list(plan.procs),
+                 memory_bytes=plan.memory_bytes)
     runtimes.save_state(brain, k.id, state)
     if state.get("applied") is False:
         return kernels.set_status(brain, k.id, "starting", enforcement=plan.enforcement, reason=(
@@ -185,10 +186,10 @@ def _wait_event(brain: Brain, kid: str, offset: int, match, timeout: float,
                 rt: runtimes.Runtime | None = None, k: Kernel | None = None, state: dict | None = None):
     deadline = time.monotonic() + timeout
     while True:
-        events, offset = read = health.read_events(brain, kid, offset)
+        events, offset = health.read_events(brain, kid, offset)
         for e in events:
             if match(e):
-                return e, read[1]
+                return e, offset
         if time.monotonic() >= deadline:
             return None, offset
         if rt is not None and k is not None and not rt.alive(brain, k, state or {}).alive:
@@ -201,7 +202,9 @@ def _deliver(brain: Brain, k: Kernel, item: dict, timeout: float) -> tuple[dict 
     rt = runtimes.get(k.runtime)
     state = runtimes.load_state(brain, k.id)
     offset = health.events_size(brain, k.id)
-    plan = limits.Plan(state.get("enforcement", "none"))
+    # the same limits for every invocation of a headless kernel as for a resident one
+    plan = limits.Plan(state.get("enforcement", "none"), tuple(state.get("procs") or ()),
+                       state.get("memory_bytes"))
     changes = rt.deliver(brain, k, state, item["prompt"], _launch(brain, k, plan))
     if changes:
         state.update(changes)

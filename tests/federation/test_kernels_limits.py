@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from nika_brain import bus
 from nika_brain.state import claims, kernels, locks, sessions
 from nika_brain.federation import health, limits, runtimes, supervisor, verbs
@@ -19,12 +21,15 @@ def _dead(brain, kid):
     return dead
 
 
-def test_over_memory_is_stopped_and_recorded(fbrain):  # noqa: F811
+@pytest.mark.parametrize("runtime", ["tmux", "headless"])
+def test_over_memory_is_stopped_and_recorded(fbrain, runtime):  # noqa: F811
     brain = fbrain
-    k = verbs.kernel_spawn(brain, "Ingest sensor data", kernel_id="delta", resource_limits={"memory": "160M"})
+    k = verbs.kernel_spawn(brain, "Ingest sensor data", kernel_id="delta", resource_limits={"memory": "160M"},
+                           runtime=runtime)
     plan = limits.plan(k, name=limits.group_name(brain.root, "delta"))  # what this machine offers
     assert k.enforcement == plan.enforcement != "none"
-    until(lambda: health.last_heartbeat(brain, "delta"))
+    if runtime == "tmux":
+        until(lambda: health.last_heartbeat(brain, "delta"))
     verbs.kernel_invoke(brain, "delta", "alloc=600 load everything")
     until(_dead(brain, "delta"))
     k = kernels.load_kernel(brain, "delta")
