@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from nika_brain.state import kernels
-from nika_brain.federation import runtimes
+from nika_brain.federation import health, runtimes
 
 from .fedkit import fbrain, until  # noqa: F401
 
@@ -36,8 +36,13 @@ def test_headless_five_verbs(fbrain, cli):  # noqa: F811
     env = cli("kernel", "invoke", "epsilon", "env=KERNEL_TOKEN env=CALLER_SECRET env=NIKA_KERNEL_ID",
               "--wait", env={"CALLER_SECRET": "do-not-leak"})
     assert "[env KERNEL_TOKEN=present] [env CALLER_SECRET=absent] [env NIKA_KERNEL_ID=present]" in env.stdout
-    no_wait = cli("kernel", "invoke", "epsilon", "sleep=0.5 a slow one")
+    no_wait = cli("kernel", "invoke", "epsilon", "sleep=1 a slow one")
     assert no_wait.returncode == 0 and "taken by epsilon" in no_wait.stdout
+    after = cli("kernel", "invoke", "epsilon", "the next one", "--wait")  # waits for the slow one
+    assert "stand-in answer to: the next one" in after.stdout
+    # one invocation at a time on the session: the slow one answered before the next was taken
+    taken = [e for e in health.read_events(brain, "epsilon")[0] if e["event"] in ("taken", "answered")]
+    assert [e["event"] for e in taken][-4:] == ["taken", "answered", "taken", "answered"]
     until(lambda: not runtimes.pid_alive(runtimes.load_state(brain, "epsilon")["pid"]))
     kl = cli("kernel", "kill", "epsilon", "--reason", "done")
     assert kl.returncode == 0, kl.stderr

@@ -14,6 +14,7 @@ import time
 import uuid
 
 from nika_brain.brain import Brain
+from nika_brain.errors import BrainError
 from nika_brain.state.kernels import Kernel, kernel_dir
 from nika_brain.federation.runtimes import Launch, Liveness, pid_alive
 
@@ -47,6 +48,14 @@ class HeadlessRuntime:
         return Liveness(True, None, code)
 
     def deliver(self, brain: Brain, kernel: Kernel, state: dict, prompt: str, launch: Launch) -> dict:
+        # One invocation at a time per session: two `--resume` of one session would interleave.
+        from nika_brain.federation import options
+        deadline = time.monotonic() + options.get(brain, "deliver_timeout")
+        while pid_alive(state.get("pid")):
+            if time.monotonic() >= deadline:
+                raise BrainError(f"kernel {kernel.id} is still answering invocation {state.get('runs')}; "
+                                 "the prompt stays queued", 8)
+            time.sleep(0.05)
         n = state.get("runs", 0) + 1
         sid = state["session_id"]
         how = ["--resume", sid] if state.get("runs") else ["--session-id", sid]
