@@ -1,10 +1,12 @@
 """A kernel's prompt queue: `kernels/<id>/queue.jsonl`, append-only.
 
-Every prompt given to `kernel invoke` is queued first, then delivered; it leaves the queue only when
-the agent has taken it (its UserPromptSubmit hook fired with that text). A prompt for a dead kernel,
-or one the agent did not take in time, stays queued and is delivered when the kernel runs again
-(supervisor or restart). Lines: {"id", "at", "prompt", "by"} to queue, {"id", "taken": at} or
-{"id", "dropped": at, "reason"} to settle.
+Every prompt given to `kernel invoke` is queued first, then handed to the agent ("sent"); it leaves
+the queue only when the agent has taken it (its UserPromptSubmit hook fired with that text). A prompt
+for a dead kernel stays queued and is delivered when the kernel runs again. One the agent did not
+take in time (busy with a long turn) stays "sent": the supervisor confirms it when the agent takes
+it, and never types it twice; a restart sends it again. Lines: {"id", "at", "prompt", "by"} to
+queue, {"id", "sent": at}, {"id", "resend": at}, {"id", "taken": at} or {"id", "dropped": at,
+"reason"}.
 """
 from __future__ import annotations
 
@@ -73,10 +75,31 @@ def settle(brain: Brain, kernel_id: str, item_id: str, how: str = "taken", reaso
 
 
 def pending(brain: Brain, kernel_id: str) -> list[dict]:
+    """Prompts not yet taken, oldest first; an item handed to the agent but not acknowledged yet
+    carries "sent" (when), until a restart clears it ("resend")."""
     items: dict[str, dict] = {}
     for x in _lines(brain, kernel_id):
         if "prompt" in x:
-            items[x["id"]] = x
+            items[x["id"]] = dict(x)
+        elif x["id"] not in items:
+            continue
         elif "taken" in x or "dropped" in x:
             items.pop(x["id"], None)
+        elif "sent" in x:
+            items[x["id"]]["sent"] = x["sent"]
+        elif "resend" in x:
+            items[x["id"]].pop("sent", None)
     return list(items.values())
+
+
+def unsent(brain: Brain, kernel_id: str) -> list[dict]:
+    """What may be handed to the agent: typed into a busy agent's terminal, a prompt is waiting
+    there, and sending it again would run it twice."""
+    return [x for x in pending(brain, kernel_id) if "sent" not in x]
+
+
+def reset_sent(brain: Brain, kernel_id: str) -> None:
+    """After a restart the old process's input is gone: what it had not taken is sent again."""
+    for x in pending(brain, kernel_id):
+        if "sent" in x:
+            settle(brain, kernel_id, x["id"], "resend")

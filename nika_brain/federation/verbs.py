@@ -101,6 +101,7 @@ def _start(brain: Brain, k: Kernel) -> Kernel:
     group = limits.group_name(brain.root, k.id)
     plan = limits.plan(k, options.get(brain, "cgroup_root"), group) if k.runtime != "kubernetes" \
         else limits.Plan("kubernetes")
+    queue.reset_sent(brain, k.id)  # a new process: what the old one had not taken goes again
     state = rt.start(brain, k, _launch(brain, k, plan))
     state.update(enforcement=plan.enforcement, oom_file=plan.oom_file, cpu_enforced=plan.cpu_enforced,
                  oom_base=limits.oom_count(plan.oom_file), cgroup=group, procs=list(plan.procs),
@@ -206,6 +207,7 @@ def _deliver(brain: Brain, k: Kernel, item: dict, timeout: float) -> tuple[dict 
     plan = limits.Plan(state.get("enforcement", "none"), tuple(state.get("procs") or ()),
                        state.get("memory_bytes"))
     changes = rt.deliver(brain, k, state, item["prompt"], _launch(brain, k, plan))
+    queue.settle(brain, k.id, item["id"], "sent")
     if changes:
         state.update(changes)
         runtimes.save_state(brain, k.id, state)
@@ -233,8 +235,8 @@ def kernel_invoke(brain: Brain, kernel_id: str, prompt: str, *, wait: bool = Fal
     with brain.mutex(f"deliver-{k.id}"):
         ev, offset = _deliver(brain, k, item, limit)
     if ev is None:
-        raise BrainError(f"kernel {k.id} did not take prompt {item['id']} within {limit:g}s; it stays "
-                         "queued", EXIT_NOT_TAKEN)
+        raise BrainError(f"kernel {k.id} did not take prompt {item['id']} within {limit:g}s (busy or "
+                         "gone); it stays queued, handed over once, confirmed when taken", EXIT_NOT_TAKEN)
     out = {"kernel": k.id, "id": item["id"], "taken": ev["at"], "session": ev.get("session")}
     if wait:
         ans, _ = _wait_event(brain, k.id, offset, lambda e: e.get("event") == "answered" and
@@ -245,12 +247,31 @@ def kernel_invoke(brain: Brain, kernel_id: str, prompt: str, *, wait: bool = Fal
     return out
 
 
+def confirm_sent(brain: Brain, kernel_id: str) -> int:
+    """Settle the prompts handed over earlier that the agent has taken since; returns how many."""
+    sent = [x for x in queue.pending(brain, kernel_id) if "sent" in x]
+    if not sent:
+        return 0
+    taken = [e for e in health.tail_events(brain, kernel_id) if e.get("event") == "taken"]
+    n = 0
+    for item in sent:
+        sha = health.prompt_sha(item["prompt"])
+        if any(e.get("sha") == sha and str(e.get("at", "")) >= item["sent"] for e in taken):
+            queue.settle(brain, kernel_id, item["id"])
+            n += 1
+    return n
+
+
 def drain_queue(brain: Brain, kernel_id: str) -> int:
-    """Deliver what waits in an alive kernel's queue, oldest first; returns how many were taken."""
+    """Deliver what waits in an alive kernel's queue, oldest first (never a prompt already handed to
+    the agent); returns how many were taken."""
     k = kernels.load_kernel(brain, kernel_id)
     n = 0
     with brain.mutex(f"deliver-{k.id}"):
-        for item in queue.pending(brain, k.id):
+        confirm_sent(brain, k.id)
+        if any("sent" in x for x in queue.pending(brain, k.id)):
+            return 0  # the agent has not taken an earlier one yet: keep the order
+        for item in queue.unsent(brain, k.id):
             ev, _ = _deliver(brain, k, item, options.get(brain, "deliver_timeout"))
             if ev is None:
                 break

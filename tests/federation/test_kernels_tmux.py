@@ -130,3 +130,27 @@ def test_spawn_starts_the_supervisor_which_sees_a_death_and_exits(fbrain, tmp_pa
     assert kernels.load_kernel(brain, "eps").status == "dead"
     until(lambda: not runtimes.pid_alive(pid), timeout=30)  # nothing left to watch: it ends
     assert supervisor.running_pid(brain) is None
+
+
+def test_a_prompt_typed_into_a_busy_agent_is_confirmed_later_never_typed_twice(fbrain, tmp_path):  # noqa: F811
+    from nika_brain.federation import queue, verbs
+
+    from .fedkit import configure
+    brain = configure(fbrain, tmp_path, deliver_timeout=1)
+    verbs.kernel_spawn(brain, "Long jobs", kernel_id="busy")
+    until(lambda: health.last_heartbeat(brain, "busy"))
+    verbs.kernel_invoke(brain, "busy", "sleep=4 a long task")
+    try:
+        verbs.kernel_invoke(brain, "busy", "the second one")
+        raise AssertionError("a busy agent acknowledged at once")
+    except verbs.BrainError as exc:
+        assert exc.exit_code == 8 and "stays queued" in str(exc)
+    assert [x.get("sent") is not None for x in queue.pending(brain, "busy")] == [True]
+
+    def settled():
+        supervisor.check_once(brain)  # confirms, and must not type it again meanwhile
+        return not queue.pending(brain, "busy")
+    until(settled, timeout=30)
+    sha = health.prompt_sha("the second one")
+    taken = [e for e in health.read_events(brain, "busy")[0] if e.get("sha") == sha]
+    assert len(taken) == 1, "taken exactly once"
