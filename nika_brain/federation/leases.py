@@ -20,7 +20,7 @@ import time
 
 from nika_brain.state import locks, scopes
 from nika_brain.brain import Brain
-from nika_brain.errors import EXIT_BUSY, BrainError
+from nika_brain.errors import BrainError, Busy
 from nika_brain.federation import options
 
 _ACQUIRE = """
@@ -168,8 +168,8 @@ def lock_acquire(brain: Brain, scope: str, owner: str, *, mode: str = "exclusive
             break
         holder = holder or {}
         if time.monotonic() >= deadline:
-            raise BrainError(f"scope busy: {holder['scope']} held by {holder['owner']} on "
-                             f"{holder.get('host', '?')} (redis lease, token {holder['token']})", EXIT_BUSY)
+            raise Busy(f"scope busy: {holder['scope']} held by {holder['owner']} on "
+                       f"{holder.get('host', '?')} (redis lease, token {holder['token']})")
         time.sleep(min(brain.config.lock_poll, max(0.001, deadline - time.monotonic())))
     try:
         return locks.acquire(brain, scope, owner, mode=mode, ttl=ttl,
@@ -199,8 +199,8 @@ def lock_renew(brain: Brain, scope: str, owner: str, *, ttl: float | None = None
     if enabled(brain):
         t = brain.config.lock_ttl if ttl is None else ttl
         if not open_leases(brain).renew(scope, owner, t):
-            raise BrainError(f"cannot renew {scopes.normalize_scope(scope)}: its redis lease expired "
-                             "or is held by someone else", EXIT_BUSY)
+            raise Busy(f"cannot renew {scopes.normalize_scope(scope)}: its redis lease expired "
+                       "or is held by someone else")
     return locks.renew(brain, scope, owner, ttl=ttl)
 
 

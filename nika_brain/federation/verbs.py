@@ -25,7 +25,7 @@ from nika_brain.errors import BrainError
 from nika_brain.state.kernels import Kernel, Limits
 from nika_brain.federation import health, limits, options, queue, runtimes
 
-EXIT_NOT_TAKEN = 8   # dead kernel, or the agent did not take the prompt in time: it stays queued
+EXIT_NOT_TAKEN = runtimes.NotTaken.exit_code  # dead or busy kernel: the prompt stays queued
 PASS_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "USER", "LOGNAME", "SHELL",
             "TMPDIR", "PYTHONPATH", "NIKA_BUS", "NIKA_REDIS_URL", "NIKA_NOW")
 CREDENTIALS = "credentials.env"
@@ -225,18 +225,17 @@ def kernel_invoke(brain: Brain, kernel_id: str, prompt: str, *, wait: bool = Fal
     k = kernels.load_kernel(brain, kernel_id)
     item = queue.enqueue(brain, k.id, prompt, by=by)
     if not k.live:
-        raise BrainError(f"kernel {k.id} is {k.status}; prompt {item['id']} stays queued "
-                         "(it is delivered when the kernel runs again)", EXIT_NOT_TAKEN)
+        raise runtimes.NotTaken(f"kernel {k.id} is {k.status}; prompt {item['id']} stays queued "
+                         "(it is delivered when the kernel runs again)")
     rt = runtimes.require(brain, k.runtime)
     if not rt.alive(brain, k, runtimes.load_state(brain, k.id)).alive:
-        raise BrainError(f"kernel {k.id}'s process is gone; prompt {item['id']} stays queued",
-                         EXIT_NOT_TAKEN)
+        raise runtimes.NotTaken(f"kernel {k.id}'s process is gone; prompt {item['id']} stays queued")
     limit = options.get(brain, "deliver_timeout")
     with brain.mutex(f"deliver-{k.id}"):
         ev, offset = _deliver(brain, k, item, limit)
     if ev is None:
-        raise BrainError(f"kernel {k.id} did not take prompt {item['id']} within {limit:g}s (busy or "
-                         "gone); it stays queued, handed over once, confirmed when taken", EXIT_NOT_TAKEN)
+        raise runtimes.NotTaken(f"kernel {k.id} did not take prompt {item['id']} within {limit:g}s (busy or "
+                         "gone); it stays queued, handed over once, confirmed when taken")
     out = {"kernel": k.id, "id": item["id"], "taken": ev["at"], "session": ev.get("session")}
     if wait:
         ans, _ = _wait_event(brain, k.id, offset, lambda e: e.get("event") == "answered" and

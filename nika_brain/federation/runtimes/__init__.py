@@ -18,7 +18,18 @@ from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
 from nika_brain.state.kernels import Kernel, kernel_dir
 
-EXIT_RUNTIME_MISSING = 7   # a runtime's program (tmux, kubectl, the agent) is not installed
+class RuntimeMissing(BrainError):
+    """A runtime's program (tmux, kubectl, the agent command) is not installed."""
+    exit_code = 7
+
+
+class NotTaken(BrainError):
+    """The kernel cannot take the prompt now (dead, busy, silent): it stays queued."""
+    exit_code = 8
+
+
+EXIT_RUNTIME_MISSING = RuntimeMissing.exit_code
+EXIT_NOT_TAKEN = NotTaken.exit_code
 
 
 @dataclass(frozen=True)
@@ -74,7 +85,7 @@ def require(brain: Brain, name: str) -> Runtime:
     rt = get(name)
     why = rt.missing(brain)
     if why:
-        raise BrainError(f"runtime {name} is not available: {why}", EXIT_RUNTIME_MISSING)
+        raise RuntimeMissing(f"runtime {name} is not available: {why}")
     return rt
 
 

@@ -14,9 +14,8 @@ import time
 import uuid
 
 from nika_brain.brain import Brain
-from nika_brain.errors import BrainError
 from nika_brain.state.kernels import Kernel, kernel_dir
-from nika_brain.federation.runtimes import Launch, Liveness, pid_alive
+from nika_brain.federation.runtimes import Launch, Liveness, NotTaken, pid_alive
 
 
 class HeadlessRuntime:
@@ -53,8 +52,8 @@ class HeadlessRuntime:
         deadline = time.monotonic() + options.get(brain, "deliver_timeout")
         while pid_alive(state.get("pid")):
             if time.monotonic() >= deadline:
-                raise BrainError(f"kernel {kernel.id} is still answering invocation {state.get('runs')}; "
-                                 "the prompt stays queued", 8)
+                raise NotTaken(f"kernel {kernel.id} is still answering invocation {state.get('runs')}; "
+                               "the prompt stays queued")
             time.sleep(0.05)
         n = state.get("runs", 0) + 1
         sid = state["session_id"]

@@ -19,7 +19,7 @@ from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
 from nika_brain.state.kernels import Kernel, kernel_dir
 from nika_brain.federation import options
-from nika_brain.federation.runtimes import Launch, Liveness
+from nika_brain.federation.runtimes import Launch, Liveness, RuntimeMissing
 
 DEFAULT_IMAGE = "nika-brain/kernel:latest"
 _DNS = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -99,7 +99,7 @@ class KubernetesRuntime:
             return subprocess.run(["kubectl", "--context", str(ctx), *args], capture_output=True,
                                   text=True, timeout=60)
         except FileNotFoundError as exc:
-            raise BrainError("kubectl is not installed", 7) from exc
+            raise RuntimeMissing("kubectl is not installed") from exc
         except subprocess.TimeoutExpired as exc:
             raise BrainError(f"kubectl {args[0]} timed out") from exc
 

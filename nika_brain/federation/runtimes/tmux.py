@@ -18,7 +18,7 @@ from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
 from nika_brain.state.kernels import Kernel
 from nika_brain.federation import options
-from nika_brain.federation.runtimes import Launch, Liveness, pid_alive
+from nika_brain.federation.runtimes import Launch, Liveness, RuntimeMissing, pid_alive
 
 
 def session_name(kernel_id: str) -> str:
@@ -43,7 +43,7 @@ class TmuxRuntime:
             p = subprocess.run([*base, *args], capture_output=True, text=True, timeout=15,
                                env={**os.environ, "TMUX": ""})
         except FileNotFoundError as exc:
-            raise BrainError("tmux is not installed (apt-get install tmux)", 7) from exc
+            raise RuntimeMissing("tmux is not installed (apt-get install tmux)") from exc
         except subprocess.TimeoutExpired as exc:
             raise BrainError(f"tmux did not answer: {' '.join(args[:1])}") from exc
         if check and p.returncode != 0:
