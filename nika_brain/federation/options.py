@@ -6,6 +6,7 @@
       heartbeat_ttl: 60                 # seconds without heartbeat before a live kernel is stale/dead
       deliver_timeout: 20               # seconds invoke waits for the agent to take a prompt
       kill_grace: 5                     # seconds between the graceful and the forced stop
+      supervisor: auto                  # auto: `kernel spawn` starts the supervisor; manual: you do
       redis_url: redis://host:6379/0    # set: path locks also take a Redis lease (several machines)
       lease_prefix: "nika:lease:"
       cgroup_root: /sys/fs/cgroup       # where cgroups are looked for (tests point it elsewhere)
