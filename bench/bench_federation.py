@@ -178,8 +178,7 @@ def main() -> None:
         emb = directive_latency(make_brain(tmp / "emb"), a.directives)
         print(f"directive end to end, embedded bus: median {statistics.median(emb) * 1000:.1f} ms "
               f"(p90 {sorted(emb)[int(len(emb) * 0.9) - 1] * 1000:.1f}; target < 200 ms)")
-        sys.path.insert(0, str(ROOT / "tests"))
-        from redis_fixture import RedisServer
+        from tests.kit.redis import RedisServer
         with RedisServer(tmp / "redis") as url:
             rb = make_brain(tmp / "red")
             (rb.root / "nika-brain.yml").write_text(

@@ -448,7 +448,8 @@ HANDLERS: dict[str, list[Handler | str]] = {
     "PostToolUse": [on_post_tool_use],
     # federation.health:on_hook records the agent's own acknowledgements (session, prompt taken, turn
     # answered) and publishes the kernel's heartbeat; it does nothing outside a kernel's session.
-    "UserPromptSubmit": [on_user_prompt_submit, "nika_brain.federation.health:on_hook"],
+    "UserPromptSubmit": [on_user_prompt_submit, "nika_brain.federation.hint:on_user_prompt_submit",
+                         "nika_brain.federation.health:on_hook"],
     "SessionStart": [on_session_start, "nika_brain.federation.health:on_hook"],
     "Stop": [on_context_checkpoint, "nika_brain.federation.health:on_hook"],
     "PreCompact": [on_context_checkpoint],

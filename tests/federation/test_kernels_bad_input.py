@@ -80,7 +80,7 @@ def test_bad_federation_settings_are_one_line(fbrain, cli, tmp_path):  # noqa: F
 
 
 def test_status_with_the_bus_gone_shows_the_records_and_fails(fbrain, cli):  # noqa: F811
-    from tests.redis_fixture import nothing_listening
+    from tests.kit.redis import nothing_listening
     kernels.save_kernel(fbrain, kernels.new_kernel("alpha", "g", status="active"))
     with nothing_listening() as url:
         (fbrain.root / "nika-brain.yml").write_text(
