@@ -167,8 +167,9 @@ def main() -> None:
                   f"(min {min(kill):.3f}, max {max(kill):.3f}; target < 2 s)")
             m = memory(tmp, a.kernels)
             per = (m["supervisor_kb"] / m["kernels"] + m["hook_peak_kb"]) / 1024
+            sup_mb = m["supervisor_kb"] / 1024
             print(f"memory with {m['kernels']} stand-in kernels running ({m['alive']} alive): supervisor "
-                  f"{m['supervisor_kb'] / 1024:.1f} MB total ({m['supervisor_kb'] / 1024 / m['kernels']:.2f} MB "
+                  f"{sup_mb:.1f} MB total ({sup_mb / m['kernels']:.2f} MB "
                   f"per kernel), one hook process peak {m['hook_peak_kb'] / 1024:.1f} MB (transient), "
                   f"tmux server {m['tmux_kb'] / 1024:.1f} MB total (not Python)")
             print(f"nika-brain's own memory per running kernel: {per:.1f} MB "

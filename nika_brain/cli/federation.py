@@ -49,7 +49,8 @@ def federation_supervise(once: bool = typer.Option(False, "--once", help="one pa
 
 
 @fed_app.command("acl")
-def federation_acl(kernel: List[str] = typer.Option([], "--kernel", help="a kernel (repeat; default all live)"),
+def federation_acl(kernel: List[str] = typer.Option([], "--kernel",
+                                                   help="a kernel (repeat; default all live)"),
                    revoke: bool = typer.Option(False, "--revoke")):
     """Create (or rotate) one Redis ACL user per kernel; its password goes to its credentials file."""
     from nika_brain.federation import acl

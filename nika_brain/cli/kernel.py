@@ -9,10 +9,10 @@ from typing import List, Optional
 
 import typer
 
-from nika_brain.state import kernels
 from nika_brain.brain import Brain
-from nika_brain.errors import BrainError
 from nika_brain.cli import app
+from nika_brain.errors import BrainError
+from nika_brain.state import kernels
 
 kernel_app = typer.Typer(no_args_is_help=True, help="Kernels: one folder per /goal under kernels/<id>/.")
 app.add_typer(kernel_app, name="kernel")
@@ -81,7 +81,8 @@ def kernel_spawn(goal: str,
                  cpu: Optional[str] = typer.Option(None, "--cpu", help="e.g. 50% (of one CPU)"),
                  region: Optional[str] = typer.Option(None, "--region"),
                  data_class: Optional[str] = typer.Option(None, "--data-class"),
-                 doctrine: Optional[str] = typer.Option(None, "--doctrine", help="its doctrine (text or a path)"),
+                 doctrine: Optional[str] = typer.Option(None, "--doctrine",
+                                                        help="its doctrine (text or a path)"),
                  card: Optional[str] = typer.Option(None, "--card"),
                  runtime: str = typer.Option("tmux", "--runtime", help="tmux | headless | kubernetes"),
                  restart: str = typer.Option("never", "--restart", help="never | on-failure"),
@@ -95,11 +96,12 @@ def kernel_spawn(goal: str,
         try:
             ex = [ln.strip() for ln in examples.read_text(encoding="utf-8").splitlines() if ln.strip()]
         except (OSError, UnicodeError) as exc:
-            raise BrainError(f"cannot read examples file {examples}: {getattr(exc, 'strerror', exc)}") from exc
+            why = getattr(exc, "strerror", exc)
+            raise BrainError(f"cannot read examples file {examples}: {why}") from exc
     k = verbs.kernel_spawn(Brain.find(), goal, scope=scope, resource_limits={"memory": memory, "cpu": cpu},
                            kernel_id=kernel_id, tags=tags, examples=ex, region=region,
-                           data_class=data_class, doctrine=doctrine, card=card, runtime=runtime, restart=restart,
-                           max_restarts=max_restarts, temporary=temporary, ttl=ttl)
+                           data_class=data_class, doctrine=doctrine, card=card, runtime=runtime,
+                           restart=restart, max_restarts=max_restarts, temporary=temporary, ttl=ttl)
     print(f"spawned {k.id} ({k.runtime}, limits {k.limits} [{k.enforcement}])")
 
 
@@ -137,8 +139,10 @@ def kernel_observe(kernel_id: str, since: str = typer.Option("1h", "--since"),
     k, m = o["kernel"], o["metrics"]
     hb = o["last_heartbeat"] or {}
     print(f"{k['id']}: {k['status']} ({k.get('runtime', 'tmux')}) - {k['goal']}")
-    print(f"  last heartbeat: {hb.get('at', '-')}  context: {m['context_pct'] if m['context_pct'] is not None else '-'}%"
-          f"  error rate: {m['error_rate']}  ttfa: {m['ttfa_s'] if m['ttfa_s'] is not None else '-'}s"
+    ctx = "-" if m["context_pct"] is None else m["context_pct"]
+    ttfa = "-" if m["ttfa_s"] is None else m["ttfa_s"]
+    print(f"  last heartbeat: {hb.get('at', '-')}  context: {ctx}%"
+          f"  error rate: {m['error_rate']}  ttfa: {ttfa}s"
           f"  queue: {m['queue_depth']}")
     for e in o["health_events"]:
         print(f"  {e.get('at')} {e.get('kind')}: {e.get('reason', '')}")

@@ -14,10 +14,10 @@ import re
 import secrets
 
 from nika_brain import bus
-from nika_brain.state import kernels
 from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
 from nika_brain.federation import options
+from nika_brain.state import kernels
 
 COMMANDS = ("ping", "hello", "auth", "client|setname", "client|id", "select", "echo",
             "get", "set", "del", "exists", "expire", "pexpire", "ttl", "pttl", "mget",
@@ -89,7 +89,8 @@ def apply(brain: Brain, kernel_ids: list[str] | None = None, *, revoke: bool = F
             done.append(name)
     except redis.RedisError as exc:
         where = target.rsplit("@", 1)[-1]
-        raise BrainError(f"redis acl: {where}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise BrainError(f"redis acl: {where}: {why}") from exc
     finally:
         r.close()
     return done

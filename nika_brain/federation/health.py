@@ -20,8 +20,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from nika_brain.support import clock
 from nika_brain.brain import Brain
+from nika_brain.support import clock
+
 
 def heartbeat_key(kernel_id: str) -> str:
     """The kernel's own key (nika:kv:kernel:<id>:*), which its Redis ACL user may write."""
@@ -95,8 +96,8 @@ def events_size(brain: Brain, kernel_id: str) -> int:
 def metrics(brain: Brain, kernel_id: str, session_id: str | None = None) -> dict:
     """The heartbeat's metrics. With `session_id` (a hook knows its session) only that session's
     record is read, so a hook's cost does not grow with the brain's history of sessions."""
-    from nika_brain.state import sessions
     from nika_brain.federation import queue
+    from nika_brain.state import sessions
     events = tail_events(brain, kernel_id)
     taken = [e for e in events if e.get("event") == "taken"][-50:]
     answered = [e for e in events if e.get("event") == "answered"]

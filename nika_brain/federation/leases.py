@@ -18,10 +18,10 @@ from __future__ import annotations
 import json
 import time
 
-from nika_brain.state import locks, scopes
 from nika_brain.brain import Brain
 from nika_brain.errors import BrainError, Busy
 from nika_brain.federation import options
+from nika_brain.state import locks, scopes
 
 _ACQUIRE = """
 local t = redis.call('TIME')
@@ -103,7 +103,8 @@ class Leases:
             return fn(*args, **kw)
         except redis.RedisError as exc:
             where = self.url.rsplit("@", 1)[-1]
-            raise BrainError(f"redis lease {what}: {where}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
+            why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise BrainError(f"redis lease {what}: {where}: {why}") from exc
 
     @staticmethod
     def field(scope: str, owner: str) -> str:

@@ -14,10 +14,10 @@ import json
 import os
 from pathlib import Path
 
-from nika_brain.support import clock
 from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
 from nika_brain.state.kernels import kernel_dir
+from nika_brain.support import clock
 
 MAX_PROMPT = 100_000
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 import statistics
 
 from nika_brain import bus
-from nika_brain.support import clock
-from nika_brain.state import kernels
 from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
 from nika_brain.federation import health, options
+from nika_brain.state import kernels
+from nika_brain.support import clock
 
 
 def kernel_state(k: kernels.Kernel, hb: dict | None, ttl: float, now: float) -> str:

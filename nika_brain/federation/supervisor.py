@@ -17,11 +17,11 @@ import subprocess
 import sys
 import time
 
-from nika_brain.support import clock
-from nika_brain.state import kernels
 from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
 from nika_brain.federation import health, limits, options, queue, runtimes
+from nika_brain.state import kernels
+from nika_brain.support import clock
 
 INTERVAL = 2.0
 
@@ -62,7 +62,8 @@ def _death_reason(k: kernels.Kernel, state: dict, live: runtimes.Liveness) -> st
                f"{k.limits.memory or '?'})"
     if live.exit_status is not None and live.exit_status < 0:
         sig = -live.exit_status
-        return f"{live.detail or 'process'} (signal {sig}{', likely its memory limit' if sig == 9 and k.limits.memory_bytes else ''})"
+        hint = ", likely its memory limit" if sig == 9 and k.limits.memory_bytes else ""
+        return f"{live.detail or 'process'} (signal {sig}{hint})"
     if live.exit_status is not None:
         return f"{live.detail or 'process exited'} (status {live.exit_status})"
     return live.detail or "process gone"

@@ -8,8 +8,8 @@ import pytest
 import redis
 
 from nika_brain import bus
-from nika_brain.state import kernels
 from nika_brain.federation import limits
+from nika_brain.state import kernels
 from tests.kit.redis import RedisServer
 
 
@@ -62,7 +62,8 @@ def test_acl_matrix(brain, cli, server):
             call()
             pytest.fail(f"denied call {i} went through")
     beta_cred = limits.read_env_file(kernels.kernel_dir(brain, "beta") / "credentials.env")
-    beta = redis.Redis.from_url(server, username="nika-kernel-beta", password=beta_cred["NIKA_REDIS_PASSWORD"])
+    beta = redis.Redis.from_url(server, username="nika-kernel-beta",
+                                password=beta_cred["NIKA_REDIS_PASSWORD"])
     assert beta.get("nika:kernel:beta:secret") == b"b"
     with pytest.raises(redis.exceptions.AuthenticationError):
         redis.Redis.from_url(server, username="nika-kernel-beta",

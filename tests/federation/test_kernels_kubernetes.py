@@ -9,9 +9,9 @@ import re
 
 import pytest
 
-from nika_brain.state import kernels
 from nika_brain.errors import BrainError
 from nika_brain.federation.runtimes import kubernetes
+from nika_brain.state import kernels
 
 DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 QUANTITY = re.compile(r"^\d+(\.\d+)?(Ki|Mi|Gi|Ti|m)?$")
@@ -28,11 +28,13 @@ def test_spawn_renders_namespace_and_pod_with_hard_limits(brain, cli):
                  "--region", "fr", "--restart", "on-failure")
     assert out.returncode == 0, out.stderr
     k = kernels.load_kernel(brain, "delta_iot.edge")
-    assert k.status == "starting" and k.enforcement == "kubernetes" and "no kubectl context" in k.status_reason
+    assert k.status == "starting" and k.enforcement == "kubernetes"
+    assert "no kubectl context" in k.status_reason
     text = kubernetes.manifest_path(brain, k.id).read_text()
     docs = [load_file_text(d) for d in text.split("---\n")]
     ns, pod = docs
-    assert ns["kind"] == "Namespace" and pod["kind"] == "Pod" and ns["apiVersion"] == pod["apiVersion"] == "v1"
+    assert ns["kind"] == "Namespace" and pod["kind"] == "Pod"
+    assert ns["apiVersion"] == pod["apiVersion"] == "v1"
     assert ns["metadata"]["name"] == pod["metadata"]["namespace"] == "nika-os-delta-iot-edge"
     for name in (ns["metadata"]["name"], pod["metadata"]["name"]):
         assert DNS1123.match(name) and len(name) <= 63

@@ -5,8 +5,8 @@ import dataclasses
 
 import pytest
 
-from nika_brain.state import kernels
 from nika_brain.errors import BrainError
+from nika_brain.state import kernels
 
 
 def _write(brain, kid, text):

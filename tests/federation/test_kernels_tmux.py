@@ -8,8 +8,8 @@ import stat
 import subprocess
 
 from nika_brain import bus
-from nika_brain.state import kernels, locks
 from nika_brain.federation import health, runtimes, supervisor
+from nika_brain.state import kernels, locks
 
 from .fedkit import fbrain, until  # noqa: F401
 
@@ -88,7 +88,8 @@ def test_five_verbs_end_to_end(fbrain, cli, tmp_path):  # noqa: F811
     # a prompt for a killed kernel is an error, and it is not lost
     late = cli("kernel", "invoke", "alpha", "are you there")
     assert late.returncode == 8 and "stays queued" in late.stderr and late.stderr.count("\n") == 1
-    assert json.loads(cli("kernel", "observe", "alpha", "--json").stdout)["queue"][0]["prompt"] == "are you there"
+    queued = json.loads(cli("kernel", "observe", "alpha", "--json").stdout)["queue"]
+    assert queued[0]["prompt"] == "are you there"
 
 
 def test_queued_prompt_is_delivered_when_the_kernel_runs_again(fbrain):  # noqa: F811

@@ -18,6 +18,7 @@ from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
 from nika_brain.state.kernels import Kernel, kernel_dir
 
+
 class RuntimeMissing(BrainError):
     """A runtime's program (tmux, kubectl, the agent command) is not installed."""
     exit_code = 7

@@ -14,8 +14,8 @@ import time
 import uuid
 
 from nika_brain.brain import Brain
-from nika_brain.state.kernels import Kernel, kernel_dir
 from nika_brain.federation.runtimes import Launch, Liveness, NotTaken, pid_alive
+from nika_brain.state.kernels import Kernel, kernel_dir
 
 
 class HeadlessRuntime:
@@ -27,7 +27,7 @@ class HeadlessRuntime:
         return None if shutil.which(exe) or os.access(exe, os.X_OK) else \
             f"the agent command {exe!r} is not installed"
 
-    def start(self, brain: Brain, kernel: Kernel, launch: Launch) -> dict:
+    def start(self, brain: Brain, kernel: Kernel, launch: Launch) -> dict:  # noqa: ARG002
         (kernel_dir(brain, kernel.id) / "runs").mkdir(mode=0o700, exist_ok=True)
         return {"session_id": str(uuid.uuid4()), "runs": 0, "started_at": time.time(), "pid": None}
 
@@ -67,7 +67,7 @@ class HeadlessRuntime:
                                  stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
         return {"runs": n, "pid": p.pid, "last_output": str(out)}
 
-    def stop(self, brain: Brain, kernel: Kernel, state: dict, grace: float) -> None:
+    def stop(self, brain: Brain, kernel: Kernel, state: dict, grace: float) -> None:  # noqa: ARG002
         pid: int = state.get("pid") or 0
         if not pid_alive(pid):
             return

@@ -17,9 +17,9 @@ import subprocess
 
 from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
-from nika_brain.state.kernels import Kernel, kernel_dir
 from nika_brain.federation import options
 from nika_brain.federation.runtimes import Launch, Liveness, RuntimeMissing
+from nika_brain.state.kernels import Kernel, kernel_dir
 
 DEFAULT_IMAGE = "nika-brain/kernel:latest"
 _DNS = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -37,7 +37,7 @@ def k8s_name(kernel_id: str, prefix: str = "nika-os-") -> str:
     return name
 
 
-def render(brain: Brain, kernel: Kernel, launch: Launch | None = None) -> list[dict]:
+def render(brain: Brain, kernel: Kernel) -> list[dict]:
     """The Namespace and the Pod of one kernel, as data (dumped as a multi-document YAML)."""
     cfg = _k8s(brain)
     ns = k8s_name(kernel.id, str(cfg.get("namespace_prefix", "nika-os-")))
@@ -103,7 +103,7 @@ class KubernetesRuntime:
         except subprocess.TimeoutExpired as exc:
             raise BrainError(f"kubectl {args[0]} timed out") from exc
 
-    def start(self, brain: Brain, kernel: Kernel, launch: Launch) -> dict:
+    def start(self, brain: Brain, kernel: Kernel, launch: Launch) -> dict:  # noqa: ARG002
         path = write_manifests(brain, kernel)
         if not _k8s(brain).get("context"):
             return {"manifests": path, "applied": False}
@@ -120,7 +120,8 @@ class KubernetesRuntime:
         phase = p.stdout.strip()
         return Liveness(p.returncode == 0 and phase in ("Pending", "Running"), None, None, phase)
 
-    def deliver(self, brain: Brain, kernel: Kernel, state: dict, prompt: str, launch: Launch) -> dict:
+    def deliver(self, brain: Brain, kernel: Kernel, state: dict, prompt: str,  # noqa: ARG002
+                launch: Launch) -> dict:  # noqa: ARG002
         raise BrainError(f"kernel {kernel.id}: the kubernetes runtime does not take prompts from "
                          "`kernel invoke` (its agent reads work from the bus); the prompt stays queued")
 

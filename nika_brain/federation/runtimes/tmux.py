@@ -16,9 +16,9 @@ import time
 
 from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
-from nika_brain.state.kernels import Kernel
 from nika_brain.federation import options
 from nika_brain.federation.runtimes import Launch, Liveness, RuntimeMissing, pid_alive
+from nika_brain.state.kernels import Kernel
 
 
 def session_name(kernel_id: str) -> str:
@@ -77,13 +77,15 @@ class TmuxRuntime:
         dead, pid, status, sig = (p.stdout.split() + ["", "", "", ""])[:4]
         pid_i = int(pid) if pid.isdigit() else None
         if dead == "1":
-            code = -int(sig) if sig.isdigit() and int(sig) else int(status) if status.lstrip("-").isdigit() else None
+            code = -int(sig) if sig.isdigit() and int(sig) else \
+                int(status) if status.lstrip("-").isdigit() else None
             return Liveness(False, pid_i, code, "agent process exited")
         if not pid_alive(pid_i):
             return Liveness(False, pid_i, None, "agent process gone")
         return Liveness(True, pid_i)
 
-    def deliver(self, brain: Brain, kernel: Kernel, state: dict, prompt: str, launch: Launch) -> dict:
+    def deliver(self, brain: Brain, kernel: Kernel, state: dict, prompt: str,
+                launch: Launch) -> dict:  # noqa: ARG002
         name = state.get("tmux_session") or session_name(kernel.id)
         text = " ".join(prompt.split("\n"))
         self._tmux(brain, "send-keys", "-t", f"={name}:", "-l", text)
