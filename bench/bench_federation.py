@@ -97,17 +97,34 @@ def memory(tmp: Path, n: int) -> dict:
     tmux_pid = int(subprocess.run(["tmux", "-S", str(tmp / "tmux.sock"), "display-message", "-p",
                                    "#{pid}"], capture_output=True, text=True).stdout.strip())
     tmux_rss = rss_kb(tmux_pid)
-    # one hook process as the agent runs it (Stop: context measure, heartbeat on the bus)
+    # the hook processes as the agent runs them: UserPromptSubmit (directives, the triage's
+    # wrong-kernel hint, taken + heartbeat) and Stop (context measure, answered + heartbeat)
     kfolder = brain.kernels_dir / "m0"
-    event = json.dumps({"hook_event_name": "Stop", "session_id": health.metrics(brain, "m0")["session"],
-                        "cwd": str(kfolder), "transcript_path": ""})
+    sid = health.metrics(brain, "m0")["session"]
     hooks = []
-    for _ in range(3):  # /usr/bin/time: the hook's own peak (a fork of this process would count ours)
-        p = subprocess.run(["/usr/bin/time", "-f", "%M", sys.executable, "-m", "nika_brain", "hook", "Stop"],
-                           input=event, text=True, cwd=kfolder, capture_output=True,
-                           env={**os.environ, "NIKA_KERNEL_ID": "m0", "NIKA_BRAIN_DIR": str(brain.root)})
-        hooks.append(int(p.stderr.strip().splitlines()[-1]))
-    hook_kb = max(hooks)
+    for event in ({"hook_event_name": "UserPromptSubmit", "prompt": "check the backups of the VPN"},
+                  {"hook_event_name": "Stop", "transcript_path": ""}):
+        payload = json.dumps({**event, "session_id": sid, "cwd": str(kfolder)})
+        for _ in range(2):  # /usr/bin/time: the hook's own peak (a fork of this process would count ours)
+            p = subprocess.run(["/usr/bin/time", "-f", "%M", sys.executable, "-m", "nika_brain", "hook",
+                                event["hook_event_name"]], input=payload, text=True, cwd=kfolder,
+                               capture_output=True,
+                               env={**os.environ, "NIKA_KERNEL_ID": "m0", "NIKA_BRAIN_DIR": str(brain.root)})
+            hooks.append((event["hook_event_name"], int(p.stderr.strip().splitlines()[-1])))
+    # the same UserPromptSubmit without the triage's wrong-kernel hint (issue 12), which loads the
+    # embedding model: what the federation core itself costs on that event
+    core_only = ("import sys\nfrom nika_brain.hooks import claude as h\n"
+                 "h.HANDLERS['UserPromptSubmit'] = [x for x in h.HANDLERS['UserPromptSubmit'] "
+                 "if 'hint' not in str(x)]\nsys.exit(h.main(['UserPromptSubmit']))\n")
+    payload = json.dumps({"hook_event_name": "UserPromptSubmit", "prompt": "check the backups of the VPN",
+                          "session_id": sid, "cwd": str(kfolder)})
+    p = subprocess.run(["/usr/bin/time", "-f", "%M", sys.executable, "-c", core_only], input=payload,
+                       text=True, cwd=kfolder, capture_output=True,
+                       env={**os.environ, "NIKA_KERNEL_ID": "m0", "NIKA_BRAIN_DIR": str(brain.root)})
+    hooks.append(("UserPromptSubmit without the triage hint", int(p.stderr.strip().splitlines()[-1])))
+    by_event = {name: max(kb for n, kb in hooks if n == name) for name, _ in hooks}
+    core_kb = max(kb for name, kb in by_event.items() if name != "UserPromptSubmit")
+    hook_kb = max(by_event.values())
     alive = sum(1 for k in range(n) if runtimes.get("tmux").alive(
         brain, verbs.kernels.load_kernel(brain, f"m{k}"), runtimes.load_state(brain, f"m{k}")).alive)
     sup.terminate()
@@ -115,7 +132,7 @@ def memory(tmp: Path, n: int) -> dict:
     for i in range(n):
         verbs.kernel_kill(brain, f"m{i}", "bench over")
     return {"kernels": n, "alive": alive, "supervisor_kb": sup_rss, "tmux_kb": tmux_rss,
-            "hook_peak_kb": hook_kb}
+            "hook_peak_kb": hook_kb, "hooks_kb": by_event, "core_hook_kb": core_kb}
 
 
 def directive_latency(brain: Brain, n: int) -> list[float]:
@@ -172,8 +189,11 @@ def main() -> None:
                   f"{sup_mb:.1f} MB total ({sup_mb / m['kernels']:.2f} MB "
                   f"per kernel), one hook process peak {m['hook_peak_kb'] / 1024:.1f} MB (transient), "
                   f"tmux server {m['tmux_kb'] / 1024:.1f} MB total (not Python)")
-            print(f"nika-brain's own memory per running kernel: {per:.1f} MB "
-                  f"(supervisor share + one hook at a time; target < 30 MB)")
+            print("hook peaks: " + ", ".join(f"{e} {kb / 1024:.1f} MB" for e, kb in m["hooks_kb"].items()))
+            core = (m["supervisor_kb"] / m["kernels"] + m["core_hook_kb"]) / 1024
+            print(f"nika-brain's own memory per running kernel: {per:.1f} MB with every hook handler, "
+                  f"{core:.1f} MB for the federation core's own (supervisor share + one hook at a time; "
+                  f"target < 30 MB)")
         finally:
             subprocess.run(["tmux", "-S", str(tmp / "tmux.sock"), "kill-server"], capture_output=True)
         emb = directive_latency(make_brain(tmp / "emb"), a.directives)
