@@ -78,21 +78,14 @@ def reindex(brain: Brain) -> None:
 
 
 def rebuild_goals_index(brain: Brain) -> None:
-    """Have the triage (issue 12, branch fed-triage) rebuild its goals index after a spawn or a kill:
-    `nika_brain.federation.goals.refresh(brain)` when that module is present. Without it (a build
-    before the triage landed) the triage rebuilds from the nika:federation:goals messages published
-    just before. A triage failure is reported, never fatal to the verb."""
+    """Have the triage (issue 12) rebuild its goals index after a spawn or a kill. A triage failure is
+    reported, never fatal to the verb: the kernel's record is already written."""
+    from nika_brain.federation import goals  # lazily: it loads the embedder
     try:
-        from nika_brain.federation import goals  # type: ignore[attr-defined]
-    except ImportError:
-        return
-    refresh = getattr(goals, "refresh", None)
-    if callable(refresh):
-        try:
-            refresh(brain)
-        except BrainError as exc:
-            import sys
-            print(f"nika-brain: triage goals index not rebuilt: {exc}", file=sys.stderr)
+        goals.refresh(brain)
+    except BrainError as exc:
+        import sys
+        print(f"nika-brain: triage goals index not rebuilt: {exc}", file=sys.stderr)
 
 
 def _start(brain: Brain, k: Kernel) -> Kernel:
@@ -347,18 +340,11 @@ def _signals(brain: Brain, kernel_id: str, claim_ids: set[str], cut: str) -> lis
 
 
 def _vault_query(brain: Brain, kernel_id: str, text: str, k: int = 5) -> Any:
-    """The shared vault's records of this kernel nearest to `text` (issue 13, branch fed-vault:
-    `nika_brain.federation.vault.query.search`); a build without the vault says so."""
-    try:
-        from nika_brain.federation.vault.query import search  # type: ignore[import-not-found]
-    except ImportError:
-        return {"error": "the shared vault is not available in this build"}
+    """The shared vault's records of this kernel nearest to `text` (issue 13), read as that kernel."""
     import dataclasses
-    out = []
-    for rec in search(brain, text, kernel=kernel_id, k=k):
-        is_record = dataclasses.is_dataclass(rec) and not isinstance(rec, type)
-        out.append(dataclasses.asdict(rec) if is_record else rec)  # type: ignore[arg-type]
-    return out
+
+    from nika_brain.federation.vault.query import search  # lazily: chromadb, the embedder
+    return [dataclasses.asdict(rec) for rec in search(brain, text, kernel=kernel_id, k=k)]
 
 
 # ---- kill ------------------------------------------------------------------------------------------
