@@ -28,8 +28,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from .errors import EXIT_REFUSED, BrainError
 
@@ -164,10 +165,11 @@ def verify(brain: Any, kind: str, fields: Mapping[str, Any], signature: str | No
     public = _public(brain)
     if public is None:
         return False
+    from cryptography.exceptions import InvalidSignature
     try:
         public.verify(bytes.fromhex(signature), payload(brain, kind, fields))
         return True
-    except Exception:  # InvalidSignature, or a signature that is not even hex
+    except (InvalidSignature, ValueError):  # ValueError: not even hex
         return False
 
 

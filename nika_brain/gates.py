@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import getpass
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Callable, Mapping, Protocol
+from typing import Protocol
 
 from . import authority, clock
 from .brain import Brain

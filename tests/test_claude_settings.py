@@ -18,7 +18,9 @@ from .test_claude_hooks import FIXTURES, SID, bound_env, clean_env, fixture, hoo
 
 EVENTS = ("PreToolUse", "PostToolUse", "UserPromptSubmit", "SessionStart", "Stop", "PreCompact",
           "SessionEnd")
-TOOLS = {"Edit", "Write", "MultiEdit", "NotebookEdit", "Read", "Grep", "Glob", "LS", "NotebookRead", "Bash"}
+# Tool names of current Claude Code builds (2.1.3xx); LS and NotebookRead are gone, Monitor and
+# PowerShell run shell commands.
+TOOLS = {"Edit", "Write", "MultiEdit", "NotebookEdit", "Read", "Grep", "Glob", "Bash", "Monitor", "PowerShell"}
 
 USER_SETTINGS = {
     "model": "opus",
@@ -39,6 +41,10 @@ def hb(tmp_path, git_env):
 
 def read(path: Path) -> dict:
     return json.loads(path.read_text())
+
+
+def _abs(root, glob: str) -> str:
+    return f"Read(/{root.as_posix()}/{glob})"
 
 
 def ours(settings: dict, event: str) -> list[dict]:
@@ -69,7 +75,15 @@ def test_install_writes_valid_hooks_for_every_event(hb):
         data["hooks"]["PreToolUse"][0]["matcher"].split("|"))
     assert set(data["hooks"]["PostToolUse"][0]["matcher"].split("|")) == {"Edit", "Write", "MultiEdit", "NotebookEdit"}
     assert data["statusLine"]["command"].endswith("-m nika_brain claude statusline")
-    assert "permissions" not in data and "env" not in data  # the brain install sets no kernel rules
+    assert "env" not in data  # the brain install binds no kernel
+    deny = data["permissions"]["deny"]
+    assert _abs(brain.root, "**/.env") in deny and _abs(brain.root, "**/terraform.tfvars") in deny
+    assert not any("/kernels/" in r for r in deny)  # no kernel to isolate
+    box = data["sandbox"]
+    assert box["enabled"] is True and box["failIfUnavailable"] is False
+    assert box["allowUnsandboxedCommands"] is False
+    assert box["filesystem"]["allowWrite"] == [str(brain.root)]
+    assert str(brain.root / ".claude") in box["filesystem"]["denyWrite"]
 
 
 def test_installed_commands_run_as_claude_code_would_spawn_them(hb):
@@ -99,7 +113,9 @@ def test_merge_keeps_user_entries_and_uninstall_restores_them(hb):
     assert data["hooks"]["PreToolUse"][0] == USER_SETTINGS["hooks"]["PreToolUse"][0]  # theirs first
     assert len(ours(data, "PreToolUse")) == 1
     assert data["hooks"]["Notification"] == USER_SETTINGS["hooks"]["Notification"]
-    assert data["permissions"] == USER_SETTINGS["permissions"] and data["env"] == USER_SETTINGS["env"]
+    assert data["permissions"]["allow"] == USER_SETTINGS["permissions"]["allow"]
+    assert data["permissions"]["deny"][0] == "Read(./.env)"  # theirs first, ours after
+    assert data["env"] == USER_SETTINGS["env"]
     claude_settings.uninstall(brain.root)
     assert read(path) == USER_SETTINGS
     assert not (path.parent / claude_settings.SIDECAR).exists()

@@ -183,5 +183,5 @@ def test_stop_records_context_use_with_the_window_claude_reported(tmp_path, git_
     rec = sessions.load(brain, sid)
     assert rec.context_window == window and rec.context_window_source == "claude"
     assert rec.context_pct == pytest.approx(100 * 150_000 / window, abs=0.1)
-    shown = nb(brain, "kernel", "observe", "k1")
+    shown = nb(brain, "kernel", "show", "k1")
     assert f"window {window:,} (claude)" in shown.stdout.replace("\u202f", ","), shown.stdout
