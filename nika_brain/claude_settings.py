@@ -81,7 +81,10 @@ def deny_rules(root: Path, kernel_id: str | None = None) -> list[str]:
              for tool in ("Read", "Edit")]
     rules += [_abs_rule("Read", root, g) for g in secretfiles.globs()]
     rules += [_abs_rule(tool, authority.private_dir(), "**") for tool in ("Read", "Edit")]
-    rules += [_abs_rule("Edit", root / d, "**") for d in STATE_DIRS + (".git", ".claude")]
+    # Edit rules also become sandbox denyWrite entries in Claude Code, so none for the state
+    # folders and .git: the agent's own `nika-brain claim close` writes claims/, locks/, runs/
+    # (the hook refuses the file tools and hand-written commands there; authority is signed).
+    rules += [_abs_rule("Edit", root / ".claude", "**")]
     return rules
 
 

@@ -35,6 +35,7 @@ chain:
     type: code
     scope: src/app/
     story_angle: "write src/app/main.py"
+    test: "test -f src/app/main.py"
 """
 
 
@@ -94,13 +95,17 @@ def test_a_swarm_satellite_with_no_kernel_runs_under_the_brains_hooks(tmp_path, 
     assert locked_w["is_error"] and "locked" in locked_w["text"] and "other-claim" in locked_w["text"]
     assert outside_w["is_error"] and "outside the scope" in outside_w["text"]
     assert not inside_w["is_error"], inside_w
-    assert not close_b["is_error"], close_b
+    assert not close_b["is_error"], close_b["text"]
     assert not (tree / "claims" / "c11.yml").exists() and not (brain.root / "claims" / "c11.yml").exists()
-    assert (tree / "src" / "locked" / "f.py").read_text() == "x = 1\n"
+    assert (brain.root / "src" / "locked" / "f.py").read_text() == "x = 1\n"
     (claim,) = claims_of(brain, "sat")
     assert claim["id"] == state["claim"] and claim["status"] == "closed"
     assert claim["result"]["status"] == "ok" and "src/app/main.py" in claim["touched"]
     assert run_file(brain, "sat")["status"] == "done", out.stdout + out.stderr
+    # Committed by the orchestrator (git is read-only inside the sandbox), attributed to the claim,
+    # and merged: the work is on main.
+    assert (brain.root / "src" / "app" / "main.py").read_text() == "print('hi')\n"
+    assert f"Claim: {claim['id']}" in git(brain.root, "log", "-5", "--format=%B")
 
 
 def _kernel_brain(tmp_path: Path):
