@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from nika_brain import claude_settings, sessions
+from nika_brain.claude import settings as claude_settings
+from nika_brain.state import sessions
 from nika_brain.errors import BrainError
 
 from .test_claude_hooks import FIXTURES, SID, bound_env, clean_env, fixture, hook_brain
@@ -145,8 +146,16 @@ def test_kernel_install_isolates_the_kernel(hb):
         assert f"Edit(/{root}/kernels/{other}/**)" in deny
     assert not any("/kernels/alpha/" in rule for rule in deny)
     assert f"Read(/{root}/**/.env)" in deny
-    assert f"Edit(/{root}/gates/**)" in deny
+    # No Edit rule on the state folders: Claude Code turns Edit rules into sandbox denyWrite, and the
+    # agent's own `nika-brain claim close` writes there (the hook refuses hand edits).
+    assert f"Edit(/{root}/gates/**)" not in deny and f"Edit(/{root}/.claude/**)" in deny
     assert all(rule.startswith(("Read(//", "Edit(//")) for rule in deny)  # absolute, not settings-relative
+    from nika_brain.state import authority
+    assert f"Read(/{authority.private_dir().as_posix()}/**)" in deny
+    box = data["sandbox"]["filesystem"]
+    assert str(brain.root / "kernels" / "beta") in box["denyRead"]
+    assert str(authority.private_dir()) in box["denyRead"]
+    assert str(brain.root / "kernels" / "alpha" / ".claude") in box["denyWrite"]
     assert data["env"] == {"NIKA_KERNEL_ID": "alpha", "NIKA_BRAIN_DIR": str(brain.root)}
     assert (folder / ".claude" / "settings.json").is_file()
     assert not (brain.root / ".claude").exists()

@@ -9,9 +9,11 @@ from typing import Optional
 
 import typer
 
-from .. import claude_settings, kernels
-from ..brain import Brain
-from . import app
+from nika_brain.claude import settings as claude_settings
+from nika_brain.hooks import statusline
+from nika_brain.state import kernels
+from nika_brain.brain import Brain
+from nika_brain.cli import app
 
 claude_app = typer.Typer(no_args_is_help=True, help="Claude Code integration: hooks, permissions, status line.")
 app.add_typer(claude_app, name="claude")
@@ -46,4 +48,4 @@ def claude_uninstall(kernel: Optional[str] = typer.Option(None)):
 @claude_app.command("statusline")
 def claude_statusline():
     """Status line for Claude Code: kernel, claim and context percentage (reads stdin)."""
-    raise typer.Exit(claude_settings.statusline_main())
+    raise typer.Exit(statusline.statusline_main())

@@ -7,9 +7,9 @@ import json
 
 import typer
 
-from .. import kernels
-from ..brain import Brain
-from . import app
+from nika_brain.state import kernels
+from nika_brain.brain import Brain
+from nika_brain.cli import app
 
 kernel_app = typer.Typer(no_args_is_help=True, help="Kernels: one folder per /goal under kernels/<id>/.")
 app.add_typer(kernel_app, name="kernel")
@@ -35,7 +35,7 @@ def kernel_show(kernel_id: str):
         print("  lineage: " + " <- ".join(x.id for x in kernels.lineage(brain, k)))
     for d in kernels.list_directives(brain, k.id):
         print(f"  directive {d.id} ({d.at}, {d.by}): {d.text}")
-    from .. import sessions
+    from nika_brain.state import sessions
     for rec in sessions.list_sessions(brain):
         if rec.kernel != k.id or rec.ended_at and rec.context_pct is None:
             continue

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from nika_brain import kernels, locks, sessions
-from nika_brain.yamlsafe import load_file
+from nika_brain.state import kernels, locks, sessions
+
 
 from ..conftest import git
 from ..orchkit import claims_of, nb, orch_brain, run_file, worktree
