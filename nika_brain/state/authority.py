@@ -63,7 +63,8 @@ def key_paths(root: Path | str, env: Mapping[str, str] | None = None) -> tuple[P
 
 
 def _root(brain: Any) -> Path:
-    return Path(getattr(brain, "root", brain))
+    # A Brain, or a folder (a Path has a `.root` of its own: "/", so test the type, not the attribute).
+    return Path(brain) if isinstance(brain, (str, os.PathLike)) else Path(brain.root)
 
 
 def _refused(what: str, why: str) -> BrainError:
