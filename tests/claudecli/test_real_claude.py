@@ -18,7 +18,6 @@ import pytest
 
 from nika_brain.state import gates, kernels, locks, sessions
 
-
 from ..conftest import git
 from ..orchkit import claims_of, nb, orch_brain, run_file, worktree
 from .harness import claude_binary, claude_env, run_claude
