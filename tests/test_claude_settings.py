@@ -253,3 +253,15 @@ def test_statusline_never_fails(tmp_path, stdin):
     proc = statusline(stdin, clean_env(), cwd=tmp_path)
     assert proc.returncode == 0 and proc.stderr == ""
     assert proc.stdout.strip() == "nika (no brain)"
+
+
+def test_assisted_mode_says_how_to_start_claude_under_the_hooks(tmp_path, git_env):
+    from .orchkit import nb, orch_brain, worktree
+    wf = "name: plain\nbranch: theme/plain\nchain:\n  - step: 1\n    type: code\n    scope: src/\n"
+    brain = orch_brain(tmp_path / "b", {"plain": wf})
+    out = nb(brain, "workflow-launch", "plain", check=0)
+    settings = brain.root / ".claude" / "settings.json"
+    assert f"cd {worktree(brain, 'theme/plain')} && NIKA_CLAIM=" in out.stdout
+    assert f"claude --settings {settings}" in out.stdout
+    data = read(settings)  # installed first: hooks, deny rules, sandbox
+    assert ours(data, "PreToolUse") and data["sandbox"]["enabled"] is True
