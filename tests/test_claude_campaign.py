@@ -190,3 +190,39 @@ def test_session_start_from_a_fork_binds_and_gets_every_directive(hb):
     assert code == 0 and "keep answers short" in context and "You are kernel alpha" in context
     rec = sessions.load(brain, SID)
     assert rec.source == "fork" and rec.kernel == "alpha" and rec.claim == claim_id
+
+
+HEAVY = ("typer", "click", "jinja2", "sqlite3", "redis", "chromadb", "onnxruntime", "numpy",
+         "cryptography")
+PROBE = """
+import io, json, runpy, sys
+sys.argv = ["nika-brain", "hook", "PreToolUse"]
+sys.stdin = io.TextIOWrapper(io.BytesIO(sys.argv and %r.encode()))
+try:
+    runpy.run_module("nika_brain", run_name="__main__")
+except SystemExit:
+    pass
+sys.stderr.write("\\nHEAVY " + json.dumps(sorted(m for m in %r if m in sys.modules)) + "\\n")
+"""
+
+
+@pytest.mark.parametrize("tool,tool_input", [
+    ("Edit", {"file_path": "BRAIN/src/auth/login.py", "old_string": "5", "new_string": "6"}),
+    ("Write", {"file_path": "BRAIN/gates/x.yml", "content": "x"}),
+    ("Bash", {"command": "echo x > src/auth/new.py && grep -rn TODO src"}),
+    ("Bash", {"command": "nika-brain gate approve g1"}),
+    ("Grep", {"pattern": "x", "glob": "**/*.py"}),
+])
+def test_pre_tool_use_imports_nothing_heavy(hb, tool, tool_input):
+    brain, claim_id = hb
+    tool_input = {k: v.replace("BRAIN", str(brain.root)) for k, v in tool_input.items()}
+    payload = json.dumps({"session_id": SID, "cwd": str(brain.root), "hook_event_name": "PreToolUse",
+                          "tool_name": tool, "tool_input": tool_input})
+    env = clean_env(NIKA_BRAIN_DIR=str(brain.root), NIKA_CLAIM=claim_id, NIKA_KERNEL_ID="alpha",
+                    NIKA_OPERATOR_DIR=os.environ["NIKA_OPERATOR_DIR"])
+    proc = subprocess.run([sys.executable, "-c", PROBE % (payload, HEAVY)], env=env, text=True,
+                          capture_output=True, timeout=60)
+    line = [x for x in proc.stderr.splitlines() if x.startswith("HEAVY ")]
+    assert line and json.loads(line[-1][6:]) == [], proc.stderr
+    if tool == "Write" or "approve" in json.dumps(tool_input):
+        assert '"deny"' in proc.stdout, (proc.stdout, proc.stderr)  # the hook really ran
