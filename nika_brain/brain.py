@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, TypeVar
 
 from nika_brain.support import fsio
-from nika_brain.errors import BrainError
+from nika_brain.errors import BrainError, NoBrain
 from nika_brain.support.schema import F, fields, str_list
 from nika_brain.support.yamlsafe import load_doc
 
@@ -99,7 +99,7 @@ class Brain:
         root = Path(root).resolve()
         cfg = root / CONFIG_NAME
         if not cfg.is_file():
-            raise BrainError(f"not a brain: {root} has no {CONFIG_NAME} (run `nika-brain init`)")
+            raise NoBrain(f"not a brain: {root} has no {CONFIG_NAME} (run `nika-brain init`)")
         return cls(root, load_config(cfg))
 
     @classmethod
@@ -111,7 +111,7 @@ class Brain:
         for folder in (here, *here.parents):
             if (folder / CONFIG_NAME).is_file():
                 return cls.at(_main_worktree(folder))
-        raise BrainError(f"no brain found at or above {here} (no {CONFIG_NAME}; run `nika-brain init`)")
+        raise NoBrain(f"no brain found at or above {here} (no {CONFIG_NAME}; run `nika-brain init`)")
 
     # Folders of the brain layout (see DESIGN.md).
     @property

@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from nika_brain.errors import EXIT_REFUSED, BrainError
+from nika_brain.errors import BrainError, Refused
 
 ENV_DIR = "NIKA_OPERATOR_DIR"
 
@@ -70,10 +70,10 @@ def _root(brain: Any) -> Path:
     return _main_worktree(root)
 
 
-def _refused(what: str, why: str) -> BrainError:
-    return BrainError(f"refused: {what} needs the operator's authority, and {why}. A human runs "
+def _refused(what: str, why: str) -> Refused:
+    return Refused(f"refused: {what} needs the operator's authority, and {why}. A human runs "
                       "this command in their own terminal (agent sessions are denied the operator "
-                      "key)", EXIT_REFUSED)
+                   "key)")
 
 
 def ensure_key(brain: Any) -> Path:
@@ -156,8 +156,7 @@ def sign(brain: Any, kind: str, fields: Mapping[str, Any], *, what: str | None =
         private = _signer(brain)
     except BrainError as exc:
         if what:
-            raise BrainError(exc.message.replace("refused: this", f"refused: {what}", 1),
-                             exc.exit_code) from None
+            raise Refused(exc.message.replace("refused: this", f"refused: {what}", 1)) from None
         raise
     return private.sign(payload(brain, kind, fields)).hex()
 
@@ -182,8 +181,7 @@ def require(brain: Any, what: str) -> None:
     try:
         _signer(brain)
     except BrainError as exc:
-        raise BrainError(exc.message.replace("refused: this", f"refused: {what}", 1),
-                         exc.exit_code) from None
+        raise Refused(exc.message.replace("refused: this", f"refused: {what}", 1)) from None
 
 
 def status(brain: Any) -> dict[str, Any]:
