@@ -48,7 +48,7 @@ def test_signatures_bind_the_fields_the_kind_and_the_brain(brain, tmp_path):
     other = orch_brain(tmp_path / "other", {})
     assert not authority.verify(other, "gate", {"id": "g1", "status": "approved"}, sig)
     assert not authority.verify(brain, "gate", {"id": "g1", "status": "approved"}, "zz")
-    key, pub = authority.key_paths(brain.root)
+    key, _ = authority.key_paths(brain.root)
     assert key.stat().st_mode & 0o777 == 0o600 and key.parent.stat().st_mode & 0o777 == 0o700
     assert not str(key).startswith(str(brain.root))  # outside the brain
 
