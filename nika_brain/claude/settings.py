@@ -23,9 +23,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from nika_brain.brain import STATE_FOLDERS
 from nika_brain.errors import BrainError
 
-STATE_DIRS = ("claims", "locks", "gates", "breakers", "runs", "journal", ".nika")
+STATE_DIRS = STATE_FOLDERS
 
 SIDECAR = "nika-brain.json"
 FILE_TOOLS = "Edit|Write|MultiEdit|NotebookEdit"
