@@ -421,10 +421,11 @@ def _segment(words: list[str], redirected: list[str], depth: int,
                             or any(_cluster(a, "x") or a in ("--extract", "--get") for a in args)):
         if not any(a == "-C" or a.startswith("--directory") for a in args):
             writes.append(".")
-    elif verb == "wget" and not any(a in ("-O", "-P") or a.startswith(("--output-document",
-                                                                        "--directory-prefix"))
-                                    for a in args) or verb == "curl" and any(_cluster(a, "O") or a == "--remote-name" for a in args):
-        writes.append(".")
+    elif (verb == "wget" and not any(a in ("-O", "-P") or a.startswith(("--output-document",
+                                                                         "--directory-prefix"))
+                                     for a in args)
+          or verb == "curl" and any(_cluster(a, "O") or a == "--remote-name" for a in args)):
+        writes.append(".")  # downloads into the current folder
     elif verb == "git" and operands[:1] and operands[0] in ("rm", "mv", "checkout", "restore", "clean"):
         writes += operands[1:]
     elif verb == "find":

@@ -9,10 +9,10 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from nika_brain.state import agents
 from nika_brain.brain import Brain
-from nika_brain.state.claims import Claim
 from nika_brain.errors import BrainError
+from nika_brain.state import agents
+from nika_brain.state.claims import Claim
 from nika_brain.state.workflows import Step, Workflow
 
 _PASSED = re.compile(r"(\d+) passed")

@@ -8,15 +8,15 @@ import time
 from datetime import datetime
 from typing import Callable
 
+from nika_brain.brain import Brain
+from nika_brain.engine import gatebackends, orchestrator, satellites, signals
+from nika_brain.engine.orchestrator import Outcome
+from nika_brain.errors import Blocked, BrainError, Refused
+from nika_brain.gitrepo import git
 from nika_brain.state import adapt as adapt_mod
 from nika_brain.state import claims, locks, runs
-from nika_brain.support import clock, faults
-from nika_brain.gitrepo import git
-from nika_brain.engine import gatebackends, orchestrator, satellites, signals
-from nika_brain.brain import Brain
-from nika_brain.errors import Blocked, BrainError, Refused
-from nika_brain.engine.orchestrator import Outcome
 from nika_brain.state.workflows import find_workflow
+from nika_brain.support import clock, faults
 
 Printer = Callable[[Outcome], None]
 

@@ -112,7 +112,8 @@ def claude_env(home: Path, base_url: str, extra: dict[str, str] | None = None) -
 
 def run_claude(prompt: str, *, cwd: Path, home: Path, base_url: str, args: list[str] | None = None,
                env: dict[str, str] | None = None, timeout: float = TIMEOUT) -> Run:
-    """`claude -p prompt --output-format stream-json --verbose [args]` in `cwd`; never raises on exit codes."""
+    """`claude -p prompt --output-format stream-json --verbose [args]` in `cwd`; never raises on
+    exit codes."""
     binary = claude_binary()
     home.mkdir(parents=True, exist_ok=True)
     argv = [binary, "-p", prompt, "--output-format", "stream-json", "--verbose", *(args or [])]

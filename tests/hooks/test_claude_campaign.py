@@ -16,7 +16,6 @@ import pytest
 
 from nika_brain.hooks import claude as hooks
 from nika_brain.state import authority, kernels, sessions
-
 from tests.kit.claude import SID, clean_env, hook_brain
 
 DENY_OP = "operator's decision"
