@@ -83,6 +83,8 @@ class Config:
     satellite_command: tuple[str, ...] = ()   # swarm mode; empty = Claude Code headless
     index_template: str | None = None  # a brain may override the BRAIN-INDEX.md template
     default_agent: str = "satellite-boot"
+    context_window: int | None = None  # tokens; what Claude Code reports wins over this
+    sandbox: str = "auto"             # Claude Code's OS sandbox: auto | required | off
     # The federation's own settings (triage, vault, runtimes...), validated by nika_brain.federation.
     federation: Mapping[str, Any] = field(default_factory=dict)
 
@@ -108,6 +110,8 @@ _CONFIG_SPEC = {
     "satellite_command": F(list, check=str_list),
     "index_template": F(str),
     "default_agent": F(str),
+    "context_window": F(int, check=lambda v: None if v >= 1000 else "must be at least 1000 tokens"),
+    "sandbox": F(str, choices=("auto", "required", "off")),
     "federation": F(dict),
 }
 _CONVERT = {"lock_ttl": float, "lock_poll": float, "satellite_command": tuple, "federation": dict}

@@ -114,8 +114,8 @@ class Hook:
         """The session's record (sessions.Session) or None; a broken one sets record_error."""
         if not self._record_loaded:
             self._record_loaded = True
-            from nika_brain.state import sessions
             from nika_brain.errors import BrainError
+            from nika_brain.state import sessions
             if self.brain is not None and sessions.valid_id(self.session_id):
                 try:
                     self._record = sessions.load(self.brain, self.session_id)
@@ -191,18 +191,21 @@ def _locator(brain: Any) -> Callable[[str], Any]:
 
 def _facts(hook: Hook, kind: str) -> Any:
     """Everything policy.decide needs; a write also gets locks, scope and zones, each read once."""
-    from nika_brain.support import clock
-    from nika_brain.errors import BrainError
     from nika_brain.claude.policy import Facts
+    from nika_brain.errors import BrainError
+    from nika_brain.support import clock
     brain = hook.brain
     locate = _locator(brain)
+    opdir = _operator_dir()
     if brain is None:
-        return Facts(locate=locate)
+        return Facts(locate=locate, operator_dir=opdir)
     kernel, claim_id = hook.kernel(), hook.claim()
     rec = hook.record
     lineage = rec.lineage if rec else ()
     if kind != "write":
-        return Facts(locate=locate, kernel=kernel, lineage=lineage)
+        # A shell command that writes inside the brain gets the write facts when it needs them.
+        return Facts(locate=locate, kernel=kernel, lineage=lineage, operator_dir=opdir,
+                     claim=claim_id, expand=lambda: _facts(hook, "write"))
 
     from nika_brain.state import claims, locks
     problems: list[str] = []
@@ -244,7 +247,13 @@ def _facts(hook: Hook, kind: str) -> Any:
     return Facts(locate=locate, kernel=kernel, claim=claim_id if scope is not None else None,
                  scope=scope, owners=frozenset(owners), locks=lock_list, zones=zone_list,
                  card=card, zone_access=tuple(access), lineage=lineage, problems=tuple(problems),
-                 now=clock.now())
+                 now=clock.now(), operator_dir=opdir)
+
+
+def _operator_dir() -> str:
+    """The operator's config folder (its signing key), resolved: no agent call may touch it."""
+    from nika_brain.state.authority import operator_dir
+    return os.path.realpath(str(operator_dir()))
 
 
 def on_pre_tool_use(hook: Hook) -> Reply | None:
@@ -314,8 +323,8 @@ def _brief(brain: Any, claim: Any) -> str:
 
 
 def on_session_start(hook: Hook) -> Reply | None:
-    from nika_brain.state import kernels, sessions
     from nika_brain.errors import BrainError
+    from nika_brain.state import kernels, sessions
     brain = hook.brain
     if brain is None:
         return None
@@ -393,10 +402,10 @@ def on_user_prompt_submit(hook: Hook) -> Reply | None:
 # ---- bookkeeping: touched files, context use, end --------------------------------------------
 
 def on_post_tool_use(hook: Hook) -> Reply | None:
-    from nika_brain.state import sessions
+    from nika_brain.claude.policy import WRITE_TOOLS, canonical_tool
     from nika_brain.errors import BrainError
-    from nika_brain.claude.policy import WRITE_TOOLS
-    tool, tool_input = hook.data.get("tool_name"), hook.data.get("tool_input")
+    from nika_brain.state import sessions
+    tool, tool_input = canonical_tool(hook.data.get("tool_name") or ""), hook.data.get("tool_input")
     if hook.brain is None or tool not in WRITE_TOOLS or not isinstance(tool_input, dict):
         return None
     raw = tool_input.get(WRITE_TOOLS[tool])
@@ -419,15 +428,16 @@ def on_post_tool_use(hook: Hook) -> Reply | None:
 
 def on_context_checkpoint(hook: Hook) -> Reply | None:
     """Stop and PreCompact: measure the context use from the transcript, record a heartbeat."""
-    from nika_brain.state import sessions
     from nika_brain.claude import transcript
+    from nika_brain.state import sessions
     if hook.brain is None or not sessions.valid_id(hook.session_id):
         return None
     tpath = hook.data.get("transcript_path")
-    usage = transcript.last_usage(tpath if isinstance(tpath, str) else None)
+    window, source = sessions.choose_window(hook.brain, hook.record, hook.kernel())
+    usage = transcript.last_usage(tpath if isinstance(tpath, str) else None, window)
     sessions.heartbeat(hook.brain, hook.session_id, used=usage.used if usage else None,
                        window=usage.window if usage else None, pct=usage.pct if usage else None,
-                       event=hook.event)
+                       event=hook.event, window_source=source)
     return None
 
 
