@@ -35,6 +35,7 @@ def json_object(text: str, what: str) -> dict:
 def _register() -> None:
     # Command modules attach themselves to `app` (and its sub-apps) on import.
     from . import bus, claude, index, kernel, state, workflow  # noqa: F401
+    from . import stealing  # noqa: F401
 
 
 def run(argv: list[str]) -> int:

@@ -1,0 +1,65 @@
+"""Work-stealing commands: `kernel enqueue`, `kernel queue`, `kernel work` (federation/stealing.py)."""
+from __future__ import annotations
+
+import json
+
+import typer
+
+from ..brain import Brain
+from ..errors import BrainError
+from .kernel import kernel_app
+
+
+def _bus(brain: Brain):
+    from ..bus import open_bus
+    return open_bus(brain)
+
+
+@kernel_app.command("enqueue")
+def kernel_enqueue(kernel_id: str, summary: str,
+                   priority: float = typer.Option(0.5, "--priority", help="0..1"),
+                   prompt: str = typer.Option(None, "--prompt", help="what the kernel is asked (default: the summary)"),
+                   task_id: str = typer.Option(None, "--id")):
+    """Put a task in a kernel's queue; idle kernels may steal it (task_available / task_claim)."""
+    from ..federation import stealing
+    from ..kernels import load_kernel
+    brain = Brain.find()
+    load_kernel(brain, kernel_id)
+    task = stealing.enqueue(_bus(brain), kernel_id, summary, priority=priority, prompt=prompt,
+                            task_id=task_id)
+    print(task["id"])
+
+
+@kernel_app.command("queue")
+def kernel_queue(kernel_id: str, as_json: bool = typer.Option(False, "--json")):
+    """The kernel's open tasks: waiting, kept, granted to another kernel, running."""
+    from ..federation import stealing
+    brain = Brain.find()
+    tasks = stealing.queue(_bus(brain), kernel_id)
+    if as_json:
+        print(json.dumps(tasks, ensure_ascii=False))
+        return
+    if not tasks:
+        print(f"{kernel_id}: queue empty")
+    for t in tasks:
+        where = f" -> {t['kernel']}" if t["kernel"] != kernel_id else ""
+        print(f"{t['id']}\t{t['state']}{where}\tp={t['priority']:g}\t{t['summary']}")
+
+
+@kernel_app.command("work")
+def kernel_work(kernel_id: str):
+    """Serve a kernel's side of work stealing until interrupted: run its queue through the kernel
+    (kernel_invoke), offer what waits to idle kernels, claim others' tasks when idle."""
+    from ..federation import stealing
+    brain = Brain.find()
+    try:
+        from ..federation.kernel import kernel_invoke  # the federation core
+    except ImportError as exc:
+        raise BrainError("kernel work needs the federation core's kernel_invoke "
+                         "(nika_brain.federation.kernel), which this install lacks") from exc
+
+    def run(task: dict) -> dict:
+        answer = kernel_invoke(brain, kernel_id, task["prompt"], wait=True)
+        return {"answer": answer if isinstance(answer, (str, dict, list)) else str(answer)}
+
+    stealing.worker_for(brain, kernel_id, run).serve()
