@@ -56,19 +56,31 @@ class Aptitude:
         digest = hashlib.sha256(f"{self.goal}\0{text}".encode()).hexdigest()[:24]
         return f"ws:apt:{self.kernel_id}:{digest}"
 
+    def warm(self) -> None:
+        if self._goal_vec is None:
+            self._goal_vec = self._embedder.embed([self.goal], kind="passage")[0]
+
     def score(self, text: str) -> float:
-        key = self._key(text)
-        if key in self._memo:
-            return self._memo[key]
-        cached = self._bus.get(key) if self._bus is not None else None
-        if cached is not None and isinstance(cached.get("score"), (int, float)):
-            value = float(cached["score"])
-        else:
-            if self._goal_vec is None:
-                self._goal_vec = self._embedder.embed([self.goal], kind="passage")[0]
-            vec = self._embedder.embed([text], kind="query")[0]
-            value = round(float((vec * self._goal_vec).sum()), 6)
-            if self._bus is not None:
-                self._bus.set(key, {"score": value}, ttl=CACHE_TTL)
-        self._memo[key] = value
-        return value
+        return self.scores([text])[0]
+
+    def scores(self, texts: list[str]) -> list[float]:
+        """Aptitude for each text; the ones not cached are embedded in one call."""
+        keys = [self._key(t) for t in texts]
+        missing: dict[str, str] = {}
+        for key, text in zip(keys, texts):
+            if key in self._memo or key in missing:
+                continue
+            cached = self._bus.get(key) if self._bus is not None else None
+            if cached is not None and isinstance(cached.get("score"), (int, float)):
+                self._memo[key] = float(cached["score"])
+            else:
+                missing[key] = text
+        if missing:
+            self.warm()
+            vecs = self._embedder.embed(list(missing.values()), kind="query")
+            for key, vec in zip(missing, vecs):
+                value = round(float((vec * self._goal_vec).sum()), 6)
+                self._memo[key] = value
+                if self._bus is not None:
+                    self._bus.set(key, {"score": value}, ttl=CACHE_TTL)
+        return [self._memo[k] for k in keys]

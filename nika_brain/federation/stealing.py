@@ -14,6 +14,7 @@ The seed's protocol, on `nika:federation:work_stealing`:
 Exactly once. Every fact lives in the bus's keyed state (one Redis, or one SQLite file), and every
 decision is a `set_if_absent` (SET NX), so two writers can never both win:
 - `ws:task:<id>` the task; `ws:open:<owner>:<id>` while it is not done (the owner's queue view);
+  `ws:away:<owner>:<id>` while a task granted to another kernel is not done (what the sweep watches);
 - `ws:grant:<id>:<n>` decision n (1, 2, ...): who may run the task. The owner writes 1 when it
   decides; a restarted owner that decides again loses the SET NX and reads the first decision. When a
   grantee never starts (it died after claiming, or never read its grant within `grant_timeout`), the
@@ -44,7 +45,7 @@ from ..errors import BrainError
 
 GROUP = "kernel"
 DEFAULTS = {"threshold": 0.80, "window": 0.2, "lease": 600.0, "grant_timeout": 30.0,
-            "alive_ttl": 10.0, "batch": 8, "sweep": 1.0, "capacity": 1}
+            "alive_ttl": 10.0, "batch": 8, "sweep": 1.0}
 
 
 def channel() -> str:
@@ -69,7 +70,6 @@ class Settings:
     alive_ttl: float = DEFAULTS["alive_ttl"]    # a kernel not seen for this long is not alive
     batch: int = DEFAULTS["batch"]              # tasks read ahead from the own queue
     sweep: float = DEFAULTS["sweep"]            # seconds between two sweeps of the open tasks
-    capacity: int = DEFAULTS["capacity"]        # claims an idle kernel may have outstanding
 
 
 def settings(brain: Any, **override: Any) -> Settings:
@@ -130,6 +130,7 @@ def decide(owner: str, claims: Iterable[Claim], threshold: float) -> Decision:
 
 def _k_task(tid: str) -> str: return f"ws:task:{tid}"
 def _k_open(owner: str, tid: str) -> str: return f"ws:open:{owner}:{tid}"
+def _k_away(owner: str, tid: str) -> str: return f"ws:away:{owner}:{tid}"
 def _k_grant(tid: str, n: int) -> str: return f"ws:grant:{tid}:{n}"
 def _k_lease(tid: str) -> str: return f"ws:lease:{tid}"
 def _k_done(tid: str) -> str: return f"ws:done:{tid}"
@@ -235,7 +236,7 @@ class Worker:
     """
 
     def __init__(self, bus: Any, kernel: str, run: Callable[[dict], dict | None], *,
-                 aptitude: Callable[[str], float], config: Settings = Settings(),
+                 aptitude: Callable[[list[str]], list[float]], config: Settings = Settings(),
                  journal: Callable[[str, dict], None] | None = None,
                  on_start: Callable[[dict], None] | None = None):
         self.bus = bus
@@ -331,18 +332,21 @@ class Worker:
             if self.step():
                 pause = poll
             else:
-                time.sleep(pause)
+                # Wait on the broadcast channel (Redis wakes at once on a message) as a wake-up
+                # only: the next step reads it for real; inbox and queue are looked at each turn.
+                self.bus.read(self.ws, after=self.cursor, count=1, block=pause)
                 pause = min(pause * 2, 0.05)
 
     def _read_broadcast(self) -> bool:
         msgs = self.bus.read(self.ws, after=self.cursor, count=500)
+        offers: list[dict] = []
         for mid, msg in msgs:
             self.cursor = mid
             kind, tid = msg.get("type"), msg.get("task")
             if not isinstance(tid, str):
                 continue
             if kind == "task_available" and msg.get("owner") != self.kernel:
-                self._maybe_claim(tid, msg)
+                offers.append(msg)
             elif kind == "task_claim" and tid in self.offers and msg.get("owner") == self.kernel:
                 try:
                     c = Claim(str(msg["kernel"]), float(msg["aptitude"]), int(msg.get("depth") or 0))
@@ -351,23 +355,31 @@ class Worker:
                 self.offers[tid].claims.append(c)
             elif kind in ("task_granted", "task_done"):
                 self.claimed.pop(tid, None)
+        self._claim(offers)
         now = time.monotonic()
         for tid, until in list(self.claimed.items()):
             if until < now:
                 del self.claimed[tid]
         return bool(msgs)
 
-    def _maybe_claim(self, tid: str, msg: dict) -> None:
-        if not self.idle or len(self.claimed) >= self.cfg.capacity or tid in self.claimed:
+    def _claim(self, offers: list[dict]) -> None:
+        """Answer fresh offers while idle, scoring them in one batch (one embedding call)."""
+        if not offers or not self.idle:
             return
-        if time.time() - float(msg.get("at") or 0) > self.cfg.window * 2:
-            return  # a stale offer (read from the backlog after a restart): its window is over
-        score = self.aptitude(str(msg.get("summary") or ""))
-        self.claimed[tid] = time.monotonic() + self.cfg.window * 4
-        self.stats["claims"] += 1
-        self.bus.publish(self.ws, {"type": "task_claim", "task": tid, "owner": msg.get("owner"),
-                                   "kernel": self.kernel, "aptitude": score, "depth": 0,
-                                   "at": time.time()})
+        now = time.time()
+        # A stale offer (read from a backlog after a restart, or while busy) is past its window.
+        fresh = [m for m in offers if now - float(m.get("at") or 0) <= self.cfg.window * 2
+                 and m["task"] not in self.claimed]
+        if not fresh:
+            return
+        scores = self.aptitude([str(m.get("summary") or "") for m in fresh])
+        for msg, score in zip(fresh, scores):
+            tid = msg["task"]
+            self.stats["claims"] += 1
+            self.claimed[tid] = time.monotonic() + self.cfg.window * 4
+            self.bus.publish(self.ws, {"type": "task_claim", "task": tid, "owner": msg.get("owner"),
+                                       "kernel": self.kernel, "aptitude": float(score),
+                                       "depth": len(self.claimed), "at": time.time()})
 
     def _read_inbox(self) -> bool:
         msgs = self.bus.group_read(inbox_channel(self.kernel), GROUP, self.kernel, count=16)
@@ -385,12 +397,14 @@ class Worker:
         return bool(msgs)
 
     def _offer(self) -> bool:
-        """Offer waiting tasks (from the tail of the local queue) while kernels are idle."""
+        """While some kernel is idle, offer every waiting task but the next one to run (the tail of
+        what was read ahead, at most `batch`): an idle kernel answers each offer, so the owner mostly
+        decides as soon as the answers are in, not at the end of the window."""
         if len(self.local) < 2:
             return False
         idle = self._idle_kernels()
         did = False
-        while len(self.local) > 1 and len(self.offers) < len(idle):
+        while idle and len(self.local) > 1:
             tid, qid = self.local.pop()
             task = self.bus.get(_k_task(tid))
             if task is None or self.bus.get(_k_done(tid)) is not None or grants(self.bus, tid):
@@ -433,6 +447,7 @@ class Worker:
             self.local.append((tid, qid))
             self.bus.publish(self.ws, msg)
             return
+        self.bus.set(_k_away(self.kernel, tid), {"to": to})  # the sweep watches it until done
         self.bus.publish(inbox_channel(to), msg)
         self.bus.publish(self.ws, msg)
         self.journal("TASK_GRANTED", msg)
@@ -442,20 +457,25 @@ class Worker:
             self.bus.ack(queue_channel(self.kernel), GROUP, qid)
 
     def _sweep(self) -> bool:
-        """Open tasks of ours that nobody holds: not read yet, lost, or with a dead grantee."""
+        """Tasks of ours granted to another kernel: done, back with us, or with a dead grantee.
+
+        Only those are watched (`ws:away:<owner>:<task>`, written before the grant is delivered and
+        removed once the task is done): everything else of ours is in our queue stream or in hand.
+        """
         did = False
-        prefix = f"ws:open:{self.kernel}:"
+        prefix = f"ws:away:{self.kernel}:"
         peers = alive(self.bus)
         for key in self.bus.keys(prefix):
             tid = key[len(prefix):]
             if tid in self.held:
                 continue
             if self.bus.get(_k_done(tid)) is not None:
+                self.bus.delete(_k_open(self.kernel, tid))
                 self.bus.delete(key)
                 continue
             gs = grants(self.bus, tid)
             if not gs:
-                continue  # still in the queue stream, unread: the queue will bring it
+                continue
             last = gs[-1]
             if last["to"] == self.kernel:
                 if self.bus.get(_k_lease(tid)) is None:
@@ -539,13 +559,15 @@ class Worker:
             if self.bus.set_if_absent(_k_done(tid), done):
                 self.stats["ran"] += 1
                 stolen = task["owner"] != self.kernel
-                msg = {"type": "task_done", "task": tid, "owner": task["owner"], "kernel": self.kernel,
-                       "stolen": stolen}
-                self.bus.publish(self.ws, msg)
-                if stolen:
+                if stolen:  # the owner's own runs are not news for the other kernels
+                    msg = {"type": "task_done", "task": tid, "owner": task["owner"],
+                           "kernel": self.kernel, "stolen": stolen}
+                    self.bus.publish(self.ws, msg)
                     self.stats["stolen"] += 1
                     self.journal("TASK_DONE", msg)
             self.bus.delete(_k_open(task["owner"], tid))
+            if task["owner"] != self.kernel or len(gs) > 1:
+                self.bus.delete(_k_away(task["owner"], tid))
             return "ran"
         finally:
             renew.stop()
@@ -600,7 +622,8 @@ def worker_for(brain: Any, kernel_id: str, run: Callable[[dict], dict | None], *
     bus = open_bus(brain)
     k = load_kernel(brain, kernel_id)
     apt = Aptitude(k.id, goal_text(k.goal, k.tags), open_embedder(brain), bus)
-    return Worker(bus, k.id, run, aptitude=apt.score, config=settings(brain),
+    apt.warm()  # the model loads now, not while the first offer's window runs
+    return Worker(bus, k.id, run, aptitude=apt.scores, config=settings(brain),
                   journal=brain_journal(brain), **kw)
 
 
