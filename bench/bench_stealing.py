@@ -23,10 +23,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from nika_brain import bus as busmod  # noqa: E402
-from nika_brain.brain import Brain  # noqa: E402
-from nika_brain.federation import stealing  # noqa: E402
-from tests.redis_fixture import RedisServer  # noqa: E402
+from nika_brain import bus as busmod
+from nika_brain.brain import Brain
+from nika_brain.federation import stealing
+from tests.redis_fixture import RedisServer
 
 PROGRAM = """
 import sys, time

