@@ -62,7 +62,7 @@ A satellite.
 
 
 def make_brain(root: Path) -> tuple[str, Path]:
-    from nika_brain import claims, kernels, locks
+    from nika_brain.state import claims, kernels, locks
     from nika_brain.brain import Brain
     subprocess.run(["git", "init", "-q", str(root)], check=True)
     (root / "nika-brain.yml").write_text("version: 1\n")

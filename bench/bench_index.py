@@ -23,9 +23,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from nika_brain import index
+from nika_brain.engine import index
 from nika_brain.brain import Brain
-from nika_brain.yamlsafe import dumps
+from nika_brain.support.yamlsafe import dumps
 
 TARGET = 1.0  # seconds, warm median
 

@@ -32,7 +32,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from nika_brain import claims, git, launch, locks, orchestrator, preflight, satellites, signals  # noqa: E402
+from nika_brain.state import claims, locks
+from nika_brain.gitrepo import git
+from nika_brain.engine import service as launch, orchestrator, preflight, satellites, signals  # noqa: E402
 from nika_brain.brain import Brain  # noqa: E402
 from tests.orchkit import CARD, KERNEL, SATELLITE  # noqa: E402
 

@@ -20,8 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from nika_brain.init import init
-from nika_brain.yamlsafe import dumps
+from nika_brain.engine.init import init
+from nika_brain.support.yamlsafe import dumps
 
 TARGET = 0.300  # seconds, median of the hooked commit
 IDENTITY = {"GIT_AUTHOR_NAME": "Bench", "GIT_AUTHOR_EMAIL": "bench@example.invalid",

@@ -8,15 +8,15 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["hook"]:
-        from .hooks_claude import main as hook_main
+        from nika_brain.hooks.claude import main as hook_main
         return hook_main(argv[1:])
     if argv[:2] == ["claude", "statusline"]:
-        from .claude_settings import statusline_main
+        from nika_brain.claude.settings import statusline_main
         return statusline_main()
     if argv[:1] == ["githook"]:
-        from .githooks import main as githook_main
+        from nika_brain.gitrepo.githooks import main as githook_main
         return githook_main(argv[1:])
-    from .cli import run
+    from nika_brain.cli import run
     return run(argv)
 
 

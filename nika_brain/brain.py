@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, TypeVar
 
-from . import fsio
-from .errors import BrainError
-from .schema import F, fields, str_list
-from .yamlsafe import load_doc
+from nika_brain.support import fsio
+from nika_brain.errors import BrainError
+from nika_brain.support.schema import F, fields, str_list
+from nika_brain.support.yamlsafe import load_doc
 
 T = TypeVar("T")
 CONFIG_NAME = "nika-brain.yml"

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from nika_brain import locks
+from nika_brain.state import locks
 from nika_brain.brain import Brain
-from nika_brain.init import init
-from nika_brain.yamlsafe import dumps
+from nika_brain.engine.init import init
+from nika_brain.support.yamlsafe import dumps
 
 GOLDEN = Path(__file__).parent / "golden"
 PYTHON_NIKA = f"{sys.executable} -m nika_brain"   # what the scripts run instead of `nika-brain`
@@ -236,7 +236,7 @@ if __name__ == "__main__":
     #   python -m tests.brainkit   (then review the diff of tests/golden/BRAIN-INDEX.md)
     import tempfile
 
-    from nika_brain import index
+    from nika_brain.engine import index
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)

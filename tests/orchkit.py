@@ -76,7 +76,7 @@ def nb(brain: Brain, *args, env: dict | None = None, check: int | None = None) -
 
 
 def run_file(brain: Brain, name: str) -> dict:
-    from nika_brain.yamlsafe import load_file
+    from nika_brain.support.yamlsafe import load_file
     return load_file(brain.root / "runs" / f"{name}.yml")
 
 
@@ -104,7 +104,7 @@ def satellite_config(program: Path = SATELLITE) -> str:
 
 def claims_of(brain: Brain, workflow: str) -> list[dict]:
     """Every claim file of a workflow, oldest first (by their opened time)."""
-    from nika_brain.clock import parse
-    from nika_brain.yamlsafe import load_file
+    from nika_brain.support.clock import parse
+    from nika_brain.support.yamlsafe import load_file
     found = [load_file(p) for p in sorted((brain.root / "claims").glob("*.yml"))]
     return sorted((c for c in found if c["workflow"] == workflow), key=lambda c: parse(c["opened"]))

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from nika_brain import bus, signals
+from nika_brain import bus
+from nika_brain.engine import signals
 from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
 from tests.conftest import make_brain

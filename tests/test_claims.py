@@ -6,9 +6,10 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from nika_brain import claims, clock
+from nika_brain.state import claims
+from nika_brain.support import clock
 from nika_brain.errors import EXIT_REFUSED, BrainError
-from nika_brain.yamlsafe import dumps, load_file
+from nika_brain.support.yamlsafe import dumps, load_file
 
 T0 = datetime(2031, 5, 6, 7, 8, 9, tzinfo=timezone.utc)
 BASE = "sess-20310506-0708-auth-flow-step-2"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from nika_brain import claims, kernels, locks, sessions
+from nika_brain.state import claims, kernels, locks, sessions
 from nika_brain.brain import Brain
 
 from .conftest import git, make_brain
@@ -564,7 +564,7 @@ def test_broken_config_in_the_brain_found_by_cwd_is_reported(hb):
 def test_a_handler_that_prints_cannot_spoil_the_json(hb):
     brain, claim_id = hb
     # A handler added through the dispatch table (as the federation layer does) chatters on stdout.
-    code = ("import sys; from nika_brain import hooks_claude as h; "
+    code = ("import sys; from nika_brain.hooks import claude as h; "
             "h.register('pre-tool-use', lambda hook: print('chatter') or h.Reply(context='extra')); "
             "sys.exit(h.main(sys.argv[1:]))")
     proc = subprocess.run([sys.executable, "-c", code, "PreToolUse"], text=True, capture_output=True,
@@ -582,10 +582,10 @@ def test_handlers_named_by_module_path_load_only_when_their_event_fires(hb, tmp_
     ext = tmp_path / "ext"
     ext.mkdir()
     (ext / "fed_ext.py").write_text(
-        "from nika_brain.hooks_claude import Reply\n"
+        "from nika_brain.hooks.claude import Reply\n"
         "def on_stop(hook):\n"
         "    return Reply(block='context at threshold: hand over first')\n")
-    code = ("import sys; from nika_brain import hooks_claude as h; "
+    code = ("import sys; from nika_brain.hooks import claude as h; "
             "h.register('Stop', 'fed_ext:on_stop'); h.register('Stop', 'fed_ext:missing'); "
             "rc = h.main(sys.argv[1:]); print('loaded' if 'fed_ext' in sys.modules else 'not loaded', "
             "file=sys.stderr); sys.exit(rc)")

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from nika_brain import kernels, sessions
+from nika_brain.state import kernels, sessions
 from nika_brain.errors import BrainError
 
 from .test_claude_hooks import hook_brain

@@ -6,9 +6,9 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from nika_brain import policy
-from nika_brain.locks import Holder, Lock
-from nika_brain.zones import Zone
+from nika_brain.claude import policy
+from nika_brain.state.locks import Holder, Lock
+from nika_brain.state.zones import Zone
 
 ROOT = "/brain"
 

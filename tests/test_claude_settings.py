@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from nika_brain import claude_settings, sessions
+from nika_brain.claude import settings as claude_settings
+from nika_brain.state import sessions
 from nika_brain.errors import BrainError
 
 from .test_claude_hooks import FIXTURES, SID, bound_env, clean_env, fixture, hook_brain

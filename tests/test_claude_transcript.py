@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from nika_brain import transcript
+from nika_brain.claude import transcript
 
 FIXTURE = Path(__file__).parent / "fixtures" / "claude" / "transcript.jsonl"
 

@@ -13,15 +13,15 @@ import time
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
-from nika_brain import claims, gates, locks
-from nika_brain.claims import Claim, Result
-from nika_brain.gates import Gate
+from nika_brain.state import claims, gates, locks
+from nika_brain.state.claims import Claim, Result
+from nika_brain.state.gates import Gate
 
 # ---- a killed holder ----------------------------------------------------------------------------
 
 HOLDER = r'''
 import sys, time
-from nika_brain import locks
+from nika_brain.state import locks
 from nika_brain.brain import Brain
 brain = Brain.at(sys.argv[1])
 t_before = time.monotonic()
@@ -80,7 +80,7 @@ OWNER = "sess-20310506-0708-crash-step-1"
 WRITER = r'''
 import os, sys
 from datetime import datetime, timezone
-from nika_brain import claims, gates, locks
+from nika_brain.state import claims, gates, locks
 from nika_brain.brain import Brain
 
 brain = Brain.at(sys.argv[1])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from nika_brain.git import FALLBACK_IDENTITY
+from nika_brain.gitrepo.git import FALLBACK_IDENTITY
 
 from .conftest import IDENTITY
 

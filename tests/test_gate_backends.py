@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from nika_brain import gates
+from nika_brain.state import gates
 from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
 

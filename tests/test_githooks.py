@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from nika_brain import githooks
+from nika_brain.gitrepo import githooks
 from nika_brain.errors import BrainError
 
 from .brainkit import (commit, git, ibrain, out, put_claim, put_gate, put_lock, write)  # noqa: F401
@@ -240,7 +240,7 @@ def test_state_files_are_never_blocked_by_a_lock(ibrain):
 
 
 def test_a_whole_brain_lock_taken_by_the_tools_guards_commits(ibrain):
-    from nika_brain import locks
+    from nika_brain.state import locks
     locks.acquire(ibrain, ".", "sess-everything", pid=None, ttl=10 ** 9)
     write(ibrain.root, "README.md", "x\n")
     proc = commit(ibrain.root, "README.md")

@@ -5,8 +5,8 @@ small program standing in for Claude Code."""
 from __future__ import annotations
 
 from nika_brain.bus import open_bus
-from nika_brain.signals import INBOX
-from nika_brain.yamlsafe import load_file
+from nika_brain.engine.signals import INBOX
+from nika_brain.support.yamlsafe import load_file
 
 from .conftest import git
 from .orchkit import claims_of, journal, nb, open_claim_id, orch_brain, run_file, satellite_config

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from nika_brain import index
+from nika_brain.engine import index
 from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
 

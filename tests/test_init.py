@@ -7,12 +7,14 @@ import subprocess
 
 import pytest
 
-from nika_brain import agents, githooks, index, zones
+from nika_brain.state import agents, zones
+from nika_brain.gitrepo import githooks
+from nika_brain.engine import index
 from nika_brain.brain import Brain, load_config
 from nika_brain.errors import BrainError
-from nika_brain.init import TEMPLATE_ROOT, init, template_files
-from nika_brain.validate import validate
-from nika_brain.workflows import load_workflow
+from nika_brain.engine.init import TEMPLATE_ROOT, init, template_files
+from nika_brain.state.validate import validate
+from nika_brain.state.workflows import load_workflow
 
 from .brainkit import PYTHON_NIKA, git, out, snapshot, write
 

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from nika_brain import clock, locks
+from nika_brain.support import clock
+from nika_brain.state import locks
 from nika_brain.errors import EXIT_BUSY, EXIT_REFUSED, BrainError
-from nika_brain.yamlsafe import dumps, load_file
+from nika_brain.support.yamlsafe import dumps, load_file
 
 T0 = datetime(2031, 5, 6, 7, 8, 9, tzinfo=timezone.utc)
 A, B, C = "sess-20310506-0708-alpha-step-1", "sess-20310506-0708-beta-step-1", "sess-x-step-9"
@@ -504,7 +505,7 @@ def test_cli_bad_input_is_one_line(brain, cli):
 
 WORKER = r'''
 import os, random, sys, time
-from nika_brain import locks
+from nika_brain.state import locks
 from nika_brain.brain import Brain
 
 root, wid, cycles, sentinel, log = sys.argv[1:6]

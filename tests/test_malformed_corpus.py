@@ -13,9 +13,9 @@ from dataclasses import dataclass
 import pytest
 
 from nika_brain.errors import BrainError
-from nika_brain.init import TEMPLATE_ROOT
-from nika_brain.validate import load
-from nika_brain.yamlsafe import MAX_BYTES, MAX_DEPTH, dumps, loads
+from nika_brain.engine.init import TEMPLATE_ROOT
+from nika_brain.state.validate import load
+from nika_brain.support.yamlsafe import MAX_BYTES, MAX_DEPTH, dumps, loads
 
 from .brainkit import (breaker_doc, claim_doc, gate_doc, lock_doc, run_doc, write)
 

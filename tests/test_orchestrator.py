@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from nika_brain import faults
-from nika_brain.yamlsafe import load_file
+from nika_brain.support import faults
+from nika_brain.support.yamlsafe import load_file
 
 from .conftest import git
 from .orchkit import journal, nb, open_claim_id, orch_brain, run_file, worktree

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from nika_brain.yamlsafe import load_file
+from nika_brain.support.yamlsafe import load_file
 
 from .github_standin import github_standin  # noqa: F401  (fixture)
 from .orchkit import claims_of, journal, nb, open_claim_id, orch_brain, run_file, satellite_config, worktree

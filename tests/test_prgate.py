@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from nika_brain.errors import BrainError
-from nika_brain.prgate import GitHubReviewGate, decide
+from nika_brain.github.client import GitHubReviewGate, decide
 from tests.github_standin import GitHubStandin, github_standin  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -11,7 +11,7 @@ import json
 import os
 import sys
 
-from nika_brain.yamlsafe import load_file
+from nika_brain.support.yamlsafe import load_file
 
 from .conftest import git
 from .orchkit import SATELLITE, claims_of, journal, nb, orch_brain, run_file, satellite_config, worktree

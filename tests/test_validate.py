@@ -1,7 +1,7 @@
 """`nika-brain validate`: kinds by location, `file:line: key: message`, cross-checks, exit codes."""
 from __future__ import annotations
 
-from nika_brain.validate import Problem, kind_of, validate, validate_blobs
+from nika_brain.state.validate import Problem, kind_of, validate, validate_blobs
 
 from .brainkit import (ibrain, put_breaker, put_claim, put_gate, put_kernel, put_lock, put_run,  # noqa: F401
                        put_workflow, write)

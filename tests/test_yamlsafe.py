@@ -7,10 +7,10 @@ import sys
 
 import pytest
 
-from nika_brain import locks
+from nika_brain.state import locks
 from nika_brain.brain import CONFIG_NAME, load_config
 from nika_brain.errors import BrainError
-from nika_brain.yamlsafe import MAX_BYTES, MAX_DEPTH, MAX_NODES, dumps, load_doc, load_file, loads
+from nika_brain.support.yamlsafe import MAX_BYTES, MAX_DEPTH, MAX_NODES, dumps, load_doc, load_file, loads
 
 
 def refused(text: str, source: str = "state.yml") -> BrainError:
@@ -105,7 +105,7 @@ def test_deep_nesting_is_refused_not_a_crash(text):
 def test_deep_nesting_does_not_crash_a_fresh_interpreter(tmp_path):
     deep = tmp_path / "deep.yml"
     deep.write_text("[" * 100_000)
-    code = ("import sys\nfrom nika_brain.yamlsafe import load_file\n"
+    code = ("import sys\nfrom nika_brain.support.yamlsafe import load_file\n"
             "from nika_brain.errors import BrainError\n"
             "try:\n    load_file(sys.argv[1])\nexcept BrainError as e:\n    print(e)\n")
     r = subprocess.run([sys.executable, "-c", code, str(deep)], capture_output=True, text=True, timeout=120)

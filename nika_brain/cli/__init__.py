@@ -14,7 +14,7 @@ try:  # typer >= 0.24 vendors its own click; its exceptions are not click's
 except ImportError:  # pragma: no cover - older typer uses click itself
     from click import exceptions as click_exc
 
-from ..errors import BrainError
+from nika_brain.errors import BrainError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="nika-brain: run many coding-agent sessions from one git-native brain.")
@@ -34,8 +34,8 @@ def json_object(text: str, what: str) -> dict:
 
 def _register() -> None:
     # Command modules attach themselves to `app` (and its sub-apps) on import.
-    from . import bus, claude, index, kernel, state, workflow  # noqa: F401
-    from . import stealing  # noqa: F401
+    from nika_brain.cli import bus, claude, index, kernel, state, workflow  # noqa: F401
+    from nika_brain.cli import stealing  # noqa: F401
 
 
 def run(argv: list[str]) -> int:

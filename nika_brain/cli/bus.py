@@ -6,9 +6,9 @@ from typing import Optional
 
 import typer
 
-from .. import bus as busmod
-from ..brain import Brain
-from . import app, json_object
+from nika_brain import bus as busmod
+from nika_brain.brain import Brain
+from nika_brain.cli import app, json_object
 
 bus_app = typer.Typer(no_args_is_help=True,
                       help="The bus between kernels and the orchestrator (embedded SQLite or Redis).")

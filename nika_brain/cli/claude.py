@@ -9,9 +9,10 @@ from typing import Optional
 
 import typer
 
-from .. import claude_settings, kernels
-from ..brain import Brain
-from . import app
+from nika_brain.claude import settings as claude_settings
+from nika_brain.state import kernels
+from nika_brain.brain import Brain
+from nika_brain.cli import app
 
 claude_app = typer.Typer(no_args_is_help=True, help="Claude Code integration: hooks, permissions, status line.")
 app.add_typer(claude_app, name="claude")

@@ -7,9 +7,9 @@ from typing import List, Optional
 
 import typer
 
-from ..brain import Brain
-from ..errors import BrainError
-from . import app
+from nika_brain.brain import Brain
+from nika_brain.errors import BrainError
+from nika_brain.cli import app
 
 hooks_app = typer.Typer(no_args_is_help=True, help="Git hooks: validate, guard locks, keep BRAIN-INDEX.md current.")
 app.add_typer(hooks_app, name="hooks")
@@ -19,7 +19,7 @@ app.add_typer(hooks_app, name="hooks")
 def init_cmd(directory: Path = typer.Argument(Path("."), help="the brain folder (created if missing)"),
              no_hooks: bool = typer.Option(False, "--no-hooks", help="do not install the git hooks")):
     """Make (or adopt) a git repository as a brain: agents, zones, workflows, scripts, hooks, index."""
-    from ..init import init
+    from nika_brain.engine.init import init
     r = init(directory, hooks=not no_hooks)
     if r.repo_created:
         print(f"initialised a git repository in {r.root}")
@@ -39,7 +39,7 @@ def init_cmd(directory: Path = typer.Argument(Path("."), help="the brain folder 
 @app.command("validate")
 def validate_cmd(paths: Optional[List[Path]] = typer.Argument(None, help="files or folders (default: the whole brain)")):
     """Check brain files against their schemas; one `file:line: key: message` line per problem."""
-    from ..validate import locate_root, validate
+    from nika_brain.state.validate import locate_root, validate
     start = Path.cwd()
     root = locate_root(start)
     if root is None and paths:
@@ -58,7 +58,7 @@ def validate_cmd(paths: Optional[List[Path]] = typer.Argument(None, help="files 
 def index_cmd(check: bool = typer.Option(False, "--check", help="exit 1 if BRAIN-INDEX.md is stale; write nothing"),
               stdout: bool = typer.Option(False, "--stdout", help="print the index instead of writing it")):
     """Regenerate BRAIN-INDEX.md from the state files (byte-identical when nothing changed)."""
-    from .. import index
+    from nika_brain.engine import index
     brain = Brain.find()
     if stdout:
         sys.stdout.write(index.render(brain))
@@ -79,7 +79,7 @@ def _repo() -> Path:
 @hooks_app.command("install")
 def hooks_install():
     """Install the git hooks (an existing hook is kept and runs first)."""
-    from .. import githooks
+    from nika_brain.gitrepo import githooks
     changed = githooks.install(_repo())
     print(f"installed: {', '.join(changed)}" if changed else "git hooks already installed")
 
@@ -87,7 +87,7 @@ def hooks_install():
 @hooks_app.command("uninstall")
 def hooks_uninstall():
     """Remove the git hooks and restore the ones they chained."""
-    from .. import githooks
+    from nika_brain.gitrepo import githooks
     changed = githooks.uninstall(_repo())
     print(f"uninstalled: {', '.join(changed)}" if changed else "no nika-brain git hook installed")
 
@@ -95,6 +95,6 @@ def hooks_uninstall():
 @hooks_app.command("status")
 def hooks_status():
     """Which git hooks are installed."""
-    from .. import githooks
+    from nika_brain.gitrepo import githooks
     for name, state in githooks.status(_repo()).items():
         print(f"{name}\t{state}")

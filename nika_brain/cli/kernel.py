@@ -7,9 +7,9 @@ import json
 
 import typer
 
-from .. import kernels
-from ..brain import Brain
-from . import app
+from nika_brain.state import kernels
+from nika_brain.brain import Brain
+from nika_brain.cli import app
 
 kernel_app = typer.Typer(no_args_is_help=True, help="Kernels: one folder per /goal under kernels/<id>/.")
 app.add_typer(kernel_app, name="kernel")

@@ -7,9 +7,10 @@ from typing import Optional
 
 import typer
 
-from .. import claims, clock, gates, locks
-from ..brain import Brain
-from . import app
+from nika_brain.state import claims, gates, locks
+from nika_brain.support import clock
+from nika_brain.brain import Brain
+from nika_brain.cli import app
 
 lock_app = typer.Typer(no_args_is_help=True, help="Path locks on scopes (paths, folders, globs).")
 claim_app = typer.Typer(no_args_is_help=True, help="Claims: one per step execution.")
@@ -113,7 +114,7 @@ def claim_close(claim_id: str, status: str = typer.Option(..., help="ok | partia
                 summary: str = typer.Option(""), tests_passed: Optional[int] = None,
                 tests_failed: Optional[int] = None):
     """Close a claim with its result; the orchestrator routes the exit action next."""
-    from .. import launch
+    from nika_brain.engine import service as launch
     c = launch.report(Brain.find(), claim_id, status, summary, tests_passed=tests_passed,
                       tests_failed=tests_failed)
     print(f"closed {c.id}: {c.result.status if c.result else status}")

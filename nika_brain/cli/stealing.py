@@ -5,13 +5,13 @@ import json
 
 import typer
 
-from ..brain import Brain
-from ..errors import BrainError
-from .kernel import kernel_app
+from nika_brain.brain import Brain
+from nika_brain.errors import BrainError
+from nika_brain.cli.kernel import kernel_app
 
 
 def _bus(brain: Brain):
-    from ..bus import open_bus
+    from nika_brain.bus import open_bus
     return open_bus(brain)
 
 
@@ -21,8 +21,8 @@ def kernel_enqueue(kernel_id: str, summary: str,
                    prompt: str = typer.Option(None, "--prompt", help="what the kernel is asked (default: the summary)"),
                    task_id: str = typer.Option(None, "--id")):
     """Put a task in a kernel's queue; idle kernels may steal it (task_available / task_claim)."""
-    from ..federation import stealing
-    from ..kernels import load_kernel
+    from nika_brain.federation import stealing
+    from nika_brain.state.kernels import load_kernel
     brain = Brain.find()
     load_kernel(brain, kernel_id)
     task = stealing.enqueue(_bus(brain), kernel_id, summary, priority=priority, prompt=prompt,
@@ -33,7 +33,7 @@ def kernel_enqueue(kernel_id: str, summary: str,
 @kernel_app.command("queue")
 def kernel_queue(kernel_id: str, as_json: bool = typer.Option(False, "--json")):
     """The kernel's open tasks: waiting, kept, granted to another kernel, running."""
-    from ..federation import stealing
+    from nika_brain.federation import stealing
     brain = Brain.find()
     tasks = stealing.queue(_bus(brain), kernel_id)
     if as_json:
@@ -50,10 +50,10 @@ def kernel_queue(kernel_id: str, as_json: bool = typer.Option(False, "--json")):
 def kernel_work(kernel_id: str):
     """Serve a kernel's side of work stealing until interrupted: run its queue through the kernel
     (kernel_invoke), offer what waits to idle kernels, claim others' tasks when idle."""
-    from ..federation import stealing
+    from nika_brain.federation import stealing
     brain = Brain.find()
     try:
-        from ..federation.kernel import kernel_invoke  # the federation core
+        from nika_brain.federation.kernel import kernel_invoke  # the federation core
     except ImportError as exc:
         raise BrainError("kernel work needs the federation core's kernel_invoke "
                          "(nika_brain.federation.kernel), which this install lacks") from exc

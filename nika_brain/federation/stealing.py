@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from ..errors import BrainError
+from nika_brain.errors import BrainError
 
 GROUP = "kernel"
 DEFAULTS = {"threshold": 0.80, "window": 0.2, "lease": 600.0, "grant_timeout": 30.0,
@@ -50,7 +50,7 @@ DEFAULTS = {"threshold": 0.80, "window": 0.2, "lease": 600.0, "grant_timeout": 3
 
 
 def channel() -> str:
-    from ..bus import WORK_STEALING
+    from nika_brain.bus import WORK_STEALING
     return WORK_STEALING
 
 
@@ -607,7 +607,7 @@ class _Renewal:
 
 def brain_journal(brain: Any) -> Callable[[str, dict], None]:
     """Grants and revocations into journal/signals.jsonl (not re-published: the bus has them)."""
-    from .. import signals
+    from nika_brain.engine import signals
 
     def write(kind: str, payload: dict) -> None:
         signals.emit(brain, kind, reason=f"{payload.get('owner')} -> {payload.get('to') or payload.get('kernel')}"
@@ -617,9 +617,9 @@ def brain_journal(brain: Any) -> Callable[[str, dict], None]:
 
 def worker_for(brain: Any, kernel_id: str, run: Callable[[dict], dict | None], **kw: Any) -> Worker:
     """A Worker for a kernel of this brain: its bus, its goal's aptitude, the journal, the settings."""
-    from ..bus import open_bus
-    from ..kernels import load_kernel
-    from .aptitude import Aptitude, goal_text, open_embedder
+    from nika_brain.bus import open_bus
+    from nika_brain.state.kernels import load_kernel
+    from nika_brain.federation.aptitude import Aptitude, goal_text, open_embedder
     bus = open_bus(brain)
     k = load_kernel(brain, kernel_id)
     apt = Aptitude(k.id, goal_text(k.goal, k.tags), open_embedder(brain), bus)
@@ -630,7 +630,7 @@ def worker_for(brain: Any, kernel_id: str, run: Callable[[dict], dict | None], *
 
 def journal_summary(brain: Any, kernel: str | None = None) -> dict[str, dict[str, int]]:
     """Per kernel: tasks granted away, stolen (run for another), revoked, from the journal."""
-    from .. import signals
+    from nika_brain.engine import signals
     out: dict[str, dict[str, int]] = {}
     for rec in signals.read(brain, types=("TASK_GRANTED", "TASK_REVOKED", "TASK_DONE")):
         p = rec.get("payload") or {}

@@ -30,7 +30,7 @@ from nika_brain.federation.stealing import (
     enqueue,
     grants,
 )
-from nika_brain.yamlsafe import dumps
+from nika_brain.support.yamlsafe import dumps
 from tests.conftest import make_brain
 from tests.redis_fixture import redis_server  # noqa: F401  (fixture)
 

@@ -1,0 +1,285 @@
+"""Claude Code settings: merge nika-brain's hooks and rules into a `.claude/settings.json`, take
+them out again, and render the status line.
+
+What we add is found again without guessing:
+- hook handlers are ours when their command runs `nika_brain hook <Event>` / `nika-brain hook`;
+- permission rules, env keys and the status line we added are listed in a sidecar,
+  `.claude/nika-brain.json`, so that `uninstall` removes exactly those and never a rule the user
+  wrote (even an identical one written before us). Claude Code ignores the sidecar; we keep our
+  bookkeeping out of settings.json because Claude Code validates that file's keys.
+Installing twice gives the same file: our previous entries are taken out before the fresh ones go
+in, which also updates a stale interpreter path.
+
+The status line runs as its own process on every render, so it shares the hook path's rule: stdlib
+and PyYAML only, and it never fails (a broken brain still gets a line, never a traceback).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from nika_brain.errors import BrainError
+
+SIDECAR = "nika-brain.json"
+FILE_TOOLS = "Edit|Write|MultiEdit|NotebookEdit"
+# Event -> (matcher or None for "every", timeout in seconds). Matchers are exact-name lists: a
+# pattern like "Edit.*" would be a regex and also match tools we never meant to gate.
+HOOKS: dict[str, tuple[str | None, int]] = {
+    "SessionStart": (None, 15),
+    "UserPromptSubmit": (None, 10),
+    "PreToolUse": (FILE_TOOLS + "|Read|Grep|Glob|LS|NotebookRead|Bash", 10),
+    "PostToolUse": (FILE_TOOLS, 10),
+    "Stop": (None, 15),
+    "PreCompact": (None, 15),
+    "SessionEnd": (None, 5),
+}
+_OURS = re.compile(r"(?:-m\s+nika_brain|nika-brain)\s+hook\s+[A-Za-z-]+\s*$")
+_OUR_STATUSLINE = re.compile(r"(?:-m\s+nika_brain|nika-brain)\s+claude\s+statusline\s*$")
+SECRET_GLOBS = ("**/.env", "**/.env.*", "**/secrets/**", "**/*.pem", "**/*.key", "**/id_rsa*",
+                "**/id_ed25519*")
+
+
+def default_command() -> str:
+    """How a hook calls nika-brain: this interpreter by absolute path, so no PATH is needed (a
+    missing command exits 127 and would silently turn every gate off)."""
+    return f"{shlex.quote(sys.executable)} -m nika_brain"
+
+
+def _abs_rule(tool: str, path: Path | str, glob: str) -> str:
+    # '//' starts an absolute path in permission rules; '/x' would be relative to the settings file.
+    return f"{tool}(/{Path(path).as_posix()}/{glob})"
+
+
+def kernel_deny_rules(root: Path, kernel_id: str) -> list[str]:
+    """Claude Code deny rules isolating one kernel: the other kernels' folders (as they exist now:
+    a re-install picks up new ones, and the PreToolUse hook covers them meanwhile), secrets, and
+    the folders only nika-brain or git write."""
+    kernels_dir = root / "kernels"
+    others = sorted(p.name for p in kernels_dir.iterdir() if p.is_dir() and p.name != kernel_id) \
+        if kernels_dir.is_dir() else []
+    rules = [_abs_rule(tool, kernels_dir / other, "**") for other in others for tool in ("Read", "Edit")]
+    rules += [_abs_rule("Read", root, g) for g in SECRET_GLOBS]
+    rules += [_abs_rule("Edit", root / d, "**") for d in ("gates", "locks", "claims", ".nika", ".git")]
+    return rules
+
+
+def _load_json(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        raise BrainError(f"cannot read: {exc.strerror}", file=str(path)) from exc
+    if not text.strip():
+        return {}
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise BrainError(f"not valid JSON ({getattr(exc, 'msg', exc)}); fix or move it, nothing "
+                         "was changed", file=str(path), line=getattr(exc, "lineno", None)) from exc
+    if not isinstance(data, dict):
+        raise BrainError("expected a JSON object at the top", file=str(path), line=1)
+    return data
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    from nika_brain.support.fsio import atomic_write
+    atomic_write(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
+def _kernel_of(target_dir: Path) -> tuple[str, Path] | None:
+    """(kernel id, brain root) when target_dir is a kernel folder kernels/<id>/ of a brain."""
+    from nika_brain.brain import CONFIG_NAME
+    parent = target_dir.parent
+    if parent.name == "kernels" and (parent.parent / CONFIG_NAME).is_file():
+        return target_dir.name, parent.parent
+    return None
+
+
+def _section(data: dict[str, Any], key: str, path: Path) -> dict[str, Any]:
+    value = data.setdefault(key, {})
+    if not isinstance(value, dict):
+        raise BrainError("expected an object", file=str(path), key=key)
+    return value
+
+
+def _strip_ours(data: dict[str, Any], mine: dict[str, Any]) -> None:
+    """Take out every entry nika-brain added; leave the user's entries and their order alone."""
+    hooks = data.get("hooks")
+    if isinstance(hooks, dict):
+        for event in list(hooks):
+            groups = hooks[event]
+            if not isinstance(groups, list):
+                continue
+            kept = []
+            for group in groups:
+                if isinstance(group, dict) and isinstance(group.get("hooks"), list):
+                    handlers = [h for h in group["hooks"]
+                                if not (isinstance(h, dict) and _OURS.search(str(h.get("command", ""))))]
+                    if not handlers and group["hooks"]:
+                        continue  # the group only held our handlers
+                    group = {**group, "hooks": handlers}
+                kept.append(group)
+            if kept:
+                hooks[event] = kept
+            else:
+                del hooks[event]
+        if not hooks:
+            del data["hooks"]
+    perms = data.get("permissions")
+    if isinstance(perms, dict):
+        for kind, rules in (mine.get("permissions") or {}).items():
+            have = perms.get(kind)
+            if isinstance(have, list):
+                perms[kind] = [r for r in have if r not in rules]
+                if not perms[kind]:
+                    del perms[kind]
+        if not perms:
+            del data["permissions"]
+    env = data.get("env")
+    if isinstance(env, dict):
+        for key, value in (mine.get("env") or {}).items():
+            if env.get(key) == value:  # the user changed it since: theirs now
+                del env[key]
+        if not env:
+            del data["env"]
+    status = data.get("statusLine")
+    if isinstance(status, dict) and _OUR_STATUSLINE.search(str(status.get("command", ""))):
+        del data["statusLine"]
+
+
+def install(target_dir: Path, *, command: str | None = None, kernel_id: str | None = None,
+            brain_dir: Path | None = None) -> Path:
+    """Merge nika-brain's hooks (and, for a kernel folder, its isolation rules and env) into
+    `target_dir/.claude/settings.json`; return the settings path.
+
+    `command` is how to run nika-brain (default: this interpreter with `-m nika_brain`).
+    A kernel install is recognised from `kernels/<id>/` under a brain, or named explicitly.
+    """
+    target_dir = Path(target_dir).resolve()
+    command = (command or default_command()).strip()
+    exe = shlex.split(command)[0] if command else ""
+    if os.sep in exe and not os.access(exe, os.X_OK):
+        raise BrainError(f"hook command {exe} is not an executable file; a hook that cannot start "
+                         "exits 127 and Claude Code then runs without any gate")
+    settings_path = target_dir / ".claude" / "settings.json"
+    sidecar_path = target_dir / ".claude" / SIDECAR
+    data = _load_json(settings_path)
+    _strip_ours(data, _load_json(sidecar_path))
+
+    hooks = _section(data, "hooks", settings_path)
+    for event, (matcher, timeout) in HOOKS.items():
+        group: dict[str, Any] = {"hooks": [{"type": "command", "command": f"{command} hook {event}",
+                                            "timeout": timeout}]}
+        if matcher:
+            group = {"matcher": matcher, **group}
+        groups = hooks.setdefault(event, [])
+        if not isinstance(groups, list):
+            raise BrainError("expected a list of matcher groups", file=str(settings_path),
+                             key=f"hooks.{event}")
+        groups.append(group)
+
+    mine: dict[str, Any] = {"version": 1, "command": command}
+    found = _kernel_of(target_dir)
+    if kernel_id or found:
+        kid = kernel_id or found[0]  # type: ignore[index]
+        root = Path(brain_dir).resolve() if brain_dir else (found[1] if found else target_dir.parent.parent)
+        perms = _section(data, "permissions", settings_path)
+        have = perms.setdefault("deny", [])
+        if not isinstance(have, list):
+            raise BrainError("expected a list", file=str(settings_path), key="permissions.deny")
+        added = [r for r in kernel_deny_rules(root, kid) if r not in have]
+        have.extend(added)
+        ours_env = {"NIKA_KERNEL_ID": kid, "NIKA_BRAIN_DIR": str(root)}
+        _section(data, "env", settings_path).update(ours_env)
+        mine.update(kernel=kid, permissions={"deny": added}, env=ours_env)
+
+    if "statusLine" not in data:
+        data["statusLine"] = {"type": "command", "command": f"{command} claude statusline"}
+        mine["statusLine"] = True
+    _write_json(settings_path, data)
+    _write_json(sidecar_path, mine)
+    return settings_path
+
+
+def uninstall(target_dir: Path) -> Path:
+    """Remove what `install` added to `target_dir/.claude/settings.json`; return its path.
+
+    The file is deleted only when nothing else is left in it (it was ours alone)."""
+    target_dir = Path(target_dir).resolve()
+    settings_path = target_dir / ".claude" / "settings.json"
+    sidecar_path = target_dir / ".claude" / SIDECAR
+    data = _load_json(settings_path)
+    _strip_ours(data, _load_json(sidecar_path))
+    if data:
+        _write_json(settings_path, data)
+    elif settings_path.exists():
+        settings_path.unlink()
+    if sidecar_path.exists():
+        sidecar_path.unlink()
+    return settings_path
+
+
+# ---- status line -------------------------------------------------------------------------------
+
+def render_statusline(info: dict[str, Any], env: dict[str, str] | None = None) -> str:
+    """One line: kernel, claim and context use of the session described by `info` (the status
+    line's stdin). Each part that cannot be known is left out, never guessed."""
+    from nika_brain.state import sessions
+    from nika_brain.claude import transcript
+    from nika_brain.brain import Brain
+
+    env = os.environ if env is None else env
+    sid = info.get("session_id") if isinstance(info.get("session_id"), str) else None
+    ws = info.get("workspace") if isinstance(info.get("workspace"), dict) else {}
+    start = ws.get("current_dir") or info.get("cwd")
+    record = None
+    try:
+        brain = Brain.find() if env.get("NIKA_BRAIN_DIR") else Brain.find(start or None)
+        if sid and sessions.valid_id(sid):
+            record = sessions.load(brain, sid)
+    except BrainError:
+        brain = None
+    kernel = (record.kernel if record else None) or env.get("NIKA_KERNEL_ID")
+    claim = (record.claim if record else None) or env.get("NIKA_CLAIM")
+
+    pct = None
+    cw = info.get("context_window") if isinstance(info.get("context_window"), dict) else {}
+    if isinstance(cw.get("used_percentage"), (int, float)):
+        pct = float(cw["used_percentage"])  # Claude Code's own figure, when it gives one
+    elif record and record.context_pct is not None:
+        pct = record.context_pct
+    else:
+        size = cw.get("context_window_size") if isinstance(cw.get("context_window_size"), int) else None
+        usage = transcript.last_usage(info.get("transcript_path") if isinstance(
+            info.get("transcript_path"), str) else None, size)
+        pct = usage.pct if usage else None
+
+    parts = ["nika" if brain else "nika (no brain)"]
+    if kernel:
+        parts.append(f"kernel {kernel}")
+    if claim:
+        parts.append(f"claim {claim}")
+    if pct is not None:
+        parts.append(f"ctx {pct:.0f}%")
+    return " · ".join(parts)
+
+
+def statusline_main() -> int:
+    """Entry of `nika-brain claude statusline`: read stdin, print one line, always exit 0."""
+    try:
+        raw = sys.stdin.read() if sys.stdin is not None and not sys.stdin.isatty() else ""
+        try:
+            info = json.loads(raw) if raw.strip() else {}
+        except ValueError:
+            info = {}  # still worth a line: the brain and binding may come from the environment
+        line = render_statusline(info if isinstance(info, dict) else {})
+    except Exception as exc:  # a status line must never show a traceback
+        line = f"nika · status unavailable ({type(exc).__name__})"
+    sys.stdout.write(line + "\n")
+    return 0

@@ -1,0 +1,338 @@
+"""BRAIN-INDEX.md: the generated overview of a brain (claims, locks, gates, breakers, workflows, kernels).
+
+Two properties matter more than anything else here:
+
+* Deterministic: the same state gives the same bytes, so regenerating with no change leaves the file
+  (and git) untouched. Nothing reads the wall clock: ages are measured against the newest time found
+  in the state itself, and the header says so. Every list is sorted.
+* Fast on a large brain: claims and gates accumulate by the thousand and are mostly closed, hence
+  immutable. Their few summary fields are cached in .nika/cache/index.json keyed by file name and
+  (mtime_ns, size, inode), so a warm regeneration parses only what changed.
+
+The Markdown comes from a Jinja2 template; a brain may point `index_template` in nika-brain.yml at its
+own (rendered in a sandbox, with the variables documented at the top of the default template).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import stat
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Callable
+
+from nika_brain import __version__
+from nika_brain.state import breakers, claims, gates, runs, workflows
+from nika_brain.support import clock
+from nika_brain.brain import CONFIG_NAME, Brain
+from nika_brain.errors import BrainError
+from nika_brain.state.validate import load
+
+TEMPLATE_NAME = "BRAIN-INDEX.md.j2"
+_PACKAGE_TEMPLATES = Path(__file__).parent.parent / "templates"
+_CACHE_VERSION = 1
+
+# Step states of the Mermaid chart and their colours.
+STATE_STYLES = {
+    "done": "fill:#2da44e,stroke:#1a7f37,color:#ffffff",
+    "partial": "fill:#d4a72c,stroke:#9a6700,color:#000000",
+    "failed": "fill:#cf222e,stroke:#a40e26,color:#ffffff",
+    "running": "fill:#0969da,stroke:#0550ae,color:#ffffff",
+    "gated": "fill:#8250df,stroke:#6639ba,color:#ffffff",
+    "blocked": "fill:#bc4c00,stroke:#953800,color:#ffffff",
+    "skipped": "fill:#eaeef2,stroke:#8c959f,color:#57606a,stroke-dasharray: 4 2",
+    "pending": "fill:#ffffff,stroke:#8c959f,color:#24292f",
+}
+
+
+# ---- cached summaries of the accumulating kinds -------------------------------------------------
+
+def _claim_summary(c: claims.Claim) -> dict:
+    return {"id": c.id, "workflow": c.workflow, "step": c.step, "scope": list(c.scope),
+            "status": c.status, "opened": clock.iso(c.opened),
+            "closed": clock.iso(c.closed) if c.closed else None,
+            "result": c.result.status if c.result else None}
+
+
+def _gate_summary(g: gates.Gate) -> dict:
+    return {"id": g.id, "workflow": g.workflow, "step": g.step, "claim": g.claim, "message": g.message,
+            "reason": g.reason, "status": g.status, "created": clock.iso(g.created),
+            "decided_at": clock.iso(g.decided_at) if g.decided_at else None}
+
+
+_CACHED: dict[str, tuple[str, Callable[[Any], dict]]] = {
+    "claims": ("claim", _claim_summary),
+    "gates": ("gate", _gate_summary),
+}
+
+
+def _load(brain: Brain, kind: str, path: Path):
+    try:
+        return load(kind, path)
+    except BrainError as exc:
+        exc.file = brain.rel(path) or exc.file  # brain-relative: short, and the same on every machine
+        raise
+
+
+def _load_all(brain: Brain, folder: Path, kind: str) -> list:
+    return brain.load_all(folder, lambda p: _load(brain, kind, p))
+
+
+class _Cache:
+    def __init__(self, brain: Brain):
+        self.brain = brain
+        self.path = brain.state_dir / "cache" / "index.json"
+        self.data: dict[str, dict] = {}
+        self.dirty = False
+        try:
+            raw = json.loads(self.path.read_bytes())
+            if raw.get("version") == _CACHE_VERSION and raw.get("nika") == __version__:
+                self.data = {k: v for k, v in raw.get("kinds", {}).items() if isinstance(v, dict)}
+        except (OSError, ValueError, AttributeError):
+            self.data = {}  # missing or damaged: it is only a cache, rebuild it
+
+    def summaries(self, folder: Path, kind: str) -> list[dict]:
+        kind_name, summarize = _CACHED[kind]
+        old = self.data.get(kind, {})
+        new: dict[str, list] = {}
+        try:
+            entries = list(os.scandir(folder))
+        except (FileNotFoundError, NotADirectoryError):
+            entries = []
+        for de in entries:
+            name = de.name
+            if not name.endswith(".yml") or name.startswith("."):
+                continue
+            try:
+                st = de.stat()
+            except FileNotFoundError:
+                continue  # removed while we looked: it is not part of this state
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            key = [st.st_mtime_ns, st.st_size, st.st_ino]
+            hit = old.get(name)
+            if isinstance(hit, list) and len(hit) == 4 and hit[:3] == key and isinstance(hit[3], dict):
+                new[name] = hit
+            else:
+                new[name] = key + [summarize(_load(self.brain, kind_name, Path(de.path)))]
+                self.dirty = True
+        if new.keys() != old.keys():
+            self.dirty = True
+        self.data[kind] = new
+        return [new[n][3] for n in sorted(new)]
+
+    def save(self) -> None:
+        if not self.dirty:
+            return
+        text = json.dumps({"version": _CACHE_VERSION, "nika": __version__, "kinds": self.data},
+                          separators=(",", ":"), sort_keys=True)
+        try:
+            from nika_brain.support.fsio import atomic_write
+            atomic_write(self.path, text, fsync=False)  # disposable: no need to pay for fsync
+        except OSError:
+            pass  # a read-only state folder only costs speed
+
+
+# ---- the model the template renders ------------------------------------------------------------
+
+def _t(text: str | None) -> datetime | None:
+    return clock.parse(text) if text else None
+
+
+def _label(text: str) -> str:
+    # Mermaid labels sit inside double quotes; entity codes keep them intact.
+    return (text.replace("&", "#amp;").replace('"', "#quot;").replace("<", "#lt;")
+            .replace(">", "#gt;").replace("\n", " "))
+
+
+def _mermaid(wf: workflows.Workflow, states: dict[str, str]) -> str:
+    lines = ["flowchart LR"]
+    for i, s in enumerate(wf.chain):
+        scope = ", ".join(s.scope)
+        lines.append(f'  s{i}["{_label(f"{s.id} · {s.type}")}<br/>{_label(scope)}'
+                     f'<br/><i>{states[s.id]}</i>"]:::{states[s.id]}')
+    for i in range(len(wf.chain) - 1):
+        lines.append(f"  s{i} --> s{i + 1}")
+    used = sorted(set(states.values()), key=list(STATE_STYLES).index)
+    for state in used:
+        lines.append(f"  classDef {state} {STATE_STYLES[state]}")
+    return "\n".join(lines)
+
+
+def _kernels(brain: Brain) -> list[dict]:
+    try:
+        from nika_brain.state import kernels as kmod
+    except ModuleNotFoundError:
+        return []
+    if not hasattr(kmod, "list_kernels"):
+        return []
+    out = []
+    for k in kmod.list_kernels(brain):
+        out.append({"id": k.id, "status": k.status, "goal": k.goal, "card": k.card,
+                    "tags": ", ".join(k.tags), "parent": k.parent})
+    return sorted(out, key=lambda k: k["id"])
+
+
+def model(brain: Brain) -> dict:
+    """Everything the template may use (documented at the top of BRAIN-INDEX.md.j2)."""
+    cache = _Cache(brain)
+    claim_rows = cache.summaries(brain.claims_dir, "claims")
+    gate_rows = cache.summaries(brain.gates_dir, "gates")
+    lock_list = _load_all(brain, brain.locks_dir, "lock")
+    breaker_list = _load_all(brain, breakers.breakers_dir(brain), "breaker")
+    run_list = _load_all(brain, runs.runs_dir(brain), "run")
+    wf_list = _load_all(brain, brain.workflows_dir, "workflow")
+    kernel_rows = _kernels(brain)
+    cache.save()
+
+    # The reference time: the newest moment recorded anywhere in the state (never the wall clock).
+    times: list[datetime] = []
+    for c in claim_rows:
+        times.append(_t(c["closed"] or c["opened"]))
+    for g in gate_rows:
+        times.append(_t(g["decided_at"] or g["created"]))
+    times += [lk.acquired for lk in lock_list] + [b.updated for b in breaker_list]
+    for r in run_list:
+        times.append(r.finished or r.started)
+        for h in r.history:
+            if isinstance(h, dict) and isinstance(h.get("at"), str):
+                try:
+                    times.append(clock.parse(h["at"]))
+                except BrainError:
+                    pass  # a free-form history time is not worth failing the index for
+    ref = max((t for t in times if t is not None), default=None)
+
+    def age(text_or_dt) -> str:
+        if ref is None or text_or_dt is None:
+            return ""
+        t = _t(text_or_dt) if isinstance(text_or_dt, str) else text_or_dt
+        return clock.age(t, ref)
+
+    open_claims = [dict(c, scope=", ".join(c["scope"]), step=str(c["step"]), age=age(c["opened"]))
+                   for c in claim_rows if c["status"] == "open"]
+    results = {"ok": 0, "partial": 0, "failed": 0}
+    for c in claim_rows:
+        if c["result"] in results:
+            results[c["result"]] += 1
+
+    lock_rows = [{"scope": lk.scope, "owner": lk.owner, "mode": lk.mode, "token": lk.token,
+                  "holder": f"{lk.holder.host}:{lk.holder.pid}" if lk.holder.pid else lk.holder.host,
+                  "acquired": clock.iso(lk.acquired), "expires": clock.iso(lk.expires),
+                  "expired": ref is not None and lk.expired(ref), "age": age(lk.acquired)}
+                 for lk in sorted(lock_list, key=lambda lk: (lk.scope, lk.owner))]
+    pending = [dict(g, step="" if g["step"] is None else str(g["step"]), age=age(g["created"]))
+               for g in gate_rows if g["status"] == "pending"]
+    tripped = [{"scope": b.scope, "fails": b.fails, "gate": b.gate, "last_claim": b.last_claim,
+                "updated": clock.iso(b.updated), "age": age(b.updated)}
+               for b in sorted(breaker_list, key=lambda b: b.scope) if b.tripped]
+
+    runs_by_wf = {r.workflow: r for r in run_list}
+    wf_by_name = {wf.name: wf for wf in wf_list}
+    wf_rows, charts = [], []
+    for name in sorted(set(wf_by_name) | set(runs_by_wf)):
+        wf, run = wf_by_name.get(name), runs_by_wf.get(name)
+        wf = runs.chain_view(wf, run)
+        states = runs.step_states(wf, run)
+        finished = sum(1 for s in states.values() if s in ("done", "partial", "skipped"))
+        wf_rows.append({
+            "name": name, "branch": wf.branch if wf else "", "steps": len(wf.chain) if wf else None,
+            "status": run.status if run else "not started",
+            "progress": f"{finished}/{len(wf.chain)}" if wf else "?",
+            "cursor": (run.cursor or "") if run else "", "gate": (run.gate or "") if run else "",
+            "file": f"workflows/{wf.path.name}" if wf and wf.path else "",
+        })
+        if run is not None and run.active:
+            charts.append({"workflow": name, "status": run.status, "cursor": run.cursor or "",
+                           "steps": [{"id": s.id, "type": s.type, "scope": ", ".join(s.scope),
+                                      "state": states[s.id]} for s in wf.chain] if wf else [],
+                           "mermaid": _mermaid(wf, states) if wf else ""})
+
+    return {
+        "as_of": clock.iso(ref) if ref else None,
+        "counts": {"claims": len(claim_rows), "open": len(open_claims), **results,
+                   "locks": len(lock_rows), "gates": len(gate_rows), "pending_gates": len(pending),
+                   "tripped": len(tripped), "workflows": len(wf_rows), "kernels": len(kernel_rows)},
+        "claims": open_claims, "locks": lock_rows, "gates": pending, "breakers": tripped,
+        "workflows": wf_rows, "charts": charts, "kernels": kernel_rows, "states": STATE_STYLES,
+    }
+
+
+# ---- rendering ---------------------------------------------------------------------------------
+
+def _cell(value: Any) -> str:
+    """A Markdown table cell: one line, pipes escaped."""
+    text = "" if value is None else str(value)
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+_ENVS: dict[Path, Any] = {}
+
+
+def _environment(folder: Path):
+    env = _ENVS.get(folder)
+    if env is None:
+        import jinja2
+        from jinja2.sandbox import SandboxedEnvironment
+        env = SandboxedEnvironment(loader=jinja2.FileSystemLoader(str(folder)), autoescape=False,
+                                   keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True,
+                                   undefined=jinja2.StrictUndefined)
+        env.filters["cell"] = _cell
+        _ENVS[folder] = env
+    return env
+
+
+def template_path(brain: Brain) -> Path:
+    override = brain.config.index_template
+    if not override:
+        return _PACKAGE_TEMPLATES / TEMPLATE_NAME
+    p = Path(override)
+    path = p if p.is_absolute() else brain.root / p
+    if not path.is_file():
+        raise BrainError(f"template {override!r} does not exist", file=CONFIG_NAME, key="index_template")
+    return path
+
+
+def render(brain: Brain) -> str:
+    """The text of BRAIN-INDEX.md for the brain's current state."""
+    import jinja2
+    data = model(brain)
+    path = template_path(brain)
+    shown = brain.rel(path) or str(path)
+    try:
+        template = _environment(path.parent).get_template(path.name)
+        text = template.render(**data)
+    except jinja2.TemplateSyntaxError as exc:
+        raise BrainError(f"template syntax error: {exc.message}", file=shown, line=exc.lineno) from exc
+    except jinja2.TemplateError as exc:
+        raise BrainError(f"template error: {exc}", file=shown) from exc
+    except (ArithmeticError, LookupError, TypeError, ValueError, AttributeError) as exc:
+        if path.parent == _PACKAGE_TEMPLATES:
+            raise
+        raise BrainError(f"template failed: {type(exc).__name__}: {exc}", file=shown) from exc
+    return text if text.endswith("\n") else text + "\n"
+
+
+def regenerate(brain: Brain) -> bool:
+    """Rewrite BRAIN-INDEX.md when its text changed; True when the file changed."""
+    with brain.mutex("index"):
+        text = render(brain)
+        try:
+            if brain.index_path.read_bytes() == text.encode("utf-8"):
+                return False
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise BrainError(f"cannot read: {exc.strerror}", file=str(brain.index_path)) from exc
+        brain.write(brain.index_path, text)
+        with contextlib.suppress(OSError):
+            os.chmod(brain.index_path, 0o644)  # a tracked file: mkstemp's 0600 is not meant here
+        return True
+
+
+def is_current(brain: Brain) -> bool:
+    try:
+        return brain.index_path.read_bytes() == render(brain).encode("utf-8")
+    except FileNotFoundError:
+        return False
+

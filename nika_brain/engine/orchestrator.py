@@ -1,0 +1,538 @@
+"""The kernel-orchestrator (BSI v3): executes a declared workflow mechanically, step by step.
+
+It never decides architecture: it reads workflows/<name>.yml, opens the theme branch, and for each step
+runs the preflight, locks the scope, opens the claim, delegates (mode 1: a brief for a human; mode 3:
+a satellite process), and routes the result's exit action. Every transition is one atomic write of
+runs/<name>.yml under the workflow's mutex, so a crash at any point resumes from the files without
+running a step twice or leaking a lock.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, replace
+from datetime import datetime
+from pathlib import Path
+
+
+from nika_brain.gitrepo import branches, git
+from nika_brain.state import breakers, claims, gates, locks, runs
+from nika_brain.support import clock, faults
+from nika_brain.engine import preflight, satellites, signals
+from nika_brain.brain import Brain
+from nika_brain.errors import EXIT_BLOCKED, EXIT_GATE_PENDING, EXIT_REFUSED, BrainError
+from nika_brain.state.runs import END, Run
+from nika_brain.state.workflows import Action, Step, Workflow, find_workflow, parse_action, resolve_target
+from nika_brain.state import zones as zones_mod
+
+STATE_PATHS = ("claims", "locks", "gates", "breakers", "runs", "journal", "BRAIN-INDEX.md")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    workflow: str
+    status: str            # progress | waiting | satellite | gated | blocked | breaker | done | aborted
+    message: str = ""
+    claim: str | None = None
+    gate: str | None = None
+    brief: str | None = None
+
+    @property
+    def exit_code(self) -> int:
+        return {"gated": EXIT_GATE_PENDING, "blocked": EXIT_BLOCKED, "breaker": EXIT_BLOCKED,
+                "aborted": EXIT_REFUSED}.get(self.status, 0)
+
+
+# ---- helpers ------------------------------------------------------------------------------------
+
+def _mutex(brain: Brain, name: str):
+    return brain.mutex(f"workflow-{name}")
+
+
+def _stamp(run: Run) -> str:
+    return f"{run.started:%Y%m%d-%H%M%S}"
+
+
+def base_of(brain: Brain, wf: Workflow) -> str:
+    return wf.base or brain.config.base_branch
+
+
+def worktree_of(brain: Brain, wf: Workflow) -> Path:
+    return branches.theme_worktree_path(wf.branch, brain.worktrees_dir)
+
+
+def open_branch(brain: Brain, wf: Workflow) -> Path:
+    # git worktree add/list/remove read each other's half-written .git/worktrees/<name>/ entries.
+    with base_checkout(brain):
+        return branches.open_theme_branch(brain.root, wf.branch, base_of(brain, wf), brain.worktrees_dir)
+
+
+def _reindex(brain: Brain) -> None:
+    from nika_brain.engine import index
+    index.regenerate(brain)
+
+
+def _agent(brain: Brain, wf: Workflow, step: Step) -> str:
+    return step.agent or wf.agent or brain.config.default_agent
+
+
+def tier_of(wf: Workflow, step: Step) -> str:
+    """Tiered close: validated (code/test steps), atomic (everything else)."""
+    return "validated" if step.type in ("code", "test") else "atomic"
+
+
+def effective(brain: Brain, wf: Workflow, run: Run | None) -> Workflow:
+    """The workflow with the run's recorded ADAPT changes applied (insert, skip, replace)."""
+    if run is None or not run.adaptations:
+        return wf
+    from nika_brain.state.adapt import apply
+    return apply(wf, run.adaptations)
+
+
+def _emit(brain: Brain, type_: str, run: Run, step: str | None = None, claim: str | None = None,
+          reason: str = "", payload: dict | None = None) -> None:
+    signals.emit(brain, type_, workflow=run.workflow, step=step, claim=claim, reason=reason,
+                 payload=payload)
+
+
+def _history(run: Run, step: str, claim: str | None, result: str, action: str, now: datetime) -> tuple:
+    return run.history + ({"step": step, "claim": claim, "result": result, "action": action,
+                           "at": clock.iso(now)},)
+
+
+# ---- starting a run -------------------------------------------------------------------------------
+
+def _first_step(brain: Brain, wf: Workflow) -> str:
+    """Seed rule for a fresh run: the first step without a closed (ok or partial) claim."""
+    done = {str(c.step) for c in claims.list_claims(brain, "closed")
+            if c.workflow == wf.name and c.result and c.result.status in ("ok", "partial")}
+    for s in wf.chain:
+        if s.id not in done:
+            return s.id
+    return END
+
+
+def start_run(brain: Brain, wf: Workflow, *, mode: str = "assisted", step: str | None = None,
+              context: dict | None = None, restart: bool = False, now: datetime | None = None) -> Run:
+    now = now or clock.now()
+    with _mutex(brain, wf.name):
+        run = runs.load_run(brain, wf.name)
+        if run is not None and run.active:
+            changes = {}
+            if mode != run.mode:
+                changes["mode"] = mode
+            if context:
+                changes["context"] = {**run.context, **context}
+            if step is not None and run.claim is None and run.status == "running":
+                changes["cursor"] = str(wf.step(step).id)
+            return runs.update(brain, run, **changes) if changes else run
+        if run is not None and not restart and step is None:
+            return run  # done or aborted: say so, start again only when asked
+        cursor = str(wf.step(step).id) if step is not None else (wf.chain[0].id if restart else _first_step(brain, wf))
+        run = runs.save(brain, Run(wf.name, "running", mode, now, cursor, context=context or {}))
+    open_branch(brain, wf)
+    _emit(brain, "CHECKPOINT", run, cursor, reason=f"run started in {mode} mode")
+    return run
+
+
+# ---- one transition -------------------------------------------------------------------------------
+
+def step_once(brain: Brain, name: str, now: datetime | None = None) -> Outcome:
+    """Perform the next transition of the workflow's run and say where it stands."""
+    now = now or clock.now()
+    with _mutex(brain, name):
+        run = runs.load_run(brain, name)
+        if run is None:
+            raise BrainError(f"workflow {name} has no run (start it with workflow-launch)")
+        wf = effective(brain, find_workflow(brain, name), run)
+        if run.status in ("done", "aborted"):
+            return Outcome(name, run.status, run.reason or f"workflow {name} is {run.status}")
+        _release_orphans(brain, wf)
+        if run.status == "gated":
+            return _after_gate(brain, wf, run, now)
+        if run.status == "breaker":
+            step = wf.step(run.cursor)
+            if breakers.tripped_for(brain, step.scope):
+                return Outcome(name, "breaker", run.reason, gate=run.gate)
+            run = runs.update(brain, run, status="running", reason="", gate=None)
+        if run.status == "blocked":
+            run = runs.update(brain, run, status="running", reason="")  # relaunch = retry
+        if run.claim:
+            c = _maybe_claim(brain, run.claim)
+            if c is None:
+                run = runs.update(brain, run, claim=None)
+            elif c.is_open:
+                return Outcome(name, "satellite" if run.mode == "swarm" else "waiting",
+                               f"step {c.step} in progress", claim=c.id)
+            else:
+                return _route(brain, wf, run, c, now)
+        adopted = _adopt_open_claim(brain, wf, run)
+        if adopted is not None:
+            return adopted
+        if run.cursor in (None, END):
+            return _close(brain, wf, run, now)
+        return _start_step(brain, wf, run, wf.step(run.cursor), now)
+
+
+def _maybe_claim(brain: Brain, claim_id: str) -> claims.Claim | None:
+    try:
+        return claims.load_claim(brain, claim_id)
+    except BrainError:
+        if claims.claim_path(brain, claim_id).exists():
+            raise
+        return None
+
+
+def _adopt_open_claim(brain: Brain, wf: Workflow, run: Run) -> Outcome | None:
+    """A crash between opening a claim and recording it in the run: adopt that claim."""
+    for c in claims.list_claims(brain, "open"):
+        if c.workflow == wf.name and str(c.step) == run.cursor and c.opened >= run.started:
+            runs.update(brain, run, claim=c.id)
+            return Outcome(wf.name, "satellite" if run.mode == "swarm" else "waiting",
+                           f"step {c.step} in progress", claim=c.id)
+    return None
+
+
+def _release_orphans(brain: Brain, wf: Workflow) -> None:
+    """Locks of this workflow's claims that are closed or were never opened (crash leftovers)."""
+    marker = f"-{claims.slug(wf.name)}-step-"
+    for lk in locks.list_locks(brain):
+        if marker not in lk.owner or not lk.owner.startswith("sess-"):
+            continue
+        c = _maybe_claim(brain, lk.owner)
+        if c is None or not c.is_open:
+            locks.release(brain, lk.scope, lk.owner, missing_ok=True)
+
+
+def _block(brain: Brain, run: Run, step: str | None, reason: str, signal: str = "BLOCKED_ON",
+           claim: str | None = None) -> Outcome:
+    runs.update(brain, run, status="blocked", reason=reason)
+    _emit(brain, signal, run, step, claim, reason)
+    _reindex(brain)
+    return Outcome(run.workflow, "blocked", reason, claim=claim)
+
+
+def _open_gate(brain: Brain, wf: Workflow, run: Run, gate_id: str, message: str, *, step: str,
+               claim: str | None, reason: str, after: str, history: tuple | None = None) -> Outcome:
+    g = gates.open_gate(brain, gate_id, message, workflow=wf.name, step=step, claim=claim, reason=reason)
+    run = runs.update(brain, run, status="gated", gate=g.id, after_gate=after, claim=None,
+                      gates=run.gates + ((g.id,) if g.id not in run.gates else ()),
+                      history=run.history if history is None else history)
+    faults.point("after-gate-open")
+    _emit(brain, "GATE_PENDING", run, step, claim, message, payload={"gate": g.id})
+    _reindex(brain)
+    # Announced last: if the backend fails (no token, GitHub down), the run is already gated and
+    # the next launch announces again, instead of routing the step's result a second time.
+    _announce(brain, g)
+    return Outcome(wf.name, "gated", message, gate=g.id, claim=claim)
+
+
+def _announce(brain: Brain, g: gates.Gate) -> None:
+    if not g.pending or g.pr is not None:
+        return
+    announced = gates.backend(brain).announce(brain, g)
+    if announced != g:
+        gates.save(brain, announced)
+
+
+def _after_gate(brain: Brain, wf: Workflow, run: Run, now: datetime) -> Outcome:
+    g = gates.load_gate(brain, run.gate)
+    if g.pending:
+        _announce(brain, g)
+        return Outcome(wf.name, "gated", g.message, gate=g.id)
+    if g.status == "rejected":
+        return _abort(brain, run, f"gate {g.id} rejected by {g.decided_by}", now)
+    if g.reason == "breaker":  # the human inspected: approving the breaker gate resets it
+        for b in breakers.list_breakers(brain):
+            if b.gate == g.id:
+                breakers.reset(brain, b.scope)
+    step_id, _, what = (run.after_gate or "").partition("::")
+    if what == "run":
+        runs.update(brain, run, status="running", gate=None, after_gate=None, cursor=step_id)
+        return Outcome(wf.name, "progress", f"gate {g.id} approved")
+    run = runs.update(brain, run, status="running", gate=None, after_gate=None)
+    return _apply(brain, wf, run, wf.step(step_id), parse_action(what), None, "ok", now)
+
+
+# ---- a step starts ----------------------------------------------------------------------------------
+
+def _start_step(brain: Brain, wf: Workflow, run: Run, step: Step, now: datetime) -> Outcome:
+    worktree = worktree_of(brain, wf)
+    if not worktree.is_dir():
+        open_branch(brain, wf)
+    pre = _pre_gate(brain, wf, run, step)
+    if pre is not None:
+        return pre
+    if step.gate == "0-failures":
+        test = step.test or wf.test
+        if not test:
+            return _block(brain, run, step.id, f"step {step.id} has gate 0-failures but no test command")
+        tr = satellites.run_tests(test, worktree)
+        if not tr.green:
+            return _block(brain, run, step.id, f"0-failures gate red before step {step.id}: "
+                                               f"{tr.failed} failed ({test})")
+    agent = _agent(brain, wf, step)
+    with base_checkout(brain):  # not while another run commits or merges there (index.lock, MERGE_HEAD)
+        failed = preflight.failures(preflight.run_checks(brain, step.scope, step.zone, agent=agent,
+                                                         branch=wf.branch, worktree=worktree, now=now))
+    if failed:
+        return _block(brain, run, step.id, "preflight failed: " + "; ".join(
+            f"{c.name}: {c.reason}" for c in failed))
+    faults.point("after-preflight")
+    claim_id = claims.next_id(brain, wf.name, step.id, now)
+    holder = os.getpid() if run.mode == "swarm" else None
+    taken: list[str] = []
+    try:
+        for s in step.scope:
+            locks.acquire(brain, s, claim_id, pid=holder, now=now)
+            taken.append(s)
+    except BrainError as exc:
+        for s in taken:
+            locks.release(brain, s, claim_id, missing_ok=True)
+        return _block(brain, run, step.id, f"lock: {exc.message}")
+    faults.point("after-lock")
+    c = claims.open_claim(brain, workflow=wf.name, step=int(step.id) if step.id.isdigit() else step.id,
+                          satellite_type=step.type, scope=step.scope, satellite_level=wf.level_of(step),
+                          zone=step.zone, story_angle=step.story_angle, agent=agent,
+                          on_done=str(step.on_done), on_partial=str(step.partial_action),
+                          on_fail=str(step.on_fail), claim_id=claim_id, now=now)
+    faults.point("after-claim-open")
+    run = runs.update(brain, run, claim=c.id, status="running")
+    _reindex(brain)
+    brief = satellites.render_brief(brain, wf, step, c, worktree=worktree, context=run.context)
+    brief_file = brain.state_dir / "briefs" / f"{c.id}.md"
+    brain.write(brief_file, brief)
+    return Outcome(wf.name, "satellite" if run.mode == "swarm" else "waiting",
+                   f"step {step.id} claimed", claim=c.id, brief=brief)
+
+
+def _pre_gate(brain: Brain, wf: Workflow, run: Run, step: Step) -> Outcome | None:
+    """gate: human on the step, or (swarm) a step writing a protected zone: a human first."""
+    why = None
+    if step.gate == "human":
+        why = f"step {step.id} of {wf.name} asks for a human go before it runs"
+    elif run.mode == "swarm":
+        zs = zones_mod.load_zones(brain)
+        hits = {z.name for s in step.scope for z in [zones_mod.zone_of(zs, s)] if z and z.level == "protected"}
+        if step.zone and zones_mod.zone_named(zs, step.zone).level == "protected":
+            hits.add(step.zone)
+        if hits:
+            why = f"step {step.id} writes protected zone {', '.join(sorted(hits))}: a human go is required"
+    if why is None:
+        return None
+    gid = f"{wf.name}-{_stamp(run)}-step-{claims.slug(step.id)}-go"
+    path = gates.gate_path(brain, gid)
+    if path.exists():
+        g = gates.load_path(path)
+        if g.status == "approved":
+            return None
+        if g.status == "rejected":
+            return _abort(brain, run, f"gate {gid} rejected by {g.decided_by}", clock.now())
+    return _open_gate(brain, wf, run, gid, why, step=step.id, claim=None, reason="human",
+                      after=f"{step.id}::run")
+
+
+# ---- a step's result is routed ------------------------------------------------------------------------
+
+def _route(brain: Brain, wf: Workflow, run: Run, c: claims.Claim, now: datetime) -> Outcome:
+    step = wf.step(c.step)
+    status = c.result.status if c.result else "failed"
+    locks.release_all(brain, c.id)
+    tripped = breakers.record(brain, step.scope, status, c.id, now=now)
+    if tripped:
+        b = tripped[0]
+        gid = f"breaker-{claims.slug(b.scope)}-{c.id}"
+        history = _history(run, step.id, c.id, status, "signal:CIRCUIT_BREAK", now)
+        for t in tripped:
+            breakers.set_gate(brain, t.scope, gid)
+        out = _open_gate(brain, wf, run, gid, f"circuit breaker: {b.fails} consecutive fails on {b.scope}; "
+                         "inspect, then approve to reset and retry", step=step.id, claim=c.id,
+                         reason="breaker", after=f"{step.id}::run", history=history)
+        run = runs.update(brain, runs.load_run(brain, wf.name), status="breaker",
+                          reason=f"circuit breaker tripped on {', '.join(t.scope for t in tripped)}")
+        _emit(brain, "CIRCUIT_BREAK", run, step.id, c.id, run.reason, payload={"fails": b.fails})
+        _reindex(brain)
+        return Outcome(wf.name, "breaker", run.reason, claim=c.id, gate=out.gate)
+    action = {"ok": step.on_done, "partial": step.partial_action, "failed": step.on_fail}[status]
+    _emit(brain, "STEP_DONE", run, step.id, c.id, c.result.summary if c.result else "",
+          payload={"result": status})
+    if status == "ok" and tier_of(wf, step) == "validated" and not step.test and c.result \
+            and c.result.tests_failed is None:
+        history = _history(run, step.id, c.id, status, "gate:no-tests", now)
+        return _open_gate(brain, wf, run, f"gate-{c.id}", f"step {step.id} ({step.type}) has no tests: "
+                          "accept its result?", step=step.id, claim=c.id, reason="no-tests",
+                          after=f"{step.id}::{action}", history=history)
+    run = replace(run, history=_history(run, step.id, c.id, status, str(action), now), claim=None)
+    return _apply(brain, wf, run, step, action, c.id, status, now)
+
+
+def _apply(brain: Brain, wf: Workflow, run: Run, step: Step, action: Action, claim: str | None,
+           status: str, now: datetime) -> Outcome:
+    # A failed step is retried when the chain is relaunched; a finished one moves on.
+    nxt = wf.next_of(step.id)
+    onward = nxt.id if nxt else END
+    stay = step.id if status == "failed" else onward
+    if action.kind == "trigger":
+        target = resolve_target(wf, step, action)
+        if target is not None and "/" in target:
+            other, sid = target.split("/", 1)
+            _emit(brain, "ORCHESTRATE", run, step.id, claim, f"trigger {target}",
+                  payload={"workflow": other, "step": sid, "context": {"from": wf.name}})
+            _send_inbox(brain, {"type": "ORCHESTRATE", "workflow": other, "step": sid,
+                                "context": {"from": wf.name}})
+            target = None
+        runs.save(brain, replace(run, cursor=target or END, status="running", claim=None))
+        faults.point("after-route")
+        _reindex(brain)
+        return Outcome(wf.name, "progress", f"step {step.id} → {target or 'end'}")
+    if action.kind == "gate":
+        return _open_gate(brain, wf, run, f"gate-{claim or step.id + '-' + _stamp(run)}", action.message,
+                          step=step.id, claim=claim, reason="partial" if status == "partial" else "human",
+                          after=f"{onward}::run" if onward != END else f"{step.id}::trigger:next",
+                          history=run.history)
+    if action.kind == "notify":
+        _emit(brain, "INFO", run, step.id, claim, action.message)
+        runs.save(brain, replace(run, cursor=onward, status="running", claim=None))
+        _reindex(brain)
+        return Outcome(wf.name, "progress", f"notify: {action.message}")
+    if action.kind == "abort":
+        return _abort(brain, replace(run, claim=None), f"abort after step {step.id}", now)
+    # signal:<TYPE>
+    if action.halts:
+        run = runs.save(brain, replace(run, cursor=stay, claim=None))
+        return _block(brain, run, step.id, f"signal {action.target} after step {step.id} ({status})",
+                      signal=action.target, claim=claim)
+    _emit(brain, action.target, run, step.id, claim, f"after step {step.id}")
+    runs.save(brain, replace(run, cursor=onward, status="running", claim=None))
+    _reindex(brain)
+    return Outcome(wf.name, "progress", f"signal {action.target}")
+
+
+def _send_inbox(brain: Brain, message: dict) -> None:
+    try:
+        from nika_brain import bus
+        bus.open_bus(brain).publish(signals.INBOX, message)
+    except (ModuleNotFoundError, BrainError) as exc:
+        signals.emit(brain, "INFO", reason=f"could not post to the inbox: {exc}", publish=False)
+
+
+def _abort(brain: Brain, run: Run, reason: str, now: datetime) -> Outcome:
+    if run.claim:
+        c = _maybe_claim(brain, run.claim)
+        if c is not None and c.is_open:
+            claims.close_claim(brain, c.id, "failed", f"aborted: {reason}", now=now)
+        locks.release_all(brain, run.claim)
+    run = runs.update(brain, run, status="aborted", reason=reason, claim=None, finished=now)
+    _emit(brain, "ABORT", run, run.cursor, None, reason)
+    _reindex(brain)
+    return Outcome(run.workflow, "aborted", reason)
+
+
+# ---- the chain ends ---------------------------------------------------------------------------------------
+
+def _latest_results(run: Run) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for h in run.history:
+        out[str(h.get("step"))] = str(h.get("result"))
+    return out
+
+
+def _close(brain: Brain, wf: Workflow, run: Run, now: datetime) -> Outcome:
+    """Orchestrated close: every step closed; merge the theme branch if the 0-failures gate is green."""
+    worktree = worktree_of(brain, wf)
+    results = _latest_results(run)
+    red = sorted(s for s, r in results.items() if r == "failed")
+    green, why = not red, f"failed steps: {', '.join(red)}" if red else ""
+    if green and wf.test:
+        tr = satellites.run_tests(wf.test, worktree if worktree.is_dir() else brain.root)
+        green, why = tr.green, f"{tr.failed} failed in `{wf.test}`"
+    try:
+        res = merge_into_base(brain, wf.branch, base_of(brain, wf), green=green,
+                              message=f"Merge theme {wf.branch} ({wf.name})",
+                              state_message=f"brain: {wf.name} ready to merge")
+    except BrainError as exc:
+        return _block(brain, run, END, exc.message)
+    if not res.merged:
+        reason = res.reason if green else f"0-failures gate is not green: {why}"
+        if res.conflicts:
+            reason = f"merge conflict on {', '.join(res.conflicts)}"
+        return _block(brain, run, END, reason)
+    faults.point("after-merge")
+    skipped = [a.get("step") for a in run.adaptations if a.get("op") == "skip"]
+    report = {"delivered": sorted(s for s, r in results.items() if r == "ok"),
+              "partial": sorted(s for s, r in results.items() if r == "partial"),
+              "skipped": [str(s) for s in skipped] + [s.id for s in wf.chain if s.id not in results
+                                                      and s.id not in skipped],
+              "gates": list(run.gates), "merge": res.commit}
+    run = runs.update(brain, run, status="done", finished=now, report=report, reason="")
+    _emit(brain, "DONE", run, None, None, f"{len(report['delivered'])} delivered, "
+          f"{len(report['partial'])} partial, {len(report['skipped'])} skipped", payload=report)
+    with base_checkout(brain):
+        branches.remove_theme_worktree(brain.root, wf.branch, brain.worktrees_dir)
+    _reindex(brain)
+    commit_state(brain, f"brain: {wf.name} done")
+    return Outcome(wf.name, "done", f"merged {wf.branch} into {base_of(brain, wf)}")
+
+
+def base_checkout(brain: Brain):
+    """Git in the brain's own checkout (state commits, merges into base) runs one run at a time:
+    two workflows finishing together would otherwise collide on its index.lock."""
+    return brain.mutex("base-checkout")
+
+
+MERGE_ATTEMPTS = 20
+
+
+def merge_into_base(brain: Brain, branch: str, base: str, *, green: bool, message: str | None = None,
+                    state_message: str) -> branches.MergeResult:
+    """Commit the state files, then merge the theme branch, under the base-checkout mutex.
+
+    Other runs keep writing their (tracked) state files into this checkout, so the merge may find it
+    dirty again right after the state commit: commit those too and try again, a few times.
+    """
+    with base_checkout(brain):
+        for attempt in range(MERGE_ATTEMPTS):
+            _commit_state(brain, state_message)
+            faults.point("before-merge")
+            try:
+                return branches.merge_theme_branch(brain.root, branch, base, green=green, message=message,
+                                                   worktrees_dir=brain.worktrees_dir)
+            except BrainError as exc:
+                if "uncommitted changes" not in exc.message or attempt == MERGE_ATTEMPTS - 1:
+                    raise
+            time.sleep(0.05)
+    raise AssertionError("unreachable")
+
+
+def commit_state(brain: Brain, message: str) -> bool:
+    with base_checkout(brain):
+        return _commit_state(brain, message)
+
+
+def _commit_state(brain: Brain, message: str, attempts: int = 5) -> bool:
+    """Commit the brain's state files (only those) so that the base checkout is clean for a merge.
+
+    Other runs write and remove their state files while we stage them (a lock file gone between
+    git's listing and its stat fails the add): such a failure is retried on the new state.
+    """
+    for attempt in range(attempts):
+        try:
+            return _commit_state_once(brain, message)
+        except BrainError:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.05)
+    return False
+
+
+def _commit_state_once(brain: Brain, message: str) -> bool:
+    present = [p for p in STATE_PATHS if (brain.root / p).exists()]
+    if present:
+        git.run(brain.root, "add", "-A", "--", *present)
+    staged = git.run(brain.root, "diff", "--cached", "--name-only", "-z", "--", *STATE_PATHS,
+                     check=False).stdout.split("\0")
+    staged = [p for p in staged if p]
+    if not staged:
+        return False
+    git.run(brain.root, "commit", "-q", "-m", message, "--", *staged)
+    return True

@@ -1,0 +1,123 @@
+"""What a satellite gets and how its work is judged: the brief, the test command, swarm launching."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from nika_brain.state import agents
+from nika_brain.brain import Brain
+from nika_brain.state.claims import Claim
+from nika_brain.errors import BrainError
+from nika_brain.state.workflows import Step, Workflow
+
+_PASSED = re.compile(r"(\d+) passed")
+_FAILED = re.compile(r"(\d+) (?:failed|errors?)")
+
+
+def render_brief(brain: Brain, wf: Workflow, step: Step, claim: Claim, *, worktree: Path | None,
+                 context: dict | None = None) -> str:
+    import jinja2  # only the brief needs a template engine
+
+    agent = step.agent or wf.agent or brain.config.default_agent
+    try:
+        body = agents.load_card(brain, agent).body.strip()
+    except BrainError:
+        body = ""
+    env = jinja2.Environment(loader=jinja2.PackageLoader("nika_brain", "templates"),
+                             keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
+    return env.get_template("brief.md.j2").render(
+        wf=wf, step=step, claim=claim, worktree=worktree, agent=agent, card_body=body[:4000],
+        run_context=context or {})
+
+
+@dataclass(frozen=True)
+class TestRun:
+    command: str
+    returncode: int
+    passed: int
+    failed: int
+    tail: str
+
+    @property
+    def green(self) -> bool:
+        return self.returncode == 0 and self.failed == 0
+
+
+def run_tests(command: str, cwd: Path, *, timeout: float = 3600.0, env: dict | None = None) -> TestRun:
+    """Run a step's test command in the shell; 0 failures means exit code 0 and no 'N failed'."""
+    try:
+        proc = subprocess.run(command, shell=True, cwd=cwd, capture_output=True, text=True,
+                              timeout=timeout, env={**os.environ, **(env or {})})
+    except subprocess.TimeoutExpired:
+        return TestRun(command, 124, 0, 1, f"timed out after {timeout:.0f}s")
+    out = proc.stdout + proc.stderr
+    passed = sum(int(n) for n in _PASSED.findall(out[-4000:]))
+    failed = sum(int(n) for n in _FAILED.findall(out[-4000:]))
+    if proc.returncode != 0 and failed == 0:
+        failed = 1  # a red exit code with no count is still a failure
+    return TestRun(command, proc.returncode, passed, failed, out[-1500:])
+
+
+DEFAULT_COMMAND = ("claude", "-p", "{brief}", "--output-format", "json", "--permission-mode",
+                   "acceptEdits")
+
+
+@dataclass(frozen=True)
+class SatelliteOutcome:
+    returncode: int
+    status: str | None     # ok | partial | failed, from the satellite's JSON, or None
+    summary: str
+
+
+def launch(brain: Brain, claim: Claim, brief: str, brief_file: Path, cwd: Path, *,
+           kernel_settings: Path | None = None, timeout: float = 3600.0) -> SatelliteOutcome:
+    """Run the satellite command (Claude Code headless by default) and read its JSON result.
+
+    The command may use {brief}, {brief_file}, {claim}, {worktree}, {brain}. The satellite may close
+    its claim itself with `nika-brain claim close`; otherwise its last JSON object on stdout decides:
+    {"status": ok|partial|failed, "summary": ...} or Claude's {"type": "result", "is_error": ...}.
+    """
+    template = brain.config.satellite_command or DEFAULT_COMMAND
+    values = {"brief": brief, "brief_file": str(brief_file), "claim": claim.id, "worktree": str(cwd),
+              "brain": str(brain.root)}
+    argv = [part.format(**values) for part in template]
+    if not brain.config.satellite_command and kernel_settings is not None:
+        argv += ["--settings", str(kernel_settings)]
+    env = {**os.environ, "NIKA_BRAIN_DIR": str(brain.root), "NIKA_CLAIM": claim.id,
+           "NIKA_WORKTREE": str(cwd), "NIKA_AGENT": "1"}
+    try:
+        proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env,
+                              stdin=subprocess.DEVNULL)
+    except FileNotFoundError as exc:
+        raise BrainError(f"satellite command not found: {shlex.join(argv[:1])} "
+                         "(set satellite_command in nika-brain.yml)") from exc
+    except subprocess.TimeoutExpired:
+        return SatelliteOutcome(124, "failed", f"satellite timed out after {timeout:.0f}s")
+    status, summary = _parse_result(proc.stdout)
+    if status is None and proc.returncode != 0:
+        status, summary = "failed", (proc.stderr.strip().splitlines() or ["satellite failed"])[-1]
+    return SatelliteOutcome(proc.returncode, status, summary)
+
+
+def _parse_result(stdout: str) -> tuple[str | None, str]:
+    for line in reversed(stdout.strip().splitlines()):
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(obj, dict):
+            continue
+        if obj.get("status") in ("ok", "partial", "failed"):
+            return obj["status"], str(obj.get("summary", ""))
+        if obj.get("type") == "result":
+            ok = not obj.get("is_error") and obj.get("subtype") == "success"
+            return ("ok" if ok else "failed"), str(obj.get("result", ""))[:500]
+    return None, ""

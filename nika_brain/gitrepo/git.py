@@ -1,0 +1,79 @@
+"""Thin wrapper over the git command line.
+
+We shell out to git rather than use a library: it is what the user runs, it is light to import on the
+hook path, and every failure becomes a BrainError with git's own message.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from nika_brain.errors import BrainError
+
+
+FALLBACK_IDENTITY = {"GIT_AUTHOR_NAME": "nika-brain", "GIT_AUTHOR_EMAIL": "nika-brain@localhost",
+                     "GIT_COMMITTER_NAME": "nika-brain", "GIT_COMMITTER_EMAIL": "nika-brain@localhost"}
+_has_identity: dict[str, bool] = {}
+
+
+def _identity_env(repo: Path | str) -> dict[str, str]:
+    """On a machine where git knows no user (a fresh CI box, a container), the commits nika-brain
+    makes itself (init, step work, state, merges) are signed `nika-brain <nika-brain@localhost>`
+    instead of failing; a configured identity is always used as is."""
+    if os.environ.get("EMAIL") or (os.environ.get("GIT_AUTHOR_EMAIL") and os.environ.get("GIT_COMMITTER_EMAIL")):
+        return {}
+    key = str(repo)
+    if key not in _has_identity:
+        # Configured, not guessed: git's user@hostname guess fails on many hosts, or is refused.
+        proc = subprocess.run(["git", "-C", key, "config", "--get", "user.email"], capture_output=True)
+        _has_identity[key] = proc.returncode == 0
+    if _has_identity[key]:
+        return {}
+    return {k: v for k, v in FALLBACK_IDENTITY.items() if not os.environ.get(k)}
+
+
+def run(repo: Path | str, *args: str, check: bool = True, input: str | None = None,
+        env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run `git -C repo args...`; raise BrainError with git's stderr when check and it fails."""
+    if args and args[0] in ("commit", "merge") and "--abort" not in args:
+        env = {**_identity_env(repo), **(env or {})}
+    full_env = None
+    if env:
+        full_env = dict(os.environ)
+        full_env.update(env)
+    try:
+        proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
+                              input=input, env=full_env)
+    except FileNotFoundError as exc:
+        raise BrainError("git is not installed or not on PATH") from exc
+    if check and proc.returncode != 0:
+        msg = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
+        raise BrainError(f"git {args[0]} failed: {msg[-1] if msg else 'exit ' + str(proc.returncode)}")
+    return proc
+
+
+def out(repo: Path | str, *args: str, env: dict[str, str] | None = None) -> str:
+    """stdout of a git command that must succeed, stripped."""
+    return run(repo, *args, env=env).stdout.strip()
+
+
+def is_repo(path: Path | str) -> bool:
+    return run(path, "rev-parse", "--git-dir", check=False).returncode == 0
+
+
+def current_branch(repo: Path | str) -> str | None:
+    proc = run(repo, "symbolic-ref", "--quiet", "--short", "HEAD", check=False)
+    return proc.stdout.strip() or None
+
+
+def git_dir(repo: Path | str) -> Path:
+    """The git dir of this worktree (for a linked worktree, its private one)."""
+    p = Path(out(repo, "rev-parse", "--git-dir"))
+    return p if p.is_absolute() else (Path(repo) / p).resolve()
+
+
+def common_dir(repo: Path | str) -> Path:
+    """The git dir shared by all worktrees of the repository."""
+    p = Path(out(repo, "rev-parse", "--git-common-dir"))
+    return p if p.is_absolute() else (Path(repo) / p).resolve()

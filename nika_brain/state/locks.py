@@ -1,0 +1,439 @@
+"""Path locks: one YAML per held scope (and owner) in locks/, with holder, TTL and a fencing token.
+
+Mutual exclusion comes from an flock-guarded critical section around "read all locks, check, write";
+the lock files are the visible, reviewable record. Fencing tokens come from one monotonic counter in
+the state folder, so they strictly increase per scope (and globally).
+
+Takeover rule: a lock may be taken over only when its TTL has passed AND its holder is not known to
+be alive. A holder on another host is never judged by a local pid check: there, only the TTL counts.
+"""
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from yaml.nodes import ScalarNode
+from yaml.resolver import Resolver
+
+from nika_brain.support import clock
+from nika_brain.brain import Brain
+from nika_brain.errors import EXIT_BUSY, EXIT_REFUSED, BrainError
+from nika_brain.support.schema import F, fields
+from nika_brain.support.yamlsafe import dumps, load_doc
+
+MODES = ("exclusive", "shared")
+
+
+def _hostname() -> str:
+    import socket  # lazily: the Claude Code hook path pays every import on every tool call
+    return socket.gethostname()
+
+
+def _sha1(data: bytes):
+    import hashlib
+    return hashlib.sha1(data)
+_WILD = re.compile(r"[*?\[]")
+
+
+@dataclass(frozen=True)
+class Holder:
+    host: str
+    pid: int | None = None
+    started: int | None = None  # process start time in clock ticks since boot (/proc/<pid>/stat)
+
+
+@dataclass(frozen=True)
+class Lock:
+    scope: str
+    owner: str
+    mode: str
+    token: int
+    acquired: datetime
+    expires: datetime
+    holder: Holder
+    path: Path | None = None
+
+    def expired(self, now: datetime) -> bool:
+        return now >= self.expires
+
+
+# ---- scopes -----------------------------------------------------------------------------------
+
+def normalize_scope(scope: str) -> str:
+    """Brain-relative posix form; a folder keeps its trailing '/'; '.' or '' is the whole brain."""
+    s = str(scope).strip().replace("\\", "/")
+    if not s or s in (".", "./", "/"):
+        return "."
+    if s.startswith("/") or s.startswith("../") or "/../" in s or s == "..":
+        raise BrainError(f"scope must be a path inside the brain, got {scope!r}")
+    folder = s.endswith("/")
+    parts = [p for p in s.split("/") if p not in ("", ".")]
+    if not parts:
+        return "."
+    return "/".join(parts) + ("/" if folder else "")
+
+
+def check_scope(value: str) -> str | None:
+    """Schema check: the error message for a bad scope, None for a good one."""
+    try:
+        normalize_scope(value)
+    except BrainError as exc:
+        return exc.message
+    return None
+
+
+def _segments(scope: str) -> list[str]:
+    return [] if scope == "." else [p for p in scope.split("/") if p]
+
+
+def scopes_overlap(a: str, b: str) -> bool:
+    """True when some path could fall under both scopes.
+
+    A scope covers itself and everything below it (`src` and `src/` cover `src/a.py`). Globs are
+    compared segment by segment; where two wildcards meet we assume an overlap (safe side).
+    """
+    sa, sb = _segments(normalize_scope(a)), _segments(normalize_scope(b))
+    for x, y in zip(sa, sb):
+        if x == "**" or y == "**":
+            return True
+        wx, wy = bool(_WILD.search(x)), bool(_WILD.search(y))
+        if not wx and not wy:
+            if x != y:
+                return False
+        elif wx and not wy:
+            if not fnmatch.fnmatchcase(y, x):
+                return False
+        elif wy and not wx:
+            if not fnmatch.fnmatchcase(x, y):
+                return False
+    return True  # one ran out: it is an ancestor (or equal) of the other
+
+
+def covers(scope: str, path: str) -> bool:
+    """True when a concrete brain-relative `path` lies inside `scope`."""
+    return (len(_segments(normalize_scope(scope))) <= len(_segments(normalize_scope(path)))
+            and scopes_overlap(scope, path))
+
+
+# ---- holders ----------------------------------------------------------------------------------
+
+def _proc_stat(pid: int) -> tuple[str, int] | None:
+    """(state letter, start time in clock ticks since boot) of a local process, None if unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read().decode("ascii", "replace")
+        rest = stat.rsplit(")", 1)[1].split()
+        return rest[0], int(rest[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _start_ticks(pid: int) -> int | None:
+    st = _proc_stat(pid)
+    return st[1] if st else None
+
+
+def holder_for(pid: int | None) -> Holder:
+    if pid is None:
+        return Holder(_hostname())
+    return Holder(_hostname(), pid, _start_ticks(pid))
+
+
+def holder_alive(h: Holder) -> bool | None:
+    """True/False for a holder on this host; None when we cannot know (another host, no pid)."""
+    if h.host != _hostname() or h.pid is None:
+        return None
+    try:
+        os.kill(h.pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    st = _proc_stat(h.pid)
+    if st is not None and st[0] in ("Z", "X"):
+        return False  # a zombie has exited (only its parent has not reaped it yet): it holds nothing
+    if h.started is not None:
+        return st is not None and st[1] == h.started  # a reused pid is another process
+    return True
+
+
+def may_take_over(lock: Lock, now: datetime) -> bool:
+    return lock.expired(now) and holder_alive(lock.holder) is not True
+
+
+# ---- files ------------------------------------------------------------------------------------
+
+_SPEC = {
+    "scope": F(str, required=True, check=check_scope),
+    "mode": F(str, default="exclusive", choices=MODES),
+    "owner": F(str, required=True),
+    "token": F(int, required=True),
+    "acquired": F(str, required=True),
+    "expires": F(str, required=True),
+    "holder": F(dict, required=True),
+}
+_HOLDER_SPEC = {"host": F(str, required=True), "pid": F(int), "started": F(int)}
+
+
+def load_lock(path: Path) -> Lock:
+    doc = load_doc(path)
+    v = fields(doc, doc.data, (), _SPEC)
+    h = fields(doc, v["holder"], ("holder",), _HOLDER_SPEC)
+    try:
+        acquired, expires = clock.parse(v["acquired"]), clock.parse(v["expires"])
+    except BrainError as exc:
+        raise doc.error(exc.message, "expires") from exc
+    return Lock(normalize_scope(v["scope"]), v["owner"], v["mode"], v["token"], acquired, expires,
+                Holder(**h), path)
+
+
+def scope_slug(scope: str) -> str:
+    """A file-name-safe form of a normalized scope. Never starts with '.': listings skip dot files
+    (temporary files), and a lock nobody lists is a lock nobody respects."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", scope).strip("._-")[:60] or "root"
+
+
+def lock_path(brain: Brain, scope: str, owner: str) -> Path:
+    """One file per (scope, owner): several owners may hold one scope in shared mode."""
+    scope = normalize_scope(scope)
+    digest = _sha1(f"{scope}\0{owner}".encode()).hexdigest()[:12]
+    return brain.locks_dir / f"{scope_slug(scope)}-{digest}.yml"
+
+
+def _dump(lock: Lock) -> str:
+    holder = {"host": lock.holder.host}
+    if lock.holder.pid is not None:
+        holder["pid"] = lock.holder.pid
+    if lock.holder.started is not None:
+        holder["started"] = lock.holder.started
+    data = {"scope": lock.scope, "mode": lock.mode, "owner": lock.owner, "token": lock.token,
+            "acquired": clock.iso(lock.acquired), "expires": clock.iso(lock.expires),
+            "holder": holder}
+    fast = _dump_simple(data)
+    return dumps(data) if fast is None else fast
+
+
+# Every acquire writes a lock file, and yaml.dump costs as much as the rest of the cycle. Lock files
+# hold only short identifiers, times and integers, whose text `dumps` we can predict exactly; anything
+# else (spaces, quotes, unicode...) goes through `dumps`. Tests hold the two to byte equality.
+_PLAIN = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_./:-]*[A-Za-z0-9_./-])?\Z")
+_RESOLVER = Resolver()
+_STR_TAG = "tag:yaml.org,2002:str"
+
+
+def _scalar_text(value: object) -> str | None:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if isinstance(value, str) and _PLAIN.match(value):
+        # A string that would read back as another type (a time, a number) is single-quoted.
+        plain = _RESOLVER.resolve(ScalarNode, value, (True, False)) == _STR_TAG
+        return value if plain else f"'{value}'"
+    return None
+
+
+def _dump_simple(data: dict, indent: str = "") -> str | None:
+    """`dumps(data)` for a mapping of simple scalars and non-empty sub-mappings, else None."""
+    out = []
+    for key, value in data.items():
+        if _scalar_text(key) != key:
+            return None
+        if isinstance(value, dict):
+            sub = _dump_simple(value, indent + "  ") if value else None
+            if sub is None:
+                return None
+            out.append(f"{indent}{key}:\n{sub}")
+            continue
+        text = _scalar_text(value)
+        if text is None:
+            return None
+        out.append(f"{indent}{key}: {text}\n")
+    return "".join(out)
+
+
+def list_locks(brain: Brain) -> list[Lock]:
+    """Every lock file, parsed; an unreadable one raises (callers that guard writes fail closed)."""
+    return brain.load_all(brain.locks_dir, load_lock)
+
+
+def _next_token(brain: Brain, seen: int) -> int:
+    """Next fencing token, above the counter and above `seen` (the highest token on disk).
+
+    Called under the locks mutex. The counter must never go back, even if the state folder was
+    wiped: hence `seen`. It is rewritten in place: the new number is never shorter than the old one,
+    so one small pwrite covers it, and a write within one page is all-or-nothing for a killed
+    process (a fresh or non-canonical counter gets an atomic rename instead).
+    """
+    counter = brain.state_dir / "fencing"
+    counter.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(counter, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        raw = os.pread(fd, 64, 0)
+        try:
+            current = int(raw or 0)
+        except ValueError as exc:
+            raise BrainError(f"fencing counter {counter} is corrupt") from exc
+        token = max(current, seen) + 1
+        if raw and raw == str(current).encode():
+            # No fsync: the counter only has to survive a killed process (the page cache does);
+            # after a power loss every holder is dead anyway, and `seen` keeps tokens above disk.
+            os.pwrite(fd, str(token).encode(), 0)
+            return token
+    finally:
+        os.close(fd)
+    brain.write(counter, str(token))
+    return token
+
+
+# ---- operations -------------------------------------------------------------------------------
+
+def conflicts(brain: Brain, scope: str, owner: str, mode: str = "exclusive",
+              now: datetime | None = None) -> list[Lock]:
+    """Live locks of other owners that stand in the way of `scope` in `mode`."""
+    now = now or clock.now()
+    out = []
+    for lk in list_locks(brain):
+        if lk.owner == owner or not scopes_overlap(lk.scope, scope):
+            continue
+        if mode == "shared" and lk.mode == "shared":
+            continue
+        if not may_take_over(lk, now):
+            out.append(lk)
+    return out
+
+
+def _try_acquire(brain: Brain, scope: str, owner: str, mode: str, ttl: float, pid: int | None,
+                 now: datetime) -> Lock | list[Lock]:
+    with brain.mutex("locks"):
+        blocking, stale, mine, seen = [], [], None, 0
+        for lk in list_locks(brain):
+            seen = max(seen, lk.token)
+            if not scopes_overlap(lk.scope, scope):
+                continue
+            if lk.owner == owner:
+                if lk.scope == scope:
+                    mine = lk
+                continue
+            if mode == "shared" and lk.mode == "shared":
+                continue
+            (stale if may_take_over(lk, now) else blocking).append(lk)
+        if blocking:
+            return blocking
+        for lk in stale:
+            if lk.path is not None:
+                os.unlink(lk.path)
+        token = mine.token if mine else _next_token(brain, seen)
+        acquired = mine.acquired if mine else now
+        path = mine.path if mine and mine.path else lock_path(brain, scope, owner)
+        lock = Lock(scope, owner, mode, token, acquired, now + timedelta(seconds=ttl), holder_for(pid),
+                    path)
+        brain.write(lock.path, _dump(lock))
+        return lock
+
+
+def describe(lk: Lock) -> str:
+    who = f"{lk.holder.host}:{lk.holder.pid}" if lk.holder.pid else lk.holder.host
+    return f"{lk.scope} held by {lk.owner} ({who}, token {lk.token}, expires {clock.iso(lk.expires)})"
+
+
+def acquire(brain: Brain, scope: str, owner: str, *, mode: str = "exclusive", ttl: float | None = None,
+            wait: float = 0.0, poll: float | None = None, pid: int | None = -1,
+            now: datetime | None = None) -> Lock:
+    """Take `scope` for `owner`, waiting up to `wait` seconds; raise BrainError(EXIT_BUSY) if held.
+
+    `pid` names the holder process (default: this one; None: no process, only the TTL protects it).
+    Re-acquiring a scope one already holds renews it and keeps its token.
+    """
+    if mode not in MODES:
+        raise BrainError(f"lock mode must be one of {', '.join(MODES)}")
+    if not owner or not owner.strip():
+        raise BrainError("a lock needs an owner (a claim id)")
+    scope = normalize_scope(scope)
+    ttl = brain.config.lock_ttl if ttl is None else ttl
+    poll = brain.config.lock_poll if poll is None else poll
+    pid = os.getpid() if pid == -1 else pid
+    deadline = time.monotonic() + wait
+    while True:
+        result = _try_acquire(brain, scope, owner, mode, ttl, pid, now or clock.now())
+        if isinstance(result, Lock):
+            return result
+        if time.monotonic() >= deadline:
+            raise BrainError("scope busy: " + "; ".join(describe(lk) for lk in result), EXIT_BUSY)
+        time.sleep(min(poll, max(0.0, deadline - time.monotonic())) or poll)
+
+
+def _owned(brain: Brain, scope: str, owner: str) -> Lock:
+    """The lock of `owner` on exactly `scope` (under the locks mutex); refuse anyone else."""
+    path = lock_path(brain, scope, owner)
+    if path.exists():
+        lk = load_lock(path)
+        if lk.owner == owner and lk.scope == scope:
+            return lk
+    # Not under its usual name (written by hand, or by an older version): look at every lock.
+    held = [lk for lk in list_locks(brain) if lk.scope == scope]
+    for lk in held:
+        if lk.owner == owner:
+            return lk
+    if held:
+        owners = ", ".join(lk.owner for lk in held)
+        raise BrainError(f"refused: {scope} is held by {owners}, not {owner}", EXIT_REFUSED)
+    raise BrainError(f"no lock held on {scope}")
+
+
+def _plainly_owned(path: Path, scope: str, owner: str) -> bool:
+    """Cheap check that the file at `owner`'s own lock path says this scope and owner, in the exact
+    text `_dump` writes; anything less plain goes through the full parse in `_owned`."""
+    s, o = _scalar_text(scope), _scalar_text(owner)
+    if s is None or o is None:
+        return False
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read(4096)
+    except (OSError, UnicodeDecodeError):
+        return False
+    return text.startswith(f"scope: {s}\n") and f"\nowner: {o}\n" in text
+
+
+def release(brain: Brain, scope: str, owner: str, *, missing_ok: bool = False) -> bool:
+    scope = normalize_scope(scope)
+    with brain.mutex("locks"):
+        path = lock_path(brain, scope, owner)
+        if _plainly_owned(path, scope, owner):
+            os.unlink(path)
+            return True
+        try:
+            lk = _owned(brain, scope, owner)
+        except BrainError as exc:
+            if missing_ok and exc.exit_code != EXIT_REFUSED:
+                return False
+            raise
+        os.unlink(lk.path)
+        return True
+
+
+def renew(brain: Brain, scope: str, owner: str, *, ttl: float | None = None,
+          now: datetime | None = None) -> Lock:
+    scope = normalize_scope(scope)
+    now = now or clock.now()
+    ttl = brain.config.lock_ttl if ttl is None else ttl
+    with brain.mutex("locks"):
+        lk = _owned(brain, scope, owner)
+        new = Lock(lk.scope, lk.owner, lk.mode, lk.token, lk.acquired, now + timedelta(seconds=ttl),
+                   lk.holder, lk.path)
+        brain.write(new.path, _dump(new))
+        return new
+
+
+def release_all(brain: Brain, owner: str) -> list[str]:
+    """Release every lock of `owner` (used when a step ends or on crash recovery)."""
+    released = []
+    with brain.mutex("locks"):
+        for lk in list_locks(brain):
+            if lk.owner == owner and lk.path is not None:
+                os.unlink(lk.path)
+                released.append(lk.scope)
+    return released

@@ -1,0 +1,152 @@
+"""Workflow runs: runs/<workflow>.yml, the orchestrator's cursor through a chain.
+
+Every transition of the loop (step claimed, result routed, gate pending, blocked, done) is one atomic
+write of this file, so a crash or kill -9 at any point resumes from the files: the claim and lock
+files tell what happened after the last write, and the cursor what to do next.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from pathlib import Path
+
+from nika_brain.support import clock
+from nika_brain.brain import Brain
+from nika_brain.errors import BrainError
+from nika_brain.support.schema import F, fields, name
+from nika_brain.support.yamlsafe import dumps, load_doc
+
+STATUSES = ("running", "gated", "blocked", "breaker", "done", "aborted")
+MODES = ("assisted", "swarm")
+END = "END"
+
+
+@dataclass(frozen=True)
+class Run:
+    workflow: str
+    status: str
+    mode: str
+    started: datetime
+    cursor: str | None = None        # the step to run next, or running now; END when the chain is done
+    claim: str | None = None         # the open claim of the cursor step
+    gate: str | None = None          # the pending gate blocking the run
+    after_gate: str | None = None    # where the chain goes when that gate is approved
+    reason: str = ""
+    context: dict = field(default_factory=dict)
+    history: tuple[dict, ...] = ()   # {step, claim, result, action, at}
+    adaptations: tuple[dict, ...] = ()
+    gates: tuple[str, ...] = ()      # every gate the run triggered
+    finished: datetime | None = None
+    report: dict | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.status in ("running", "gated", "blocked", "breaker")
+
+
+_SPEC = {
+    "workflow": F(str, required=True, check=name), "status": F(str, required=True, choices=STATUSES),
+    "mode": F(str, default="assisted", choices=MODES), "started": F(str, required=True),
+    "cursor": F((str, int)), "claim": F(str), "gate": F(str), "after_gate": F((str, int)),
+    "reason": F(str, default=""), "context": F(dict, default={}), "history": F(list, default=[]),
+    "adaptations": F(list, default=[]), "gates": F(list, default=[]), "finished": F(str),
+    "report": F(dict),
+}
+
+
+def runs_dir(brain: Brain) -> Path:
+    return brain.root / "runs"
+
+
+def run_path(brain: Brain, workflow: str) -> Path:
+    if name(workflow):
+        raise BrainError(f"not a workflow name: {workflow!r}")
+    return runs_dir(brain) / f"{workflow}.yml"
+
+
+def load_path(path: Path) -> Run:
+    doc = load_doc(path)
+    v = fields(doc, doc.data, (), _SPEC)
+    for key in ("history", "adaptations"):
+        for i, item in enumerate(v[key]):
+            if not isinstance(item, dict):
+                raise doc.error("expected a mapping", key, i)
+    try:
+        started = clock.parse(v["started"], what="started")
+        finished = clock.parse(v["finished"], what="finished") if v["finished"] else None
+    except BrainError as exc:
+        raise doc.error(exc.message, "started") from exc
+    return Run(v["workflow"], v["status"], v["mode"], started,
+               None if v["cursor"] is None else str(v["cursor"]), v["claim"], v["gate"],
+               None if v["after_gate"] is None else str(v["after_gate"]), v["reason"], v["context"],
+               tuple(v["history"]), tuple(v["adaptations"]), tuple(str(g) for g in v["gates"]),
+               finished, v["report"])
+
+
+def to_dict(r: Run) -> dict:
+    return {"workflow": r.workflow, "status": r.status, "mode": r.mode, "started": clock.iso(r.started),
+            "cursor": r.cursor, "claim": r.claim, "gate": r.gate, "after_gate": r.after_gate,
+            "reason": r.reason, "context": r.context, "history": list(r.history),
+            "adaptations": list(r.adaptations), "gates": list(r.gates),
+            "finished": clock.iso(r.finished) if r.finished else None, "report": r.report}
+
+
+def load_run(brain: Brain, workflow: str) -> Run | None:
+    path = run_path(brain, workflow)
+    return load_path(path) if path.exists() else None
+
+
+def save(brain: Brain, run: Run) -> Run:
+    brain.write(run_path(brain, run.workflow), dumps(to_dict(run)))
+    return run
+
+
+def list_runs(brain: Brain) -> list[Run]:
+    return brain.load_all(runs_dir(brain), load_path)
+
+
+def update(brain: Brain, run: Run, **changes) -> Run:
+    return save(brain, replace(run, **changes))
+
+
+# ---- how the index and `workflow status` show a run -----------------------------------------------
+
+_RESULT_STATE = {"ok": "done", "partial": "partial", "failed": "failed"}
+
+
+def chain_view(wf, run: Run | None):
+    """The chain as the run executes it: inserted and replaced steps applied, skipped ones kept
+    (they show as skipped). A bad ADAPT is reported by the orchestrator; here the declared chain shows."""
+    if wf is None or run is None:
+        return wf
+    changes = [a for a in run.adaptations if isinstance(a, dict) and a.get("op") != "skip"]
+    if not changes:
+        return wf
+    from nika_brain.state.adapt import apply
+    try:
+        return apply(wf, changes)
+    except BrainError:
+        return wf
+
+
+def step_states(wf, run: Run | None) -> dict[str, str]:
+    """State of each step of `wf` (chain_view): done | partial | failed from the latest result,
+    overridden at the cursor by running | gated | blocked while the run is active; skipped; pending."""
+    states = {s.id: "pending" for s in wf.chain} if wf else {}
+    if run is None:
+        return states
+    for a in run.adaptations:
+        if isinstance(a, dict) and a.get("op") == "skip" and a.get("step") is not None:
+            states[str(a["step"])] = "skipped"
+    for h in run.history:
+        if isinstance(h, dict) and h.get("step") is not None and h.get("result") in _RESULT_STATE:
+            states[str(h["step"])] = _RESULT_STATE[h["result"]]
+    cur = run.cursor
+    if cur is not None and cur in states and run.active:
+        if run.status == "gated" or run.gate:
+            states[cur] = "gated"
+        elif run.status in ("blocked", "breaker"):
+            states[cur] = "blocked"
+        elif run.claim:
+            states[cur] = "running"
+    return states

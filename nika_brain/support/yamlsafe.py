@@ -1,0 +1,210 @@
+"""Safe YAML: one loader and one dumper for every brain file.
+
+The loader builds plain data straight from the parser's event stream (iterative, so deep nesting
+cannot blow the C stack), and refuses what a state file never needs: anchors and aliases (billion
+laughs), custom or exotic tags, merge keys, duplicate keys, more than one document, excessive size,
+depth or node count. It records the line of every key so that validation errors can name it.
+Timestamps stay strings: we never want a datetime that dumps back differently.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from yaml import events as ev
+from yaml.nodes import ScalarNode
+from yaml.resolver import Resolver
+
+from nika_brain.errors import BrainError
+from nika_brain.support.fsio import read_text
+
+MAX_BYTES = 1 << 20
+MAX_DEPTH = 32
+MAX_NODES = 200_000
+
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+_resolver = Resolver()
+_constructor = yaml.constructor.SafeConstructor()
+_STD = "tag:yaml.org,2002:"
+_ALLOWED_EXPLICIT = {_STD + t for t in ("str", "int", "float", "bool", "null", "map", "seq", "timestamp")}
+
+
+@dataclass(frozen=True)
+class Doc:
+    """Parsed YAML data plus the line (1-based) where each key path starts."""
+    data: Any
+    source: str
+    lines: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def line(self, *path: Any) -> int | None:
+        """Line of the deepest known prefix of `path` (a key that is missing points at its parent)."""
+        p = tuple(path)
+        while p:
+            if p in self.lines:
+                return self.lines[p]
+            p = p[:-1]
+        return self.lines.get((), None)
+
+    def error(self, message: str, *path: Any) -> BrainError:
+        key = ".".join(str(k) for k in path) if path else None
+        return BrainError(message, file=self.source, line=self.line(*path), key=key)
+
+
+_STR, _TS, _NULL, _BOOL, _INT, _FLOAT, _MERGE = (_STD + t for t in (
+    "str", "timestamp", "null", "bool", "int", "float", "merge"))
+_MAP, _SEQ = _STD + "map", _STD + "seq"
+
+
+def _scalar(event: ev.ScalarEvent, err) -> Any:
+    tag = event.tag
+    value = event.value
+    if tag is None:
+        tag = _resolver.resolve(ScalarNode, value, event.implicit)
+    elif tag == "!":
+        tag = _STR
+    elif tag not in _ALLOWED_EXPLICIT:
+        raise err(f"tag {tag!r} is not allowed")
+    if tag == _STR or tag == _TS:
+        return value
+    if tag == _NULL:
+        return None
+    if tag == _BOOL:
+        return value.lower() in ("true", "yes", "on", "y")
+    node = ScalarNode(tag, value)
+    try:
+        if tag == _INT:
+            return _constructor.construct_yaml_int(node)
+        if tag == _FLOAT:
+            return _constructor.construct_yaml_float(node)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise err(f"bad {tag[len(_STD):]} value {value!r}") from exc
+    if tag == _MERGE:
+        raise err("merge keys (<<) are not allowed")
+    raise err(f"tag {tag!r} is not allowed")
+
+
+def loads(text: str, source: str = "<string>") -> Doc:
+    """Parse one YAML document safely; raise BrainError naming source and line on any problem."""
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_BYTES:
+        raise BrainError(f"file too large (over {MAX_BYTES} bytes)", file=source)
+    lines: dict[tuple, int] = {}
+    root: list[Any] = []
+    # Each frame: [container, path, pending_key_or_None, is_mapping]
+    stack: list[list[Any]] = []
+    nodes = 0
+    docs = 0
+    mark_line = 1
+
+    def err(msg: str) -> BrainError:
+        return BrainError(msg, file=source, line=mark_line)
+
+    def attach(value: Any, line: int) -> tuple | None:
+        """Put `value` into the current container; return the path it got (None for a key)."""
+        if not stack:
+            root.append(value)
+            lines.setdefault((), line)
+            return ()
+        frame = stack[-1]
+        container, path = frame[0], frame[1]
+        if frame[3]:
+            if frame[2] is _NOKEY:
+                if isinstance(value, (dict, list)):
+                    raise err("mapping keys must be scalars")
+                if value in container or (value.__hash__ is None):
+                    raise err(f"duplicate key {value!r}")
+                frame[2] = value
+                lines[path + (value,)] = line
+                return None
+            key = frame[2]
+            container[key] = value
+            frame[2] = _NOKEY
+            return path + (key,)
+        p = path + (len(container),)
+        container.append(value)
+        lines.setdefault(p, line)
+        return p
+
+    try:
+        for event in yaml.parse(text, Loader=_Loader):
+            kind = type(event)
+            if event.start_mark is not None:
+                mark_line = event.start_mark.line + 1
+            if kind is ev.ScalarEvent:
+                if event.anchor is not None:
+                    raise err("anchors (&name) are not allowed")
+                nodes += 1
+                if nodes > MAX_NODES:
+                    raise err(f"too many nodes (over {MAX_NODES})")
+                attach(_scalar(event, err), mark_line)
+                continue
+            if kind is ev.MappingEndEvent or kind is ev.SequenceEndEvent:
+                stack.pop()
+                continue
+            if kind is ev.MappingStartEvent or kind is ev.SequenceStartEvent:
+                if event.anchor is not None:
+                    raise err("anchors (&name) are not allowed")
+                nodes += 1
+                if nodes > MAX_NODES:
+                    raise err(f"too many nodes (over {MAX_NODES})")
+                is_map = kind is ev.MappingStartEvent
+                if event.tag not in (None, "!", _MAP if is_map else _SEQ):
+                    raise err(f"tag {event.tag!r} is not allowed")
+                if len(stack) >= MAX_DEPTH:
+                    raise err(f"nesting deeper than {MAX_DEPTH} levels")
+                container: Any = {} if is_map else []
+                path = attach(container, mark_line)
+                if path is None:
+                    raise err("mapping keys must be scalars")
+                stack.append([container, path, _NOKEY, is_map])
+                continue
+            if kind is ev.AliasEvent:
+                raise err("aliases (*name) are not allowed")
+            if kind is ev.DocumentStartEvent:
+                docs += 1
+                if docs > 1:
+                    raise err("more than one YAML document")
+            # StreamStart, StreamEnd, DocumentEnd: nothing to build
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark else None
+        problem = str(exc.problem or exc.context)
+        if "nesting depth" in problem:  # newer libyaml builds stop deep nesting themselves: same words
+            raise BrainError(f"nesting deeper than {MAX_DEPTH} levels", file=source, line=line) from exc
+        raise BrainError(f"invalid YAML: {problem}", file=source, line=line) from exc
+    except yaml.YAMLError as exc:
+        raise BrainError(f"invalid YAML: {str(exc).splitlines()[0]}", file=source) from exc
+    except (UnicodeError, ValueError) as exc:
+        raise BrainError(f"invalid YAML: {exc}", file=source, line=mark_line) from exc
+    return Doc(root[0] if root else None, source, lines)
+
+
+class _NoKey:
+    __slots__ = ()
+
+
+_NOKEY = _NoKey()
+
+
+def load_doc(path: Path | str) -> Doc:
+    path = Path(path)
+    return loads(read_text(path, limit=MAX_BYTES), str(path))
+
+
+def load_file(path: Path | str) -> Any:
+    """Plain data from a YAML file (see `loads` for what is refused)."""
+    return load_doc(path).data
+
+
+class _StableDumper(_Dumper):  # type: ignore[misc, valid-type]
+    # Never emit &id001/*id001 for shared objects: our own loader refuses them.
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def dumps(data: Any) -> str:
+    """Deterministic YAML: insertion order kept (callers build dicts in schema order), block style."""
+    return yaml.dump(data, Dumper=_StableDumper, sort_keys=False, default_flow_style=False,
+                     allow_unicode=True, width=4096)
