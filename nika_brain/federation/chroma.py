@@ -1,0 +1,241 @@
+"""The federation's Chroma store: embedded under `<brain>/.nika/chroma`, or a Chroma server.
+
+`open_store(brain)` gives a `VectorStore`. Its collections are created with the cosine space and no
+embedding function: nika-brain always passes its own embeddings (see `embedding.py`), so Chroma never
+downloads or runs a model of its own.
+
+Two modes:
+- embedded (default): a `PersistentClient` on `<brain>/.nika/chroma`. Chroma's embedded store is not
+  safe with several writing processes on one folder, so every write goes through `store.writer()`, an
+  flock held by one process at a time; the others wait up to `chroma_writer_wait` seconds (config,
+  default 30) and then fail with a clear Busy error. The lock is reentrant within a process.
+- server: when `federation.chroma_url` is set in nika-brain.yml (`http://host:port`), an `HttpClient`;
+  the server serialises writes itself, so `writer()` is a no-op. This is the answer for many writers
+  and for brains on several machines.
+
+chromadb is imported lazily (it costs ~1 s), and its errors are translated into BrainError here:
+callers wrap their calls in `store.errors()` (or use the helpers of this module).
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from ..errors import EXIT_BUSY, EXIT_FAIL, BrainError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..brain import Brain
+
+DEFAULT_WRITER_WAIT = 30.0
+POLL = 0.05
+
+
+def _fed(brain: Brain) -> dict:
+    fed = getattr(brain.config, "federation", None) or {}
+    return dict(fed)
+
+
+def chroma_url(brain: Brain) -> str | None:
+    url = _fed(brain).get("chroma_url")
+    if url in (None, ""):
+        return None
+    if not isinstance(url, str):
+        raise BrainError("federation.chroma_url must be a URL string (http://host:port)",
+                         file="nika-brain.yml", key="federation.chroma_url")
+    return url
+
+
+def _parse_url(url: str) -> tuple[str, int, bool]:
+    parts = urlsplit(url if "://" in url else f"http://{url}")
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise BrainError(f"federation.chroma_url {url!r} is not an http(s)://host:port URL",
+                         file="nika-brain.yml", key="federation.chroma_url")
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 8000)
+    except ValueError as exc:
+        raise BrainError(f"federation.chroma_url {url!r}: bad port", file="nika-brain.yml",
+                         key="federation.chroma_url") from exc
+    return parts.hostname, port, parts.scheme == "https"
+
+
+def _writer_wait(brain: Brain) -> float:
+    value = _fed(brain).get("chroma_writer_wait", DEFAULT_WRITER_WAIT)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise BrainError("federation.chroma_writer_wait must be a number of seconds >= 0",
+                         file="nika-brain.yml", key="federation.chroma_writer_wait")
+    return float(value)
+
+
+@contextlib.contextmanager
+def translate(what: str = "chroma") -> Iterator[None]:
+    """Turn chromadb's (and its transport's) exceptions into one BrainError line."""
+    try:
+        yield
+    except BrainError:
+        raise
+    except (AttributeError, NameError, AssertionError):
+        raise  # our own bugs keep their traceback
+    except Exception as exc:  # chromadb raises many types (ChromaError, ValueError, httpx errors...)
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise BrainError(f"{what}: {type(exc).__name__}: {msg[:300]}", EXIT_FAIL) from exc
+
+
+class _WriterLock:
+    """A process-wide reentrant flock: one writing process at a time on an embedded store."""
+
+    def __init__(self, path: Path, wait: float):
+        self.path = path
+        self.wait = wait
+        self._tlock = threading.RLock()
+        self._depth = 0
+        self._fd: int | None = None
+
+    @contextlib.contextmanager
+    def hold(self) -> Iterator[None]:
+        with self._tlock:
+            if self._depth == 0:
+                self._acquire()
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
+                if self._depth == 0 and self._fd is not None:
+                    os.close(self._fd)  # closing releases the flock
+                    self._fd = None
+
+    def _acquire(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise BrainError(f"cannot open the Chroma writer lock {self.path}: {exc.strerror}") from exc
+        deadline = time.monotonic() + self.wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    holder = _read_holder(fd)
+                    os.close(fd)
+                    raise BrainError(
+                        f"the embedded Chroma store is being written by another process{holder}; "
+                        f"waited {self.wait:g}s (raise federation.chroma_writer_wait, or set "
+                        "federation.chroma_url to use a Chroma server for many writers)",
+                        EXIT_BUSY) from None
+                time.sleep(POLL)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+
+
+def _read_holder(fd: int) -> str:
+    try:
+        pid = os.pread(fd, 32, 0).decode().strip()
+    except OSError:
+        return ""
+    return f" (pid {pid})" if pid.isdigit() else ""
+
+
+_LOCKS: dict[Path, _WriterLock] = {}
+_LOCKS_GUARD = threading.Lock()
+
+
+class VectorStore:
+    """One Chroma client for a brain, embedded or server; see the module docstring."""
+
+    def __init__(self, client: Any, mode: str, where: str, lock: _WriterLock | None):
+        self.client = client
+        self.mode = mode            # "embedded" | "server"
+        self.where = where          # folder or URL, for messages and `rag stats`
+        self._lock = lock
+
+    def errors(self, what: str | None = None):
+        return translate(what or f"chroma ({self.mode} {self.where})")
+
+    def collection(self, name: str):
+        """The named collection (created on first use: cosine space, no embedding function)."""
+        with self.errors(f"chroma collection {name}"):
+            try:
+                return self.client.get_collection(name, embedding_function=None)
+            except Exception as exc:
+                if not _is_not_found(exc):
+                    raise
+            with self.writer():
+                return self.client.get_or_create_collection(
+                    name, embedding_function=None, configuration={"hnsw": {"space": "cosine"}})
+
+    def drop(self, name: str) -> bool:
+        """Delete a whole collection; False when it did not exist."""
+        with self.errors(f"chroma collection {name}"), self.writer():
+            try:
+                self.client.delete_collection(name)
+                return True
+            except Exception as exc:
+                if _is_not_found(exc):
+                    return False
+                raise
+
+    def names(self) -> list[str]:
+        with self.errors():
+            cols = self.client.list_collections()
+        return sorted(getattr(c, "name", c) for c in cols)
+
+    @contextlib.contextmanager
+    def writer(self) -> Iterator[None]:
+        """Hold the right to write (embedded: one process at a time; server: a no-op)."""
+        if self._lock is None:
+            yield
+            return
+        with self._lock.hold():
+            yield
+
+
+def _is_not_found(exc: Exception) -> bool:
+    name = type(exc).__name__
+    return name in ("NotFoundError", "InvalidCollectionException") or "does not exist" in str(exc)
+
+
+_STORES: dict[tuple[str, str], VectorStore] = {}
+
+
+def open_store(brain: Brain) -> VectorStore:
+    """The brain's store (one per process and location; clients are not cheap to build)."""
+    url = chroma_url(brain)
+    key = ("server", url) if url else ("embedded", str(brain.state_dir / "chroma"))
+    store = _STORES.get(key)
+    if store is not None:
+        return store
+    with translate("chroma: cannot open the store"):
+        import chromadb
+        from chromadb.config import Settings
+        settings = Settings(anonymized_telemetry=False)
+        if url:
+            host, port, ssl = _parse_url(url)
+            client = chromadb.HttpClient(host=host, port=port, ssl=ssl, settings=settings)
+            store = VectorStore(client, "server", url, None)
+        else:
+            folder = brain.state_dir / "chroma"
+            folder.mkdir(parents=True, exist_ok=True)
+            lock_path = brain.state_dir / "mutex" / "chroma-writer.lock"
+            with _LOCKS_GUARD:
+                lock = _LOCKS.get(lock_path)
+                if lock is None:
+                    lock = _LOCKS[lock_path] = _WriterLock(lock_path, _writer_wait(brain))
+            client = chromadb.PersistentClient(path=str(folder), settings=settings)
+            store = VectorStore(client, "embedded", str(folder), lock)
+    _STORES[key] = store
+    return store
+
+
+def reset_cache() -> None:
+    """Forget cached clients (tests that reopen a brain under another config)."""
+    _STORES.clear()
