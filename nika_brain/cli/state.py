@@ -44,8 +44,9 @@ def lock_acquire(scope: str, owner: Optional[str] = typer.Option(None, help="cla
     """Acquire a lock on SCOPE; exit 3 with the holder named when it is busy."""
     brain = Brain.find()
     holder = None if no_pid else (pid if pid is not None else os.getppid())
-    lk = locks.acquire(brain, scope, _owner(owner), mode="shared" if shared else "exclusive",
-                       ttl=ttl, wait=wait, pid=holder)
+    from ..federation import leases  # a Redis lease too when federation.redis_url is set
+    lk = leases.lock_acquire(brain, scope, _owner(owner), mode="shared" if shared else "exclusive",
+                             ttl=ttl, wait=wait, pid=holder)
     print(json.dumps(_lock_dict(lk)) if as_json else f"acquired {lk.scope} (token {lk.token}, "
           f"expires {clock.iso(lk.expires)})")
 
@@ -53,15 +54,17 @@ def lock_acquire(scope: str, owner: Optional[str] = typer.Option(None, help="cla
 @lock_app.command("release")
 def lock_release(scope: str, owner: Optional[str] = typer.Option(None)):
     """Release SCOPE; refused unless you are its owner."""
+    from ..federation import leases
     brain = Brain.find()
-    locks.release(brain, scope, _owner(owner))
+    leases.lock_release(brain, scope, _owner(owner))
     print(f"released {locks.normalize_scope(scope)}")
 
 
 @lock_app.command("renew")
 def lock_renew(scope: str, owner: Optional[str] = typer.Option(None), ttl: Optional[float] = None):
     """Push back the expiry of a lock you own."""
-    lk = locks.renew(Brain.find(), scope, _owner(owner), ttl=ttl)
+    from ..federation import leases
+    lk = leases.lock_renew(Brain.find(), scope, _owner(owner), ttl=ttl)
     print(f"renewed {lk.scope} until {clock.iso(lk.expires)}")
 
 

@@ -447,9 +447,11 @@ def on_session_end(hook: Hook) -> Reply | None:
 HANDLERS: dict[str, list[Handler | str]] = {
     "PreToolUse": [on_pre_tool_use],
     "PostToolUse": [on_post_tool_use],
-    "UserPromptSubmit": [on_user_prompt_submit],
-    "SessionStart": [on_session_start],
-    "Stop": [on_context_checkpoint],
+    # federation.health:on_hook records the agent's own acknowledgements (session, prompt taken, turn
+    # answered) and publishes the kernel's heartbeat; it does nothing outside a kernel's session.
+    "UserPromptSubmit": [on_user_prompt_submit, "nika_brain.federation.health:on_hook"],
+    "SessionStart": [on_session_start, "nika_brain.federation.health:on_hook"],
+    "Stop": [on_context_checkpoint, "nika_brain.federation.health:on_hook"],
     "PreCompact": [on_context_checkpoint],
     "SessionEnd": [on_session_end],
 }
