@@ -175,9 +175,17 @@ def update_session(brain: Brain, session_id: str, **changes: Any) -> dict:
 
 
 def sessions_of(brain: Brain, *, entity: str | None = None, kernel: str | None = None) -> list[dict]:
-    return [s for s in _all(brain, "sessions")
-            if (entity is None or entity in (s.get("entity"), s.get("root")))
-            and (kernel is None or s.get("kernel") == kernel)]
+    """Sessions of a kernel and/or linked to an entity or anything under it."""
+    out = []
+    for s in _all(brain, "sessions"):
+        if kernel is not None and s.get("kernel") != kernel:
+            continue
+        if entity is not None:
+            linked = s.get("entity")
+            if not linked or entity not in [e["id"] for e in ancestors(brain, linked)]:
+                continue
+        out.append(s)
+    return out
 
 
 # ---- handovers (read by the successor's SessionStart) -----------------------------------------

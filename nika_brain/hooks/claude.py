@@ -56,6 +56,7 @@ class Reply(NamedTuple):  # a NamedTuple: a frozen dataclass costs ~0.7 ms to cr
     context: str | None = None    # additionalContext for Claude
     block: str | None = None      # decision "block" with this reason (Stop, PreCompact, ...)
     message: str | None = None    # systemMessage shown to the user
+    stop: str | None = None       # `continue: false` with this stopReason: the session stops
 
 
 class Hook:
@@ -449,10 +450,15 @@ HANDLERS: dict[str, list[Handler | str]] = {
     "PostToolUse": [on_post_tool_use],
     # federation.health:on_hook records the agent's own acknowledgements (session, prompt taken, turn
     # answered) and publishes the kernel's heartbeat; it does nothing outside a kernel's session.
-    "UserPromptSubmit": [on_user_prompt_submit, "nika_brain.federation.health:on_hook"],
-    "SessionStart": [on_session_start, "nika_brain.federation.health:on_hook"],
-    "Stop": [on_context_checkpoint, "nika_brain.federation.health:on_hook"],
-    "PreCompact": [on_context_checkpoint],
+    # federation.handover: auto-handover past the kernel's context threshold (Stop, PreCompact), a
+    # handed-over session refusing prompts, and the successor's lineage and summary at SessionStart.
+    "UserPromptSubmit": [on_user_prompt_submit, "nika_brain.federation.health:on_hook",
+                         "nika_brain.federation.handover:on_prompt"],
+    "SessionStart": [on_session_start, "nika_brain.federation.health:on_hook",
+                     "nika_brain.federation.handover:on_session_start"],
+    "Stop": [on_context_checkpoint, "nika_brain.federation.health:on_hook",
+             "nika_brain.federation.handover:on_checkpoint"],
+    "PreCompact": [on_context_checkpoint, "nika_brain.federation.handover:on_checkpoint"],
     "SessionEnd": [on_session_end],
 }
 
@@ -483,6 +489,9 @@ def output(event: str, replies: list[Reply]) -> dict[str, Any] | None:
     block = next((r.block for r in replies if r.block), None)
     if block and event in _BLOCK_EVENTS:
         out["decision"], out["reason"] = "block", block
+    stop = next((r.stop for r in replies if r.stop), None)
+    if stop:
+        out["continue"], out["stopReason"] = False, stop
     messages = [r.message for r in replies if r.message]
     if messages:
         out["systemMessage"] = "\n".join(messages)
