@@ -26,7 +26,8 @@ import json
 import os
 import re
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from nika_brain.errors import BrainError
 
@@ -122,8 +123,9 @@ def build_summary(kernel: Any, session: dict, transcript_path: str | None, m: di
         text = " ".join(_text(obj.get("message")).split())
         if kind in ("user", "assistant") and text:
             turns.append((kind, text[:400]))
-    lines = [f"Handover of session {session.get('id')} of kernel {kernel.id} at {m['pct']}% of a "
-             f"{m['window']}-token window (threshold {m['threshold']:g}%).", f"Goal: {kernel.goal}"]
+    head = (f"Handover of session {session.get('id')} of kernel {kernel.id} at {m['pct']}% of a "
+            f"{m['window']}-token window (threshold {m['threshold']:g}%).")
+    lines = [head, f"Goal: {kernel.goal}"]
     if session.get("claim"):
         lines.append(f"Open claim: {session['claim']}")
     touched = session.get("touched") or []

@@ -24,7 +24,7 @@ def hook(brain, event: str, payload: dict, env: dict | None = None) -> dict:
     full = {**os.environ, "NIKA_BRAIN_DIR": str(brain.root), **(env or {})}
     p = subprocess.run([sys.executable, "-m", "nika_brain", "hook", event],
                        input=json.dumps({"hook_event_name": event, **payload}), capture_output=True,
-                       text=True, env=full, timeout=120)
+                       text=True, env=full, timeout=120, check=False)
     return json.loads(p.stdout) if p.stdout.strip() else {}
 
 
