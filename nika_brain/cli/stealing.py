@@ -6,8 +6,8 @@ import json
 import typer
 
 from nika_brain.brain import Brain
-from nika_brain.errors import BrainError
 from nika_brain.cli.kernel import kernel_app
+from nika_brain.errors import BrainError
 
 
 def _bus(brain: Brain):

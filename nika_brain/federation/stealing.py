@@ -618,8 +618,8 @@ def brain_journal(brain: Any) -> Callable[[str, dict], None]:
 def worker_for(brain: Any, kernel_id: str, run: Callable[[dict], dict | None], **kw: Any) -> Worker:
     """A Worker for a kernel of this brain: its bus, its goal's aptitude, the journal, the settings."""
     from nika_brain.bus import open_bus
-    from nika_brain.state.kernels import load_kernel
     from nika_brain.federation.aptitude import Aptitude, goal_text, open_embedder
+    from nika_brain.state.kernels import load_kernel
     bus = open_bus(brain)
     k = load_kernel(brain, kernel_id)
     apt = Aptitude(k.id, goal_text(k.goal, k.tags), open_embedder(brain), bus)

@@ -270,7 +270,7 @@ def check_exactly_once(r: dict, n: int = 1000) -> None:
         assert all(pid in killed for _, pid in others), f"{tid} started by two live kernels: {starts[tid]}"
         if done["kernel"] != tid.split("-")[0]:
             stolen += 1
-            granted = [g for g in gs if g["to"] == done["kernel"]][0]
+            granted = next(g for g in gs if g["to"] == done["kernel"])
             assert granted["aptitude"] is not None and granted["aptitude"] >= 0.8
     assert stolen > 0, "no task was stolen: the test did not exercise the protocol"
     assert bus.keys("ws:open:") == [] and bus.keys("ws:lease:") == [] and bus.keys("ws:away:") == []
