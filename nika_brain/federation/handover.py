@@ -270,7 +270,10 @@ def on_checkpoint(hook: Any) -> Any:
         return None
     tpath = hook.data.get("transcript_path")
     m = measure(brain, kernel_id, record, tpath if isinstance(tpath, str) else None)
-    if m is None or m["pct"] < m["threshold"]:
+    if m is None:
+        return None
+    _saturation(brain, kernel_id, sid, m["pct"])
+    if m["pct"] < m["threshold"]:
         return None
     if not _begin(brain, sid, m):
         return None
@@ -283,6 +286,18 @@ def on_checkpoint(hook: Any) -> Any:
     done = {"state": "done", "successor": rec["successor"], "pct": m["pct"]}
     _finish(brain, sid, **done)
     return Reply(stop=_reason(done), message=f"nika-brain: handed over to kernel {rec['successor']}.")
+
+
+def _saturation(brain: Any, kernel_id: str, session_id: str, pct: float) -> None:
+    """A context sample for the saturation trigger, which may write a proposal (never a spawn)."""
+    import sys
+
+    from nika_brain.federation import triggers
+    try:
+        triggers.record_context(brain, kernel_id, session_id, pct)
+        triggers.check_saturation(brain, kernel_id)
+    except (BrainError, OSError) as exc:
+        print(f"nika-brain hook: saturation trigger: {exc}", file=sys.stderr)
 
 
 def on_prompt(hook: Any) -> Any:
