@@ -174,6 +174,15 @@ def _kernels(brain: Brain) -> list[dict]:
     return sorted(out, key=lambda k: k["id"])
 
 
+def _federation(brain: Brain) -> dict:
+    """Work stealing, handovers and spawn proposals (federation/overview.py), when there are any."""
+    try:
+        from nika_brain.federation import overview
+    except ModuleNotFoundError:
+        return {"stealing": [], "handovers": [], "proposals": []}
+    return overview.index_rows(brain)
+
+
 def model(brain: Brain) -> dict:
     """Everything the template may use (documented at the top of BRAIN-INDEX.md.j2)."""
     cache = _Cache(brain)
@@ -255,6 +264,7 @@ def model(brain: Brain) -> dict:
                    "tripped": len(tripped), "workflows": len(wf_rows), "kernels": len(kernel_rows)},
         "claims": open_claims, "locks": lock_rows, "gates": pending, "breakers": tripped,
         "workflows": wf_rows, "charts": charts, "kernels": kernel_rows, "states": STATE_STYLES,
+        "federation": _federation(brain),
     }
 
 

@@ -290,3 +290,29 @@ def test_stress_redis(tmp_path, git_env, monkeypatch, redis_server):  # noqa: F8
     use_bus(monkeypatch, "redis", url)
     brain = fed_brain(tmp_path / "b")
     check_exactly_once(stress(brain, {"NIKA_BUS": "redis", "NIKA_REDIS_URL": url}, tmp_path))
+
+
+def test_visible_in_observe_journal_and_index(tmp_path, git_env, monkeypatch):
+    use_bus(monkeypatch, "embedded")
+    brain = fed_brain(tmp_path / "b")
+    bus = busmod.open_bus(brain)
+    ran: list = []
+    a = Worker(bus, "alpha", lambda t: ran.append(t["id"]) or {}, aptitude=lambda xs: [0.9] * len(xs),
+               config=FAST, journal=stealing.brain_journal(brain))
+    b = Worker(bus, "beta", lambda t: ran.append(t["id"]) or {}, aptitude=lambda xs: [0.9] * len(xs),
+               config=FAST, journal=stealing.brain_journal(brain))
+    b.beat(force=True)
+    for i in range(4):
+        enqueue(bus, "alpha", f"task {i}", task_id=f"t{i}")
+    enqueue(bus, "alpha", "later", task_id="t9")
+    spin(a, b, until=lambda: len(bus.keys("ws:done:")) == 5 and b.stats["stolen"] > 0, limit=10)
+    from nika_brain.engine import index
+    from nika_brain.federation import overview
+    from nika_brain.federation.verbs import kernel_observe
+    rows = {r["kernel"]: r for r in overview.index_rows(brain)["stealing"]}
+    assert rows["alpha"]["granted_away"] >= 1 and rows["beta"]["stole"] >= 1
+    index.regenerate(brain)
+    text = brain.index_path.read_text()
+    assert "## Federation" in text and "| `beta` |" in text
+    o = kernel_observe(brain, "alpha")
+    assert o["federation"]["stealing"]["granted_away"] >= 1
