@@ -15,8 +15,8 @@ Once only: the session record's `handover` key is set under the sessions mutex b
 (`started`, then `done` or `failed`); a session that has one never starts another. A failed spawn
 marks it `failed`, undoes the handover record, keeps the old kernel active and tells the user.
 
-The window: what Claude Code reports (`context_window_size` on the session record, written from the
-status line), else `federation.handover.window` (per kernel under `kernels: {<id>: {window: ...}}`),
+The window: what Claude Code reports (`reported_window` on the session record, written from the
+status line's context_window_size or a headless result), else `federation.handover.window` (per kernel under `kernels: {<id>: {window: ...}}`),
 else what the transcript shows (transcript.window_for). The threshold: `federation.handover.threshold`
 (41 by default), per kernel the same way. The source used is recorded with the handover.
 """
@@ -60,7 +60,7 @@ def _settings(brain: Any, kernel_id: str) -> dict:
 
 def reported_window(record: dict) -> int | None:
     """The window Claude Code reported for the session (status line), when it was recorded."""
-    for key in ("context_window_size", "reported_context_window"):
+    for key in ("reported_window", "context_window_size"):  # claude-real records reported_window
         v = record.get(key)
         if isinstance(v, int) and not isinstance(v, bool) and v > 0:
             return v

@@ -158,6 +158,10 @@ def apply(brain: Brain, pid: str, *, spawn: Any = None) -> dict:
         g = gates.load_gate(brain, p["gate"])
         if g.pending:
             return p
+        authentic = getattr(gates, "authentic", None)  # the operator's signature, where it exists
+        why = authentic(brain, g) if authentic is not None else None
+        if why:
+            raise BrainError(f"proposal {pid}: its gate {g.id} cannot be trusted ({why}); nothing done")
         p.update(decided_at=clock.iso(g.decided_at) if g.decided_at else None, decided_by=g.decided_by,
                  note=g.note)
         if g.status == "rejected":
