@@ -159,3 +159,32 @@ def test_a_gate_decided_elsewhere_is_applied(brain, cli):
     assert cli("gate", "reject", p["gate"]).returncode == 0
     out = cli("kernel", "proposals", "--json")
     assert json.loads(out.stdout)[0]["status"] == "rejected"
+
+
+def test_burst_worker_is_decommissioned_and_its_records_stay(fbrain, cli, monkeypatch):  # noqa: F811
+    from datetime import timedelta
+
+    from nika_brain import bus as busmod
+    from nika_brain.federation import registry, stealing, supervisor
+    from nika_brain.support import clock
+    brain = fbrain
+    out = cli("kernel", "spawn", "Ingest the PDF burst of the lab", "--id", "burst", "--temporary", "--ttl", "2h")
+    assert out.returncode == 0, out.stderr
+    k = kernels.load_kernel(brain, "burst")
+    assert k.temporary and k.ttl == 7200
+    # it does work that stays attributed: a stolen-style task committed by it, a registry session
+    bus = busmod.open_bus(brain)
+    stealing.enqueue(bus, "burst", "ingest lab-report.pdf", task_id="pdf-1")
+    w = stealing.Worker(bus, "burst", lambda t: {"chunks": 12}, aptitude=lambda xs: [0.0] * len(xs))
+    w.recover()
+    until(lambda: w.step() and bus.get("ws:done:pdf-1"))
+    registry.link_session(brain, "burst-session", kernel="burst")
+    assert supervisor.check_kernel(brain, k, ttl=60, beat_every=20) != "killed-ttl"  # within its ttl
+    monkeypatch.setenv("NIKA_NOW", clock.iso(k.created + timedelta(hours=2, minutes=1)))
+    assert supervisor.check_kernel(brain, kernels.load_kernel(brain, "burst"), ttl=1e9, beat_every=1e9) == "killed-ttl"
+    monkeypatch.delenv("NIKA_NOW")
+    gone = kernels.load_kernel(brain, "burst")
+    assert gone.status == "killed" and "ttl" in gone.status_reason
+    assert (brain.kernels_dir / "burst" / "kernel.yml").is_file()
+    assert bus.get("ws:done:pdf-1")["kernel"] == "burst"
+    assert registry.show(brain, "burst-session")["kernel"] == "burst"
