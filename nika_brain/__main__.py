@@ -11,10 +11,10 @@ def main(argv: list[str] | None = None) -> int:
         from nika_brain.hooks.claude import main as hook_main
         return hook_main(argv[1:])
     if argv[:2] == ["claude", "statusline"]:
-        from nika_brain.claude.settings import statusline_main
+        from nika_brain.hooks.statusline import statusline_main
         return statusline_main()
     if argv[:1] == ["githook"]:
-        from nika_brain.gitrepo.githooks import main as githook_main
+        from nika_brain.hooks.git import main as githook_main
         return githook_main(argv[1:])
     from nika_brain.cli import run
     return run(argv)

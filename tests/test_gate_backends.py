@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from nika_brain.engine import gatebackends
 from nika_brain.state import gates
 from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
@@ -43,7 +44,7 @@ class ReviewerOnGitHub:
         self.standin.add_review(gate.pr, "carol", state)
 
 
-@pytest.fixture(params=sorted(gates.BACKENDS))
+@pytest.fixture(params=sorted(gatebackends.BACKENDS))
 def setup(request, tmp_path, git_env, github_standin, monkeypatch):
     name = request.param
     config = f"gate_backend: {name}\n"
@@ -53,7 +54,7 @@ def setup(request, tmp_path, git_env, github_standin, monkeypatch):
         monkeypatch.setenv("GITHUB_TOKEN", github_standin.token)
     brain = orch_brain(tmp_path / "b", {"g": WF}, config=config)
     human = {"cli": CliHuman, "github": ReviewerOnGitHub}[name](brain, github_standin)
-    return brain, gates.backend(brain), human
+    return brain, gatebackends.backend(brain), human
 
 
 @pytest.mark.parametrize("decision,status", [("approve", "approved"), ("reject", "rejected")])
@@ -64,18 +65,18 @@ def test_backend_contract(setup, decision, status):
     assert (announced.id, announced.message, announced.status) == ("go-1", "ship it?", "pending")
     gates.save(brain, announced)
     assert backend.poll(brain, announced) == (None, None), "nobody decided yet"
-    assert gates.sync(brain) == []
+    assert gatebackends.sync(brain) == []
     assert gates.load_gate(brain, "go-1").pending
 
     human.decide(announced, decision)
-    gates.sync(brain)
+    gatebackends.sync(brain)
     g = gates.load_gate(brain, "go-1")
     assert (g.status, g.decided_by, g.via) == (status, "carol", human.via)
-    assert gates.sync(brain) == [], "a decided gate is not decided again"
+    assert gatebackends.sync(brain) == [], "a decided gate is not decided again"
 
 
 def test_unknown_backend_is_one_clear_error(tmp_path, git_env):
     brain = orch_brain(tmp_path / "b", {"g": WF})
     with pytest.raises(BrainError) as info:
-        gates.backend(Brain.at(brain.root), "carrier-pigeon")
+        gatebackends.backend(Brain.at(brain.root), "carrier-pigeon")
     assert "unknown gate backend 'carrier-pigeon'" in str(info.value)

@@ -10,6 +10,7 @@ from typing import Optional
 import typer
 
 from nika_brain.claude import settings as claude_settings
+from nika_brain.hooks import statusline
 from nika_brain.state import kernels
 from nika_brain.brain import Brain
 from nika_brain.cli import app
@@ -47,4 +48,4 @@ def claude_uninstall(kernel: Optional[str] = typer.Option(None)):
 @claude_app.command("statusline")
 def claude_statusline():
     """Status line for Claude Code: kernel, claim and context percentage (reads stdin)."""
-    raise typer.Exit(claude_settings.statusline_main())
+    raise typer.Exit(statusline.statusline_main())

@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from nika_brain.engine import gatebackends
 from nika_brain.state import claims, gates, locks
 from nika_brain.support import clock
 from nika_brain.brain import Brain
@@ -183,5 +184,5 @@ def gate_list(status: Optional[str] = typer.Option(None), as_json: bool = typer.
 def gate_sync(backend: Optional[str] = typer.Option(None, help="cli | github (default from config)"),
               pr: Optional[int] = typer.Option(None, help="only the gates of this pull request")):
     """Apply pull-request review decisions (or another backend's) to pending gates."""
-    for g in gates.sync(Brain.find(), backend, pr=pr):
+    for g in gatebackends.sync(Brain.find(), backend, pr=pr):
         print(f"gate {g.id}: {g.status} by {g.decided_by} via {g.via}")

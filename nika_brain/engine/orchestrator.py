@@ -18,7 +18,7 @@ from pathlib import Path
 from nika_brain.gitrepo import branches, git
 from nika_brain.state import breakers, claims, gates, locks, runs
 from nika_brain.support import clock, faults
-from nika_brain.engine import preflight, satellites, signals
+from nika_brain.engine import gatebackends, preflight, satellites, signals
 from nika_brain.brain import Brain
 from nika_brain.errors import EXIT_BLOCKED, EXIT_GATE_PENDING, EXIT_REFUSED, BrainError
 from nika_brain.state.runs import END, Run
@@ -230,7 +230,7 @@ def _open_gate(brain: Brain, wf: Workflow, run: Run, gate_id: str, message: str,
 def _announce(brain: Brain, g: gates.Gate) -> None:
     if not g.pending or g.pr is not None:
         return
-    announced = gates.backend(brain).announce(brain, g)
+    announced = gatebackends.backend(brain).announce(brain, g)
     if announced != g:
         gates.save(brain, announced)
 

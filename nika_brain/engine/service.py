@@ -9,10 +9,10 @@ from datetime import datetime
 from typing import Callable
 
 from nika_brain.state import adapt as adapt_mod
-from nika_brain.state import claims, gates, locks, runs
+from nika_brain.state import claims, locks, runs
 from nika_brain.support import clock, faults
 from nika_brain.gitrepo import git
-from nika_brain.engine import orchestrator, satellites, signals
+from nika_brain.engine import gatebackends, orchestrator, satellites, signals
 from nika_brain.brain import Brain
 from nika_brain.errors import EXIT_BLOCKED, EXIT_REFUSED, BrainError
 from nika_brain.engine.orchestrator import Outcome
@@ -57,7 +57,7 @@ def drive(brain: Brain, name: str, *, wait: bool = False, poll: float = 1.0, tim
         if deadline is not None and time.monotonic() >= deadline:
             return out
         if out.status == "gated" and brain.config.gate_backend != "cli":
-            gates.sync(brain)
+            gatebackends.sync(brain)
         if out.status == "waiting" and out.claim:
             _keep_locks(brain, out.claim)
         time.sleep(poll)

@@ -1,4 +1,4 @@
-"""Git hooks: install / uninstall, and what each hook does when git runs it.
+"""Git hooks: install / uninstall / status of the managed hook scripts (what they do: nika_brain.hooks.git).
 
 The installed scripts call `<python> -m nika_brain githook <name> "$@"`, which `__main__` dispatches
 here without importing the CLI framework: a commit pays only for what the hook needs (PyYAML and the
@@ -18,24 +18,15 @@ from __future__ import annotations
 
 import os
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
 from nika_brain.gitrepo import git
-from nika_brain.brain import CONFIG_NAME, Brain
 from nika_brain.errors import BrainError
 
 HOOKS = ("pre-commit", "post-merge", "post-checkout", "post-rewrite")
 MARKER = "# nika-brain-managed-hook"
 CHAINED = ".nika-chained"
-# Paths that only nika-brain writes: a lock on a scope never applies to them (the tools that update
-# state while a scope is locked must still be able to commit it).
-STATE_PREFIXES = ("claims/", "locks/", "gates/", "breakers/", "runs/", "journal/")
-STATE_FILES = ("BRAIN-INDEX.md",)
-# What BRAIN-INDEX.md is made from.
-INDEX_INPUTS = ("claims/", "locks/", "gates/", "breakers/", "runs/", "workflows/", "kernels/")
-INDEX_FILES = (CONFIG_NAME, "BRAIN-INDEX.md")
 
 
 # ---- install / uninstall -----------------------------------------------------------------------
@@ -128,185 +119,3 @@ def status(repo: Path | str) -> dict[str, str]:
 
 
 # ---- what the hooks do -------------------------------------------------------------------------
-
-def _err(message: str) -> None:
-    print(f"nika-brain: {message}", file=sys.stderr)
-
-
-def _git(*args: str, input: bytes | None = None) -> bytes:
-    proc = subprocess.run(["git", *args], input=input, capture_output=True)
-    if proc.returncode != 0:
-        msg = proc.stderr.decode("utf-8", "replace").strip().splitlines()
-        raise BrainError(f"git {args[0]} failed: {msg[-1] if msg else 'exit ' + str(proc.returncode)}")
-    return proc.stdout
-
-
-def staged_changes() -> list[tuple[str, str]]:
-    """(status letter, path) of every change staged for this commit (the index git is committing)."""
-    raw = _git("diff", "--cached", "--name-status", "-z", "--no-renames")
-    fields = raw.split(b"\0")
-    out = []
-    for i in range(0, len(fields) - 1, 2):
-        out.append((fields[i].decode("ascii", "replace")[:1], os.fsdecode(fields[i + 1])))
-    return out
-
-
-def staged_blobs(paths: list[str]) -> list[tuple[str, bytes]]:
-    """The staged content of `paths`, read from the index in one `git cat-file --batch`."""
-    usable = [p for p in paths if "\n" not in p]
-    if not usable:
-        return []
-    raw = _git("cat-file", "--batch", input=b"".join(b":" + os.fsencode(p) + b"\n" for p in usable))
-    out, pos = [], 0
-    for p in usable:
-        nl = raw.index(b"\n", pos)
-        header = raw[pos:nl].split()
-        pos = nl + 1
-        if len(header) != 3:  # "<name> missing": not in the index after all
-            continue
-        size = int(header[2])
-        out.append((p, raw[pos:pos + size]))
-        pos += size + 1
-    return out
-
-
-def _is_state(path: str) -> bool:
-    return path.startswith(STATE_PREFIXES) or path in STATE_FILES
-
-
-def _feeds_index(path: str, brain: Brain) -> bool:
-    if path.startswith(INDEX_INPUTS) or path in INDEX_FILES:
-        return True
-    return bool(brain.config.index_template) and path == brain.config.index_template
-
-
-def lock_conflicts(state_brain: Brain, paths: list[str], owner: str | None) -> list[tuple[str, object]]:
-    """(path, lock) for each path covered by a live exclusive lock of someone other than `owner`.
-
-    Any lock file that cannot be read raises: the caller refuses the commit (fail closed).
-    """
-    from nika_brain.support import clock
-    from nika_brain.state import locks
-    from nika_brain.state.validate import load
-    folder = state_brain.locks_dir
-    # Every *.yml, hidden ones included: a lock the listing would miss must still guard (fail closed).
-    files = sorted(p for p in folder.iterdir() if p.suffix == ".yml") if folder.is_dir() else []
-    held = [lk for lk in (load("lock", p) for p in files) if lk.mode == "exclusive" and lk.owner != owner]
-    if not held:
-        return []
-    now = clock.now()
-    live = [lk for lk in held if not lk.expired(now)]
-    out = []
-    for path in paths:
-        for lk in live:
-            if locks.covers(lk.scope, path):
-                out.append((path, lk))
-                break
-    return out
-
-
-def pre_commit(top: Path) -> int:
-    if not (top / CONFIG_NAME).is_file():
-        return 0  # not a brain (or the brain sits elsewhere): nothing for us to check
-    from nika_brain.state.validate import kind_of, validate_blobs
-    changes = staged_changes()
-    if not changes:
-        return 0
-
-    # 1. The staged content of brain files must load.
-    present = [p for st, p in changes if st != "D" and kind_of(p)]
-    if present:
-        report = validate_blobs(top, staged_blobs(present))
-        if report.problems:
-            for problem in report.problems:
-                print(str(problem), file=sys.stderr)
-            _err(f"commit refused: {len(report.problems)} problem(s) in staged brain files "
-                 "(fix them, or `git commit --no-verify` to skip the hooks)")
-            return 1
-
-    # 2. Nobody commits into a scope another claim holds exclusively.
-    touched = sorted({p for _, p in changes if not _is_state(p)})
-    if touched:
-        if os.environ.get("NIKA_LOCK_OVERRIDE") == "1":
-            pass
-        else:
-            owner = os.environ.get("NIKA_CLAIM") or None
-            try:
-                state_brain = Brain.find(top)
-                conflicts = lock_conflicts(state_brain, touched, owner)
-            except BrainError as exc:
-                _err(f"commit refused: cannot check locks: {exc}")
-                _err("fix the lock file, or commit anyway with `NIKA_LOCK_OVERRIDE=1 git commit ...` "
-                     "(`git commit --no-verify` skips every hook)")
-                return 1
-            if conflicts:
-                who = f"claim {owner}" if owner else "a human without a claim (NIKA_CLAIM unset)"
-                for path, lk in conflicts:
-                    _err(f"{path}: locked exclusively by {lk.owner} (scope {lk.scope}, token {lk.token}, "
-                         f"expires {_iso(lk.expires)})")
-                _err(f"commit refused: you are {who}. To commit anyway: "
-                     "`NIKA_LOCK_OVERRIDE=1 git commit ...` (or `git commit --no-verify` to skip every hook)")
-                return 1
-
-    # 3. State staged: the index follows in the same commit.
-    tree_brain = Brain.at(top)
-    if any(_feeds_index(p, tree_brain) for _, p in changes):
-        from nika_brain.engine import index
-        index.regenerate(tree_brain)
-        _git("add", "--", tree_brain.index_path.name)
-        _also_stage_in_real_index(tree_brain.index_path.name)
-    return 0
-
-
-def _also_stage_in_real_index(name: str) -> None:
-    """`git commit -- <paths>` commits a temporary index (next-index-*.lock) while the real one waits,
-    locked, in index.lock to replace .git/index afterwards. Staging the index in the temporary one only
-    would leave the real index holding the old BRAIN-INDEX.md (a spurious staged revert in `git
-    status`), so stage it there too. Best effort: when git's layout is not the one expected, skip.
-    """
-    current = os.environ.get("GIT_INDEX_FILE", "")
-    if not os.path.basename(current).startswith("next-index-"):
-        return
-    pending = Path(current).parent / "index.lock"
-    if not pending.is_file():
-        return
-    proc = subprocess.run(["git", "add", "--", name], capture_output=True,
-                          env=dict(os.environ, GIT_INDEX_FILE=str(pending)))
-    if proc.returncode != 0:
-        _err("note: BRAIN-INDEX.md is committed but stays unstaged in the index: "
-             f"run `git add {name}`")
-
-
-def _iso(dt) -> str:
-    from nika_brain.support import clock
-    return clock.iso(dt)
-
-
-def post_update(top: Path) -> int:
-    """After git moved the tree: regenerate the index in the main worktree of a brain."""
-    if not (top / CONFIG_NAME).is_file():
-        return 0
-    try:
-        if Brain.find(top).root != top.resolve():
-            return 0  # a linked (theme) worktree: the live state is the main worktree's
-        from nika_brain.engine import index
-        index.regenerate(Brain.at(top))
-    except BrainError as exc:
-        _err(f"BRAIN-INDEX.md not regenerated: {exc}")
-    return 0  # git ignores these hooks' status; never make a merge look failed
-
-
-def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in HOOKS:
-        _err(f"githook: expected one of {', '.join(HOOKS)}")
-        return 2
-    top = Path(os.getcwd())  # git runs hooks at the top of the worktree
-    try:
-        if argv[0] == "pre-commit":
-            return pre_commit(top)
-        return post_update(top)
-    except BrainError as exc:
-        _err(str(exc))
-        return 1
-    except KeyboardInterrupt:
-        return 130
