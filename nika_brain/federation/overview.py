@@ -1,5 +1,6 @@
-"""What BRAIN-INDEX.md and `kernel observe` show of the federation's dynamic half: work stealing
-(from the journal), handovers (registry) and spawn proposals. Read from files only: deterministic."""
+"""What `kernel observe` shows of the federation's dynamic half: the work-stealing queue, and the rows
+BRAIN-INDEX.md shows (work stealing from the journal, handovers, spawn proposals: read from files by
+engine/index.py, which may not import this package)."""
 from __future__ import annotations
 
 from typing import Any
@@ -8,22 +9,9 @@ from nika_brain.brain import Brain
 
 
 def index_rows(brain: Brain) -> dict[str, Any]:
-    """{stealing: [{kernel, granted_away, granted_in, stole, revoked}], handovers: [...],
-    proposals: [pending ones]}; empty lists when there is nothing."""
-    from nika_brain.federation import proposals, registry, stealing
-    steal = [{"kernel": k, **{key: v.get(key, 0) for key in
-                              ("granted_away", "granted_in", "stole", "ran_stolen", "revoked", "revoked_from")}}
-             for k, v in sorted(stealing.journal_summary(brain).items())]
-    handovers = []
-    for path in brain.iter_yaml(registry.folder(brain) / "handovers"):
-        h = registry.get_handover(brain, path.stem) or {}
-        handovers.append({"successor": path.stem, "from_kernel": h.get("from_kernel"),
-                          "from_session": h.get("from_session"), "pct": h.get("pct"),
-                          "root": h.get("root"), "successor_session": h.get("successor_session") or ""})
-    pending = [{"id": p["id"], "trigger": p["trigger"], "kernel": p.get("kernel") or "",
-                "goal": p["goal"], "memory": p["memory_estimate"], "gate": p["gate"]}
-               for p in proposals.list_proposals(brain, "pending")]
-    return {"stealing": steal, "handovers": handovers, "proposals": pending}
+    """{stealing, handovers, proposals} as BRAIN-INDEX.md shows them (engine.index.federation_rows)."""
+    from nika_brain.engine.index import federation_rows
+    return federation_rows(brain)
 
 
 def observe(brain: Brain, kernel_id: str) -> dict[str, Any]:

@@ -629,17 +629,7 @@ def worker_for(brain: Any, kernel_id: str, run: Callable[[dict], dict | None], *
 
 
 def journal_summary(brain: Any, kernel: str | None = None) -> dict[str, dict[str, int]]:
-    """Per kernel: tasks granted away, stolen (run for another), revoked, from the journal."""
-    from nika_brain.engine import signals
-    out: dict[str, dict[str, int]] = {}
-    for rec in signals.read(brain, types=("TASK_GRANTED", "TASK_REVOKED", "TASK_DONE")):
-        p = rec.get("payload") or {}
-        owner = p.get("owner")
-        other = p.get("to") or p.get("kernel") or p.get("from")
-        kind = {"TASK_GRANTED": "granted_away", "TASK_REVOKED": "revoked", "TASK_DONE": "ran_stolen"}[rec["type"]]
-        for k, what in ((owner, kind), (other, {"granted_away": "granted_in", "revoked": "revoked_from",
-                                                 "ran_stolen": "stole"}[kind])):
-            if isinstance(k, str) and (kernel is None or k == kernel):
-                out.setdefault(k, {}).setdefault(what, 0)
-                out[k][what] += 1
-    return out
+    """Per kernel: tasks granted away and in, run for another (stole), revoked, from the journal."""
+    from nika_brain.engine.index import stealing_counts
+    counts = stealing_counts(brain)
+    return {k: v for k, v in counts.items() if kernel is None or k == kernel}

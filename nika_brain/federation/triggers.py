@@ -342,15 +342,14 @@ def on_prompt(hook: Any) -> Any:
     text = prompt.strip()
     if not text.startswith("/kernel new"):
         return None
-    from nika_brain.hooks.claude import Reply
     goal = text[len("/kernel new"):].strip()
     if not goal:
-        return Reply(block="usage: /kernel new <goal>")
+        return dict(block="usage: /kernel new <goal>")
     try:
         p = explicit(hook.brain, goal, kernel=hook.kernel(), by=f"session {hook.session_id}")
     except BrainError as exc:
-        return Reply(block=f"no spawn proposal: {exc}")
+        return dict(block=f"no spawn proposal: {exc}")
     if p is None:
-        return Reply(block="a proposal for this request is already pending or was rejected")
-    return Reply(block=f"spawn proposal {p['id']} written (goal: {p['goal']}); it waits for a human: "
+        return dict(block="a proposal for this request is already pending or was rejected")
+    return dict(block=f"spawn proposal {p['id']} written (goal: {p['goal']}); it waits for a human: "
                        f"nika-brain kernel approve {p['id']} (or reject). Nothing was spawned.")

@@ -22,7 +22,8 @@ Fail closed or open:
 
 Handlers sit in a dispatch table, `HANDLERS[event] -> [handler, ...]`; `register()` adds one (the
 federation layer adds handover and spawn behaviour this way). Every handler gets the same `Hook`
-and may return a `Reply`; replies merge (a deny wins, contexts add up).
+and may return a `Reply`, or a dict of Reply's fields (handlers in lower layers, which may not import
+this module); replies merge (a deny wins, contexts add up).
 
 The module imports only the standard library at load time; each handler imports the core modules it
 needs, so a Read pays for less than an Edit.
@@ -543,6 +544,8 @@ def run(argv: list[str], data: dict[str, Any]) -> tuple[int, dict[str, Any] | No
                 module, _, name = entry.partition(":")
                 handler = getattr(importlib.import_module(module), name)
             reply = handler(hook)
+            if isinstance(reply, dict):  # handlers below the hooks layer answer with Reply's fields
+                reply = Reply(**reply)
         except Exception as exc:  # fail open: bookkeeping must never stop the agent
             _say(f"{event}: {getattr(handler, '__name__', handler)} failed: {type(exc).__name__}: {exc}")
             code = 1
