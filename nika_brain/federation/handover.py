@@ -261,7 +261,7 @@ def on_checkpoint(hook: Any) -> Any:
     record = sessions.raw(brain, sid)
     state = record.get("handover") or {}
     if state.get("state") == "done":
-        return dict(stop=_reason(state))
+        return {"stop": _reason(state)}
     if state:
         return None  # started (by a parallel hook) or failed (said once): never twice
     kernel_id = _kernel(hook, record)
@@ -280,11 +280,11 @@ def on_checkpoint(hook: Any) -> Any:
         rec = handover(brain, sid, kernel_id, m, tpath if isinstance(tpath, str) else None)
     except BrainError as exc:
         _finish(brain, sid, state="failed", error=str(exc))
-        return dict(message=f"nika-brain: context at {m['pct']}% (threshold {m['threshold']:g}%) but "
-                             f"the handover failed: {exc}. This session keeps running.")
+        return {"message": f"nika-brain: context at {m['pct']}% (threshold {m['threshold']:g}%) but "
+                             f"the handover failed: {exc}. This session keeps running."}
     done = {"state": "done", "successor": rec["successor"], "pct": m["pct"]}
     _finish(brain, sid, **done)
-    return dict(stop=_reason(done), message=f"nika-brain: handed over to kernel {rec['successor']}.")
+    return {"stop": _reason(done), "message": f"nika-brain: handed over to kernel {rec['successor']}."}
 
 
 def _saturation(brain: Any, kernel_id: str, session_id: str, pct: float) -> None:
@@ -306,7 +306,7 @@ def on_prompt(hook: Any) -> Any:
         return None
     state = (sessions.raw(brain, sid).get("handover") or {})
     if state.get("state") == "done":
-        return dict(block=_reason(state), stop=_reason(state))
+        return {"block": _reason(state), "stop": _reason(state)}
     return None
 
 
@@ -337,4 +337,4 @@ def on_session_start(hook: Any) -> Any:
             f"{ho['from_kernel']}, handed over at {ho['pct']}% of its context window. Root entity: "
             f"{ho['root']}; parent entity: {lineage or ho['entity']}. Pick up the work from this "
             f"summary:\n{ho['summary']}")
-    return dict(context=text)
+    return {"context": text}

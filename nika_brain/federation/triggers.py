@@ -344,12 +344,12 @@ def on_prompt(hook: Any) -> Any:
         return None
     goal = text[len("/kernel new"):].strip()
     if not goal:
-        return dict(block="usage: /kernel new <goal>")
+        return {"block": "usage: /kernel new <goal>"}
     try:
         p = explicit(hook.brain, goal, kernel=hook.kernel(), by=f"session {hook.session_id}")
     except BrainError as exc:
-        return dict(block=f"no spawn proposal: {exc}")
+        return {"block": f"no spawn proposal: {exc}"}
     if p is None:
-        return dict(block="a proposal for this request is already pending or was rejected")
-    return dict(block=f"spawn proposal {p['id']} written (goal: {p['goal']}); it waits for a human: "
-                       f"nika-brain kernel approve {p['id']} (or reject). Nothing was spawned.")
+        return {"block": "a proposal for this request is already pending or was rejected"}
+    return {"block": f"spawn proposal {p['id']} written (goal: {p['goal']}); it waits for a human: "
+                       f"nika-brain kernel approve {p['id']} (or reject). Nothing was spawned."}
