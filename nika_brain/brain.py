@@ -34,6 +34,8 @@ class Config:
     satellite_command: tuple[str, ...] = ()   # swarm mode; empty = Claude Code headless
     index_template: str | None = None  # a brain may override the BRAIN-INDEX.md template
     default_agent: str = "satellite-boot"
+    context_window: int | None = None  # tokens; what Claude Code reports wins over this
+    sandbox: str = "auto"             # Claude Code's OS sandbox: auto | required | off
     # The federation's own settings (triage, vault, runtimes...), validated by nika_brain.federation.
     federation: Mapping[str, Any] = field(default_factory=dict)
 
@@ -54,6 +56,8 @@ _CONFIG_SPEC = {
     "satellite_command": F(list, default=[], check=str_list),
     "index_template": F(str),
     "default_agent": F(str, default="satellite-boot"),
+    "context_window": F(int, check=lambda v: None if v >= 1000 else "must be at least 1000 tokens"),
+    "sandbox": F(str, default="auto", choices=("auto", "required", "off")),
     "federation": F(dict, default={}),
 }
 

@@ -57,6 +57,15 @@ def kernel_show(kernel_id: str):
         print("  lineage: " + " <- ".join(x.id for x in kernels.lineage(brain, k)))
     for d in kernels.list_directives(brain, k.id):
         print(f"  directive {d.id} ({d.at}, {d.by}): {d.text}")
+    from nika_brain.state import sessions
+    for rec in sessions.list_sessions(brain):
+        if rec.kernel != k.id or rec.ended_at and rec.context_pct is None:
+            continue
+        ctx = "-"
+        if rec.context_pct is not None:
+            ctx = (f"{rec.context_pct:.1f}% of window {rec.context_window:,} "
+                   f"({rec.context_window_source or 'model'})")
+        print(f"  session {rec.id}: context {ctx}{' (ended)' if rec.ended_at else ''}")
 
 
 @kernel_app.command("spawn")

@@ -168,6 +168,8 @@ def preflight_reset(scope: str):
     if gates.in_agent_session():
         raise BrainError("refused: a circuit breaker is reset by a human, not from an agent session",
                          EXIT_REFUSED)
+    from nika_brain.state import authority
+    authority.require(brain, f"resetting the circuit breaker on {scope}")
     b = breakers.reset(brain, scope)
     if b is None:
         print(f"no breaker on {scope}")

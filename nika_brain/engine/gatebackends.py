@@ -98,3 +98,10 @@ def sync(brain: Brain, name: str | None = None, now: datetime | None = None,
         if decision:
             decided.append(decide(brain, g.id, decision, by=who, via=be.name, now=now))
     return decided
+
+
+def review_check(brain: Brain):
+    """For gates.effective: the pull request's review decision of a gate, read from GitHub."""
+    def review(gate: Gate) -> str | None:
+        return backend(brain, "github").poll(brain, gate)[0]
+    return review

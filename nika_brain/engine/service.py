@@ -82,12 +82,15 @@ def _run_satellite(brain: Brain, name: str, out: Outcome) -> None:
                           satellites.render_brief(brain, wf, step, c, worktree=worktree, context=run.context))
     if not brief_file.exists():
         brain.write(brief_file, brief)
-    settings = brain.kernels_dir / str(run.context.get("kernel", "")) / ".claude" / "settings.json"
     result = satellites.launch(brain, c, brief, brief_file, worktree,
-                               kernel_settings=settings if settings.is_file() else None)
+                               kernel_settings=satellites.session_settings(brain, run.context.get("kernel")))
     c = claims.load_claim(brain, c.id)
     if not c.is_open:
-        return  # the satellite reported itself; step_once routes it
+        # The satellite reported itself; from inside its sandbox it could not commit (Claude Code
+        # keeps .git read-only there): its work is committed here, then step_once routes it.
+        if worktree.is_dir():
+            _commit_work(worktree, c, c.result.summary if c.result else "")
+        return
     try:
         report(brain, c.id, result.status or "failed", result.summary or f"satellite exit {result.returncode}")
     except BrainError as exc:
@@ -123,9 +126,10 @@ def report(brain: Brain, claim_id: str, status: str, summary: str = "", *, tests
         raise BrainError(f"orchestrated close: {claim_id} waits for its open children: {', '.join(waiting)}",
                          EXIT_BLOCKED)
     run, wf, step = _context(brain, c)
+    in_sandbox = not git_writable(brain)
     if wf is not None and step is not None:
         worktree = orchestrator.worktree_of(brain, wf)
-        if worktree.is_dir():
+        if worktree.is_dir() and not in_sandbox:
             _commit_work(worktree, c, summary)
         if validate and status == "ok" and orchestrator.tier_of(wf, step) == "validated" and step.test:
             tr = satellites.run_tests(step.test, worktree if worktree.is_dir() else brain.root)
@@ -138,12 +142,24 @@ def report(brain: Brain, claim_id: str, status: str, summary: str = "", *, tests
     c = claims.close_claim(brain, claim_id, status, summary, tests_passed=tests_passed,
                            tests_failed=tests_failed, now=now)
     faults.point("after-claim-close")
+    if in_sandbox:
+        # An agent closing its claim from inside Claude Code's sandbox: git is read-only here, so
+        # committing, routing and merging are left to the orchestrator that launched it.
+        return c
     if run is not None and run.claim == c.id:
         orchestrator.step_once(brain, c.workflow)  # routes the result, releases the locks
     else:
         locks.release_all(brain, c.id)
         orchestrator._reindex(brain)
     return c
+
+
+def git_writable(brain: Brain) -> bool:
+    """False inside Claude Code's OS sandbox, which mounts parts of the repository's .git (objects,
+    worktrees/) read-only: a commit cannot be made from there."""
+    gitdir = brain.root / ".git"
+    return all(os.access(p, os.W_OK) for p in (gitdir, gitdir / "objects", gitdir / "worktrees")
+               if p.exists())
 
 
 def _commit_work(worktree, c: claims.Claim, summary: str) -> None:

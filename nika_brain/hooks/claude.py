@@ -427,10 +427,11 @@ def on_context_checkpoint(hook: Hook) -> Reply | None:
     if hook.brain is None or not sessions.valid_id(hook.session_id):
         return None
     tpath = hook.data.get("transcript_path")
-    usage = transcript.last_usage(tpath if isinstance(tpath, str) else None)
+    window, source = sessions.choose_window(hook.brain, hook.record, hook.kernel())
+    usage = transcript.last_usage(tpath if isinstance(tpath, str) else None, window)
     sessions.heartbeat(hook.brain, hook.session_id, used=usage.used if usage else None,
                        window=usage.window if usage else None, pct=usage.pct if usage else None,
-                       event=hook.event)
+                       event=hook.event, window_source=source)
     return None
 
 
