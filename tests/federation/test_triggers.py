@@ -188,3 +188,14 @@ def test_burst_worker_is_decommissioned_and_its_records_stay(fbrain, cli, monkey
     assert (brain.kernels_dir / "burst" / "kernel.yml").is_file()
     assert bus.get("ws:done:pdf-1")["kernel"] == "burst"
     assert registry.show(brain, "burst-session")["kernel"] == "burst"
+
+
+def test_a_gate_file_edited_by_hand_does_not_spawn(brain):
+    p = triggers.explicit(brain, "Crunch the sensor data", by="test")
+    path = brain.gates_dir / f"{p['gate']}.yml"
+    text = path.read_text().replace("status: pending", "status: approved")
+    path.write_text(text.replace("decided_at: null", "decided_at: '2026-11-30T10:00:00Z'"))
+    with pytest.raises(BrainError, match="cannot be trusted"):
+        proposals.apply(brain, p["id"])
+    assert proposals.load(brain, p["id"])["status"] == "pending"
+    no_spawn(brain)
