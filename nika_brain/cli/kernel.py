@@ -24,10 +24,13 @@ def _row(brain: Brain, k: kernels.Kernel) -> dict:
         hb = health.last_heartbeat(brain, k.id) if k.runtime else None
     except BrainError:
         hb = None
+    from nika_brain.federation import runtimes
+    state = runtimes.load_state(brain, k.id)
     return {"id": k.id, "goal": k.goal, "tags": list(k.tags), "card": k.card, "parent": k.parent,
             "status": k.status, "reason": k.status_reason, "runtime": k.runtime,
-            "limits": k.limits.to_dict(), "enforcement": k.enforcement, "restarts": k.restarts,
-            "last_heartbeat": hb.get("at") if hb else None}
+            "limits": k.limits.to_dict(), "enforcement": k.enforcement,
+            "cpu_enforced": bool(state.get("cpu_enforced")) if k.limits.cpu_percent is not None else None,
+            "restarts": k.restarts, "last_heartbeat": hb.get("at") if hb else None}
 
 
 @kernel_app.command("list")
@@ -40,6 +43,8 @@ def kernel_list(as_json: bool = typer.Option(False, "--json")):
         return
     for r in rows:
         lim = " ".join(f"{k}={v}" for k, v in r["limits"].items()) or "no-limits"
+        if r["cpu_enforced"] is False and r["enforcement"] not in (None, "kubernetes"):
+            lim += " (cpu not enforced)"
         print(f"{r['id']}\t{r['status']}\t{r['runtime']}\t{lim} [{r['enforcement'] or '-'}]\t"
               f"hb={r['last_heartbeat'] or '-'}\t{r['goal']}")
 
@@ -145,6 +150,8 @@ def kernel_observe(kernel_id: str, since: str = typer.Option("1h", "--since"),
         print(f"  session {s['id']} started {s['started_at']} context {s['context_pct']}")
     for c in o["claims"]:
         print(f"  claim {c['id']} {c['status']} {c['result'] or ''}")
+    for sg in o["signals"]:
+        print(f"  signal {sg.get('time')} {sg.get('type')} {sg.get('claim') or ''} {sg.get('reason') or ''}")
     for q in o["queue"]:
         print(f"  queued {q['id']} ({q['at']}): {q['prompt'][:80]}")
     fed = o.get("federation") or {}

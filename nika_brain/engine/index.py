@@ -169,8 +169,13 @@ def _kernels(brain: Brain) -> list[dict]:
         return []
     out = []
     for k in kmod.list_kernels(brain):
+        lim = getattr(k, "limits", None)
+        limits = " ".join(f"{key}={v}" for key, v in lim.to_dict().items()) if lim else ""
+        enforcement = getattr(k, "enforcement", None)
         out.append({"id": k.id, "status": k.status, "goal": k.goal, "card": k.card,
-                    "tags": ", ".join(k.tags), "parent": k.parent})
+                    "tags": ", ".join(k.tags), "parent": k.parent,
+                    "runtime": getattr(k, "runtime", ""), "reason": getattr(k, "status_reason", None) or "",
+                    "limits": limits + (f" ({enforcement})" if limits and enforcement else "")})
     return sorted(out, key=lambda k: k["id"])
 
 

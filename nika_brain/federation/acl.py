@@ -2,7 +2,8 @@
 may publish on the federation channels (XADD on their streams, PUBLISH on their pub/sub channels,
 write-only) and read and write only its own keys (`nika:kernel:<id>:*`, `nika:kv:kernel:<id>:*`);
 everything else answers NOPERM. The user's password is written into the kernel's credentials file
-(0600: NIKA_REDIS_USER, NIKA_REDIS_PASSWORD), which only that kernel's process receives.
+(0600: NIKA_REDIS_USER, NIKA_REDIS_PASSWORD, and NIKA_REDIS_URL connecting as that user), which only
+that kernel's process receives: its hooks then publish heartbeats as the kernel, not as the admin.
 
 Applied with an administrative connection to `federation.redis_url` (else the brain's redis_url).
 """
@@ -46,6 +47,15 @@ def url(brain: Brain) -> str:
     return options.get(brain, "redis_url") or bus.redis_url(brain)
 
 
+def with_user(redis_url: str, user: str, password: str) -> str:
+    """The same server and database, connecting as `user`: the kernel's bus (NIKA_REDIS_URL)."""
+    from urllib.parse import quote, urlsplit, urlunsplit
+    u = urlsplit(redis_url)
+    host = u.netloc.rsplit("@", 1)[-1]
+    return urlunsplit((u.scheme, f"{quote(user, safe='')}:{quote(password, safe='')}@{host}", u.path,
+                       u.query, u.fragment))
+
+
 def _set_credentials(brain: Brain, kernel_id: str, values: dict[str, str]) -> None:
     path = kernels.kernel_dir(brain, kernel_id) / "credentials.env"
     try:
@@ -74,7 +84,8 @@ def apply(brain: Brain, kernel_ids: list[str] | None = None, *, revoke: bool = F
             else:
                 pw = secrets.token_urlsafe(24)
                 r.execute_command("ACL", "SETUSER", name, *rules(k.id, pw))
-                _set_credentials(brain, k.id, {"NIKA_REDIS_USER": name, "NIKA_REDIS_PASSWORD": pw})
+                _set_credentials(brain, k.id, {"NIKA_REDIS_USER": name, "NIKA_REDIS_PASSWORD": pw,
+                                               "NIKA_REDIS_URL": with_user(target, name, pw)})
             done.append(name)
     except redis.RedisError as exc:
         where = target.rsplit("@", 1)[-1]

@@ -9,22 +9,23 @@ how `kernel invoke` knows a prompt was taken: from the agent's own hook, never f
 Heartbeat metrics (per kernel): context_pct (its newest session's context use), error_rate (failed
 invocations / invocations over the last 50), ttfa_s (median seconds from taken to answered over the
 last 50: the seed's time to first answer), queue_depth (prompts queued and not yet taken). The last
-heartbeat is also kept in the bus's keyed state (`federation:heartbeat:<kernel>`), so any machine on
-the same Redis sees it.
+heartbeat is also kept in the bus's keyed state (`kernel:<kernel>:heartbeat`, the kernel's own key),
+so any machine on the same Redis sees it.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
-import statistics
 from pathlib import Path
 from typing import Any
 
 from nika_brain.support import clock
 from nika_brain.brain import Brain
 
-HEARTBEAT_KEY = "federation:heartbeat:"
+def heartbeat_key(kernel_id: str) -> str:
+    """The kernel's own key (nika:kv:kernel:<id>:*), which its Redis ACL user may write."""
+    return f"kernel:{kernel_id}:heartbeat"
 _ANSWER_CAP = 4000
 
 
@@ -68,6 +69,20 @@ def read_events(brain: Brain, kernel_id: str, offset: int = 0) -> tuple[list[dic
     return out, offset + end
 
 
+def tail_events(brain: Brain, kernel_id: str, max_bytes: int = 256 * 1024) -> list[dict]:
+    """The newest events (the last `max_bytes` of the file): metrics never read a whole history."""
+    size = events_size(brain, kernel_id)
+    start = max(0, size - max_bytes)
+    events, _ = read_events(brain, kernel_id, start)
+    return events[1:] if start else events  # the first line may be cut
+
+
+def _median(values: list[float]) -> float:
+    v = sorted(values)
+    n = len(v)
+    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+
+
 def events_size(brain: Brain, kernel_id: str) -> int:
     try:
         return events_path(brain, kernel_id).stat().st_size
@@ -80,7 +95,7 @@ def events_size(brain: Brain, kernel_id: str) -> int:
 def metrics(brain: Brain, kernel_id: str) -> dict:
     from nika_brain.state import sessions
     from nika_brain.federation import queue
-    events, _ = read_events(brain, kernel_id)
+    events = tail_events(brain, kernel_id)
     taken = [e for e in events if e.get("event") == "taken"][-50:]
     answered = [e for e in events if e.get("event") == "answered"]
     waits = []
@@ -95,7 +110,7 @@ def metrics(brain: Brain, kernel_id: str) -> dict:
     sess.sort(key=lambda s: s.heartbeat_at or s.started_at or "")
     pct = sess[-1].context_pct if sess else None
     return {"context_pct": pct, "error_rate": round(errors / len(runs), 3) if runs else 0.0,
-            "ttfa_s": round(statistics.median(waits), 3) if waits else None,
+            "ttfa_s": round(_median(waits), 3) if waits else None,
             "queue_depth": len(queue.pending(brain, kernel_id)),
             "session": sess[-1].id if sess else None}
 
@@ -108,20 +123,34 @@ def publish_heartbeat(brain: Brain, kernel_id: str, state: str, *, source: str, 
           **extra}
     b = bus.open_bus(brain)
     b.publish(bus.HEALTH, hb)
-    b.set(HEARTBEAT_KEY + kernel_id, hb)
+    b.set(heartbeat_key(kernel_id), hb)
     return hb
 
 
 def publish_event(brain: Brain, kernel_id: str, kind: str, **extra: Any) -> None:
     """A health event that is not a heartbeat: dead, killed, restarted, failed."""
     from nika_brain import bus
-    bus.open_bus(brain).publish(bus.HEALTH, {"kind": kind, "kernel": kernel_id,
-                                             "at": clock.iso(clock.now()), **extra})
+    publish_or_warn(brain, bus.HEALTH, {"kind": kind, "kernel": kernel_id,
+                                        "at": clock.iso(clock.now()), **extra})
+
+
+def publish_or_warn(brain: Brain, channel: str, message: dict) -> bool:
+    """Publish a signal whose state is already written (a record, a directive file): a bus that is
+    down then costs the listeners a signal, not the operator the change, so say it on stderr."""
+    from nika_brain import bus
+    from nika_brain.errors import BrainError
+    try:
+        bus.open_bus(brain).publish(channel, message)
+        return True
+    except BrainError as exc:
+        import sys
+        print(f"nika-brain: warning: not published on {channel}: {exc}", file=sys.stderr)
+        return False
 
 
 def last_heartbeat(brain: Brain, kernel_id: str) -> dict | None:
     from nika_brain import bus
-    return bus.open_bus(brain).get(HEARTBEAT_KEY + kernel_id)
+    return bus.open_bus(brain).get(heartbeat_key(kernel_id))
 
 
 # ---- the hook side (Claude Code runs these in the kernel's sessions) ------------------------------

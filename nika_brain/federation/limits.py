@@ -72,6 +72,18 @@ def _write(path: Path, value: str) -> bool:
         return False
 
 
+def _can_join(procs: list[str]) -> bool:
+    """Whether a process of ours may move into these cgroups (delegation, permissions): a shell
+    tries, then exits. Without this, a cgroup that accepts limits but not our pid would kill the
+    kernel at start instead of falling back to rlimits."""
+    import subprocess
+    script = "".join(f'echo $$ > "{f}" && ' for f in procs) + "true"
+    try:
+        return subprocess.run(["sh", "-c", script], capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
 def plan(kernel: Kernel, cgroup_root: str | Path = "/sys/fs/cgroup", name: str | None = None) -> Plan:
     """Prepare the kernel's cgroup(s) (named `name`, see group_name) and say what will enforce its
     limits."""
@@ -92,7 +104,7 @@ def plan(kernel: Kernel, cgroup_root: str | Path = "/sys/fs/cgroup", name: str |
                 _write(g / "memory.swap.max", "0")
             cpu = lim.cpu_percent is not None and _write(
                 g / "cpu.max", f"{int(lim.cpu_percent * 1000)} 100000")
-            if ok:
+            if ok and _can_join([str(g / "cgroup.procs")]):
                 return Plan("cgroup-v2", (str(g / "cgroup.procs"),), cpu_enforced=cpu,
                             oom_file=str(g / "memory.events"))
         except OSError:
@@ -117,7 +129,7 @@ def plan(kernel: Kernel, cgroup_root: str | Path = "/sys/fs/cgroup", name: str |
                     _write(g / "cpu.cfs_quota_us", str(int(lim.cpu_percent * 1000)))
                 if cpu:
                     procs.append(str(g / "cgroup.procs"))
-            if procs:
+            if procs and _can_join(procs):
                 return Plan("cgroup-v1", tuple(procs), cpu_enforced=cpu, oom_file=oom)
         except OSError:
             pass

@@ -95,6 +95,7 @@ def check_kernel(brain: Brain, k: kernels.Kernel, *, ttl: float, beat_every: flo
             pass
         limits.remove_groups(limits.group_name(brain.root, k.id), options.get(brain, "cgroup_root"))
         health.publish_event(brain, k.id, "dead", reason=reason)
+        verbs.reindex(brain)
         if k.restart == "on-failure" and k.restarts < k.max_restarts:
             try:
                 k = kernels.set_status(brain, k.id, "starting", reason=f"restarting after: {reason}",

@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import re
 import time
-from dataclasses import replace
 from datetime import timedelta
 from typing import Any, Mapping
 
@@ -47,7 +46,7 @@ def scrubbed_env(brain: Brain, kernel: Kernel) -> dict[str, str]:
     """The kernel's environment: a few harmless variables of ours, never the caller's secrets. Its
     own credentials are added by the launcher from its credentials file (not on any command line)."""
     env = {k: os.environ[k] for k in PASS_ENV if k in os.environ}
-    env.update(NIKA_BRAIN_DIR=str(brain.root), NIKA_KERNEL_ID=kernel.id, TERM="tmux-256color")
+    env.update(NIKA_BRAIN_DIR=str(brain.root), NIKA_KERNEL_ID=kernel.id, TERM="screen-256color")
     return env
 
 
@@ -59,24 +58,39 @@ def _launch(brain: Brain, kernel: Kernel, plan: limits.Plan) -> runtimes.Launch:
 
 def _publish_goals(brain: Brain, event: str, k: Kernel) -> None:
     from nika_brain import bus
-    bus.open_bus(brain).publish(bus.GOALS, {
+    health.publish_or_warn(brain, bus.GOALS, {
         "event": event, "kernel": k.id, "goal": k.goal, "tags": list(k.tags),
         "examples": list(k.examples), "region": k.region, "data_class": k.data_class,
         "status": k.status, "at": clock.iso(clock.now())})
     rebuild_goals_index(brain)
 
 
-def rebuild_goals_index(brain: Brain) -> None:
-    """HOOK POINT for the triage (issue 12, branch fed-triage): rebuild its goals index after a spawn
-    or a kill. It is called when the triage module offers a rebuild function; until then the triage
-    rebuilds from the `nika:federation:goals` messages published just before."""
+def reindex(brain: Brain) -> None:
+    """Regenerate BRAIN-INDEX.md (kernels with their state); an index problem never fails a verb."""
     try:
-        from nika_brain.federation import triage  # type: ignore[attr-defined]
+        from nika_brain.engine import index
+        index.regenerate(brain)
+    except (BrainError, OSError) as exc:
+        import sys
+        print(f"nika-brain: BRAIN-INDEX.md not updated: {exc}", file=sys.stderr)
+
+
+def rebuild_goals_index(brain: Brain) -> None:
+    """Have the triage (issue 12, branch fed-triage) rebuild its goals index after a spawn or a kill:
+    `nika_brain.federation.goals.refresh(brain)` when that module is present. Without it (a build
+    before the triage landed) the triage rebuilds from the nika:federation:goals messages published
+    just before. A triage failure is reported, never fatal to the verb."""
+    try:
+        from nika_brain.federation import goals  # type: ignore[attr-defined]
     except ImportError:
         return
-    fn = getattr(triage, "rebuild_goals_index", None) or getattr(triage, "rebuild", None)
-    if callable(fn):
-        fn(brain)
+    refresh = getattr(goals, "refresh", None)
+    if callable(refresh):
+        try:
+            refresh(brain)
+        except BrainError as exc:
+            import sys
+            print(f"nika-brain: triage goals index not rebuilt: {exc}", file=sys.stderr)
 
 
 def _start(brain: Brain, k: Kernel) -> Kernel:
@@ -151,10 +165,12 @@ def kernel_spawn(brain: Brain, goal: str, scope=(), resource_limits: Mapping[str
     except (BrainError, OSError) as exc:
         _undo_start(brain, k)
         kernels.set_status(brain, kid, "failed", reason=f"spawn failed: {exc}")
+        reindex(brain)
         if isinstance(exc, BrainError):
             raise
         raise BrainError(f"kernel {kid}: spawn failed: {exc}") from exc
     _publish_goals(brain, "spawned", k)
+    reindex(brain)
     from nika_brain.federation import supervisor
     supervisor.ensure_running(brain)
     return k
@@ -243,8 +259,8 @@ def kernel_readjust(brain: Brain, kernel_id: str, new_directive: str, *, by: str
     nika:federation:directives for listeners."""
     from nika_brain import bus
     d = kernels.readjust(brain, kernel_id, new_directive, by=by)
-    bus.open_bus(brain).publish(bus.DIRECTIVES, {"kind": "directive", "kernel": kernel_id,
-                                                 "id": d.id, "text": d.text, "by": d.by, "at": d.at})
+    health.publish_or_warn(brain, bus.DIRECTIVES, {"kind": "directive", "kernel": kernel_id, "id": d.id,
+                                                   "text": d.text, "by": d.by, "at": d.at})
     return d
 
 
@@ -283,6 +299,7 @@ def kernel_observe(brain: Brain, kernel_id: str, since: str | float = "1h",
                       "context_pct": s.context_pct, "ended_at": s.ended_at} for s in sess],
         "claims": [{"id": c.id, "status": c.status, "scope": list(c.scope),
                     "result": c.result.status if c.result else None} for c in cl],
+        "signals": _signals(brain, k.id, {c.id for c in cl}, cut),
         "queue": queue.pending(brain, k.id), "since": cut,
     }
     if query:
@@ -292,13 +309,30 @@ def kernel_observe(brain: Brain, kernel_id: str, since: str | float = "1h",
     return out
 
 
-def _vault_query(brain: Brain, kernel_id: str, text: str) -> Any:
-    """The shared vault's records of this kernel matching `text` (issue 13's query API)."""
+def _signals(brain: Brain, kernel_id: str, claim_ids: set[str], cut: str) -> list[dict]:
+    """BSI signals (journal/signals.jsonl) of the kernel's claims, or naming the kernel, since `cut`."""
+    from nika_brain.engine import signals
+    out = []
+    for rec in signals.read(brain):
+        payload = rec.get("payload") if isinstance(rec.get("payload"), dict) else {}
+        if str(rec.get("time", "")) >= cut and (rec.get("claim") in claim_ids or
+                                                 payload.get("kernel") == kernel_id):
+            out.append(rec)
+    return out[-200:]
+
+
+def _vault_query(brain: Brain, kernel_id: str, text: str, k: int = 5) -> Any:
+    """The shared vault's records of this kernel nearest to `text` (issue 13, branch fed-vault:
+    `nika_brain.federation.vault.query.search`); a build without the vault says so."""
     try:
-        from nika_brain.federation.vault import query as vault_query  # type: ignore[attr-defined]
+        from nika_brain.federation.vault.query import search  # type: ignore[import-not-found]
     except ImportError:
         return {"error": "the shared vault is not available in this build"}
-    return vault_query(brain, text, kernel=kernel_id)
+    import dataclasses
+    out = []
+    for rec in search(brain, text, kernel=kernel_id, k=k):
+        out.append(dataclasses.asdict(rec) if dataclasses.is_dataclass(rec) else rec)
+    return out
 
 
 # ---- kill ------------------------------------------------------------------------------------------
@@ -357,4 +391,5 @@ def kernel_kill(brain: Brain, kernel_id: str, reason: str, *, by: str = "") -> d
     limits.remove_groups(limits.group_name(brain.root, k.id), options.get(brain, "cgroup_root"))
     health.publish_event(brain, k.id, "killed", reason=why)
     _publish_goals(brain, "removed", k)
+    reindex(brain)
     return {"kernel": k.id, "status": k.status, "seconds": round(time.monotonic() - started, 3), **held}

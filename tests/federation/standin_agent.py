@@ -118,7 +118,7 @@ def interactive() -> int:
 
 
 def headless(argv: list[str]) -> int:
-    args = dict(zip(argv[::2], argv[1::2]))
+    args = dict(zip(argv[::2], argv[1::2], strict=False))
     sid = args.get("--session-id") or args.get("--resume") or str(uuid.uuid4())
     s = Session(sid, "resume" if "--resume" in args else "startup")
     answer = s.turn(args["-p"])

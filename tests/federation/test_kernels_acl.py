@@ -9,7 +9,7 @@ import redis
 
 from nika_brain import bus
 from nika_brain.state import kernels
-from nika_brain.federation import acl, limits
+from nika_brain.federation import limits
 from tests.redis_fixture import RedisServer
 
 
@@ -67,6 +67,15 @@ def test_acl_matrix(brain, cli, server):
     with pytest.raises(redis.exceptions.AuthenticationError):
         redis.Redis.from_url(server, username="nika-kernel-beta",
                              password=cred["NIKA_REDIS_PASSWORD"]).ping()
+    # the kernel's own hooks publish its heartbeat as its ACL user (NIKA_REDIS_URL from its credentials)
+    event = json.dumps({"hook_event_name": "Stop", "session_id": "11111111-2222-3333-4444-555555555555",
+                        "cwd": str(kernels.kernel_dir(brain, "alpha")), "transcript_path": ""})
+    hook = cli("hook", "Stop", input=event, cwd=kernels.kernel_dir(brain, "alpha"),
+               env={"NIKA_BUS": "redis", "NIKA_REDIS_URL": cred["NIKA_REDIS_URL"], "NIKA_KERNEL_ID": "alpha"})
+    assert hook.returncode == 0 and "not published" not in hook.stderr, hook.stderr
+    beats = [json.loads(f[b"m"]) for _, f in admin.xrange(bus.HEALTH) if b"m" in f]
+    assert any(b.get("kernel") == "alpha" and b.get("source") == "hook:Stop" for b in beats)
+    assert admin.exists(f"{bus.KV_PREFIX}kernel:alpha:heartbeat")
     assert cli("federation", "acl", "--revoke", "--kernel", "alpha").returncode == 0
     with pytest.raises(redis.exceptions.AuthenticationError):
         redis.Redis.from_url(server, username="nika-kernel-alpha",

@@ -62,13 +62,14 @@ def test_names_that_cannot_be_kubernetes_names(brain):
         kubernetes.render(brain, k)
 
 
-def test_missing_kubectl_is_exit_7(brain, cli, tmp_path):
+def test_missing_kubectl_with_a_context_is_exit_7(brain, cli, tmp_path):
     env_path = tmp_path / "bin"
     env_path.mkdir()
     import os
     import sys
     os.symlink(sys.executable, env_path / "python3")
-    (brain.root / "nika-brain.yml").write_text("version: 1\nfederation: {supervisor: manual}\n")
+    (brain.root / "nika-brain.yml").write_text(
+        "version: 1\nfederation: {supervisor: manual, kubernetes: {context: k3s-prod}}\n")
     out = cli("kernel", "spawn", "Edge", "--id", "k8", "--runtime", "kubernetes", env={"PATH": str(env_path)})
-    assert out.returncode == 7 and "kubectl is not installed" in out.stderr
+    assert out.returncode == 7 and "kubectl is not installed" in out.stderr and "k3s-prod" in out.stderr
     assert not kernels.kernel_dir(brain, "k8").exists(), "nothing half-created"

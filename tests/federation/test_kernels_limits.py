@@ -29,7 +29,11 @@ def test_over_memory_is_stopped_and_recorded(fbrain):  # noqa: F811
     until(_dead(brain, "delta"))
     k = kernels.load_kernel(brain, "delta")
     if k.enforcement.startswith("cgroup"):
-        assert "out of memory" in k.status_reason and limits.oom_killed(runtimes.load_state(brain, "delta"))
+        # counted by the cgroup's own OOM counter (read before the supervisor removed the group)
+        assert k.status_reason.startswith("out of memory: killed by the kernel's OOM killer")
+        group = limits.group_name(brain.root, "delta")
+        assert not any((limits.Path("/sys/fs/cgroup") / h / limits.GROUP / group).exists()
+                       for h in ("memory", "cpu", "unified", "")), "its cgroup is removed"
     else:
         assert "exited" in k.status_reason or "signal" in k.status_reason
     deaths = [m for _, m in bus.open_bus(brain).read(bus.HEALTH) if m.get("kind") == "dead"]
@@ -59,6 +63,10 @@ def test_kill_9_is_detected_and_what_it_held_released(fbrain):  # noqa: F811
     c = claims.open_claim(brain, workflow="report", step=1, satellite_type="brain-write", scope="clients/x/")
     sessions.bind(brain, sid, kernel="gamma", claim=c.id)
     locks.acquire(brain, "clients/x/", c.id, pid=None)
+    from nika_brain.engine import signals
+    signals.emit(brain, "CHECKPOINT", workflow="report", step="1", claim=c.id, reason="half way")
+    seen = verbs.kernel_observe(brain, "gamma")
+    assert [x["reason"] for x in seen["signals"]] == ["half way"] and seen["claims"][0]["id"] == c.id
     locks.acquire(brain, "clients/y.md", "gamma", pid=None)
     os.kill(runtimes.load_state(brain, "gamma")["pid"], 9)
     until(_dead(brain, "gamma"))
@@ -69,3 +77,19 @@ def test_kill_9_is_detected_and_what_it_held_released(fbrain):  # noqa: F811
     assert closed.result.status == "failed" and "gamma" in closed.result.summary
     assert sessions.load(brain, sid).ended_at is not None
     assert supervisor.check_once(brain) == {}, "a dead kernel is reported once"
+
+
+def test_temporary_kernel_is_decommissioned_after_its_ttl(fbrain, cli):  # noqa: F811
+    brain = fbrain
+    k = verbs.kernel_spawn(brain, "Ingest a burst of PDFs", kernel_id="burst", temporary=True, ttl="1s")
+    assert k.temporary and k.ttl == 1.0
+    until(lambda: health.last_heartbeat(brain, "burst"))
+    out = until(lambda: cli("federation", "supervise", "--once").stdout.strip() or None)
+    assert out in ("burst\theartbeat", "burst\tkilled-ttl")
+
+    def decommissioned():
+        supervisor.check_once(brain)
+        return kernels.load_kernel(brain, "burst").status == "killed"
+    until(decommissioned)
+    assert "ttl" in kernels.load_kernel(brain, "burst").status_reason
+    assert (brain.kernels_dir / "burst" / "kernel.yml").is_file(), "its records stay"

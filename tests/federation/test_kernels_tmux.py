@@ -30,8 +30,8 @@ def test_five_verbs_end_to_end(fbrain, cli, tmp_path):  # noqa: F811
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700
     assert stat.S_IMODE((folder / "credentials.env").stat().st_mode) == 0o600
     assert (folder / "memory").is_dir() and (folder / ".claude" / "settings.json").is_file()
-    goals = bus.open_bus(brain).read(bus.GOALS)
-    assert [m["event"] for _, m in goals] == ["spawned"] and goals[0][1]["examples"][0] == "reboot the VPN"
+    goals = [m for _, m in bus.open_bus(brain).read(bus.GOALS) if m.get("kernel") == "alpha"]
+    assert [m["event"] for m in goals] == ["spawned"] and goals[0]["examples"][0] == "reboot the VPN"
 
     # the agent's SessionStart hook published the first heartbeat
     hb = until(lambda: health.last_heartbeat(brain, "alpha"))
@@ -78,8 +78,10 @@ def test_five_verbs_end_to_end(fbrain, cli, tmp_path):  # noqa: F811
     tmux = subprocess.run(["tmux", "-S", str(tmp_path / "tmux.sock"), "has-session", "-t", "=nika-os-alpha"],
                           capture_output=True)
     assert tmux.returncode != 0
-    assert [m["event"] for _, m in bus.open_bus(brain).read(bus.GOALS)] == ["spawned", "removed"]
+    assert [m["event"] for _, m in bus.open_bus(brain).read(bus.GOALS) if m.get("kernel") == "alpha"] == \
+        ["spawned", "removed"]  # (the triage, when present, also announces its rebuilt registry)
     assert any(m.get("kind") == "killed" for _, m in bus.open_bus(brain).read(bus.HEALTH))
+    assert "| `alpha` | killed (test over" in (brain.root / "BRAIN-INDEX.md").read_text()
 
     # a prompt for a killed kernel is an error, and it is not lost
     late = cli("kernel", "invoke", "alpha", "are you there")
@@ -110,3 +112,18 @@ def test_queued_prompt_is_delivered_when_the_kernel_runs_again(fbrain):  # noqa:
     os.kill(runtimes.load_state(brain, "gamma")["pid"], 9)
     until(lambda: supervisor.check_once(brain).get("gamma") == "dead")
     assert kernels.load_kernel(brain, "gamma").status == "dead"
+
+
+def test_spawn_starts_the_supervisor_which_sees_a_death_and_exits(fbrain, tmp_path):  # noqa: F811
+    from nika_brain.federation import verbs
+
+    from .fedkit import configure
+    brain = configure(fbrain, tmp_path, supervisor="auto")
+    verbs.kernel_spawn(brain, "Watch the markets", kernel_id="eps")
+    pid = until(lambda: supervisor.running_pid(brain))
+    until(lambda: health.last_heartbeat(brain, "eps"))
+    os.kill(runtimes.load_state(brain, "eps")["pid"], 9)
+    until(lambda: kernels.load_kernel(brain, "eps").status == "dead", timeout=30)
+    assert any(m.get("kind") == "dead" for _, m in bus.open_bus(brain).read(bus.HEALTH))
+    until(lambda: not runtimes.pid_alive(pid), timeout=30)  # nothing left to watch: it ends
+    assert supervisor.running_pid(brain) is None

@@ -87,7 +87,11 @@ class KubernetesRuntime:
     name = "kubernetes"
 
     def missing(self, brain: Brain) -> str | None:
-        return None if shutil.which("kubectl") else "kubectl is not installed"
+        """Rendering needs nothing; applying (a context configured) needs kubectl."""
+        if _k8s(brain).get("context") and not shutil.which("kubectl"):
+            return "kubectl is not installed (needed to apply to context " \
+                   f"{_k8s(brain).get('context')!r})"
+        return None
 
     def _kubectl(self, brain: Brain, *args: str) -> subprocess.CompletedProcess:
         ctx = _k8s(brain).get("context")
