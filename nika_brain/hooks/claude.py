@@ -452,10 +452,12 @@ HANDLERS: dict[str, list[Handler | str]] = {
     "PostToolUse": [on_post_tool_use],
     # federation.health:on_hook records the agent's own acknowledgements (session, prompt taken, turn
     # answered) and publishes the kernel's heartbeat; it does nothing outside a kernel's session.
+    # federation.hint flags a prompt typed into the wrong kernel (triage).
     # federation.handover: auto-handover past the kernel's context threshold (Stop, PreCompact), a
     # handed-over session refusing prompts, and the successor's lineage and summary at SessionStart;
     # federation.triggers: `/kernel new <goal>` typed in a session writes a spawn proposal.
     "UserPromptSubmit": [on_user_prompt_submit, "nika_brain.federation.health:on_hook",
+                         "nika_brain.federation.hint:on_user_prompt_submit",
                          "nika_brain.federation.handover:on_prompt",
                          "nika_brain.federation.triggers:on_prompt"],
     "SessionStart": [on_session_start, "nika_brain.federation.health:on_hook",
