@@ -24,7 +24,6 @@ def hint_text(d: Any) -> str:
 
 
 def on_user_prompt_submit(hook: Any) -> Any:
-    from nika_brain.hooks.claude import Reply
     brain = hook.brain
     prompt = hook.data.get("prompt")
     if brain is None or not isinstance(prompt, str) or not prompt.strip():
@@ -46,4 +45,4 @@ def on_user_prompt_submit(hook: Any) -> Any:
     d = tri.decide(prompt[:MAX_HINT_PROMPT], context=kernel)
     if not d.wrong_kernel:
         return None
-    return Reply(context=hint_text(d))
+    return {"context": hint_text(d)}  # Reply fields: this layer may not import the hooks
