@@ -7,7 +7,6 @@ import typer
 
 from nika_brain.brain import Brain
 from nika_brain.cli.kernel import kernel_app
-from nika_brain.errors import BrainError
 
 
 def _bus(brain: Brain):
@@ -52,14 +51,10 @@ def kernel_work(kernel_id: str):
     (kernel_invoke), offer what waits to idle kernels, claim others' tasks when idle."""
     from nika_brain.federation import stealing
     brain = Brain.find()
-    try:
-        from nika_brain.federation.kernel import kernel_invoke  # the federation core
-    except ImportError as exc:
-        raise BrainError("kernel work needs the federation core's kernel_invoke "
-                         "(nika_brain.federation.kernel), which this install lacks") from exc
+    from nika_brain.federation.verbs import kernel_invoke
 
     def run(task: dict) -> dict:
-        answer = kernel_invoke(brain, kernel_id, task["prompt"], wait=True)
-        return {"answer": answer if isinstance(answer, (str, dict, list)) else str(answer)}
+        got = kernel_invoke(brain, kernel_id, task["prompt"], wait=True)
+        return {"answer": got.get("answer"), "session": got.get("session")}
 
     stealing.worker_for(brain, kernel_id, run).serve()

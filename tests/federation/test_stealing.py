@@ -316,3 +316,29 @@ def test_visible_in_observe_journal_and_index(tmp_path, git_env, monkeypatch):
     assert "## Federation" in text and "| `beta` |" in text
     o = kernel_observe(brain, "alpha")
     assert o["federation"]["stealing"]["granted_away"] >= 1
+
+
+def test_kernel_work_runs_tasks_through_the_kernel(tmp_path, git_env, monkeypatch):
+    """`kernel work` with the real federation core: the task's prompt reaches the stand-in agent under
+    tmux through kernel_invoke, and its answer is the task's committed result."""
+    from nika_brain.federation import verbs
+    from tests.federation.fedkit import fed_brain as core_brain
+    from tests.federation.fedkit import until
+    use_bus(monkeypatch, "embedded")
+    brain = core_brain(tmp_path)
+    try:
+        verbs.kernel_spawn(brain, GOALS["alpha"], kernel_id="alpha")
+        bus = busmod.open_bus(brain)
+        enqueue(bus, "alpha", "check the nightly backup", task_id="w1")
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        proc = subprocess.Popen([sys.executable, "-m", "nika_brain", "kernel", "work", "alpha"],
+                                cwd=brain.root, env=env, stderr=subprocess.PIPE)
+        try:
+            done = until(lambda: bus.get("ws:done:w1"), timeout=60)
+        finally:
+            proc.kill()
+            proc.wait()
+        assert "stand-in answer to: check the nightly backup" in done["result"]["answer"]
+    finally:
+        subprocess.run(["tmux", "-S", str(tmp_path / "tmux.sock"), "kill-server"], capture_output=True,
+                       check=False)
