@@ -56,6 +56,7 @@ REFERENCE = (
     "children play in the park", "le contrat de travail est signé",
     "a bug in the payment system", "les abeilles disparaissent")
 DAY = 86400.0
+SAMPLES_MAX = 256 * 1024   # bytes of context samples before the file is cut to the last 24 h
 CENTROIDS = 64
 
 
@@ -88,8 +89,21 @@ def record_context(brain: Brain, kernel_id: str, session_id: str, pct: float,
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
         os.write(fd, (line + "\n").encode())
+        big = os.fstat(fd).st_size > SAMPLES_MAX
     finally:
         os.close(fd)
+    if big:  # keep the file to what the 24 h mean needs
+        with brain.mutex(f"context-samples-{kernel_id}"):
+            now = time.time()
+            keep = []
+            with open(path, "rb") as fh:
+                for raw in fh:
+                    try:
+                        if now - float(json.loads(raw).get("t", 0)) <= DAY:
+                            keep.append(raw if raw.endswith(b"\n") else raw + b"\n")
+                    except (ValueError, AttributeError):
+                        continue
+            brain.write(path, b"".join(keep).decode())
 
 
 def saturation(brain: Brain, kernel_id: str, now: float | None = None) -> dict:

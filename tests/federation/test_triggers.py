@@ -199,3 +199,14 @@ def test_a_gate_file_edited_by_hand_does_not_spawn(brain):
         proposals.apply(brain, p["id"])
     assert proposals.load(brain, p["id"])["status"] == "pending"
     no_spawn(brain)
+
+
+def test_context_samples_are_cut_to_the_last_day(brain):
+    import time
+    now = time.time()
+    for i in range(4000):  # two days of old samples: more than SAMPLES_MAX bytes
+        triggers.record_context(brain, "alpha", "s-old", 99.0, t=now - 2 * 86400 + i)
+    triggers.record_context(brain, "alpha", "s-new", 50.0, t=now)
+    path = brain.state_dir / "federation" / "alpha" / "context.jsonl"
+    assert path.stat().st_size < triggers.SAMPLES_MAX
+    assert triggers.saturation(brain, "alpha", now) == {"mean": 50.0, "samples": 1}
