@@ -239,7 +239,8 @@ class Worker:
     def __init__(self, bus: Any, kernel: str, run: Callable[[dict], dict | None], *,
                  aptitude: Callable[[list[str]], list[float]], config: Settings = Settings(),
                  journal: Callable[[str, dict], None] | None = None,
-                 on_start: Callable[[dict], None] | None = None):
+                 on_start: Callable[[dict], None] | None = None,
+                 busy: Callable[[], bool] | None = None):
         self.bus = bus
         self.kernel = _check_name("kernel id", kernel)
         self.run = run
@@ -247,6 +248,8 @@ class Worker:
         self.cfg = config
         self.journal = journal or (lambda kind, payload: None)
         self.on_start = on_start
+        self.busy_probe = busy          # work the kernel has outside this queue (prompts waiting)
+        self._busy_seen = (0.0, False)
         self.pid = os.getpid()
         self.ws = channel()
         self.cursor: str | None = None
@@ -291,7 +294,15 @@ class Worker:
     # -- liveness -----------------------------------------------------------------------------
     @property
     def idle(self) -> bool:
-        return not self.local and not self.granted and not self.offers
+        if self.local or self.granted or self.offers:
+            return False
+        if self.busy_probe is None:
+            return True
+        at, value = self._busy_seen
+        if time.monotonic() - at > 1.0:  # a file read: at most once a second
+            value = bool(self.busy_probe())
+            self._busy_seen = (time.monotonic(), value)
+        return not value
 
     def beat(self, force: bool = False) -> None:
         now = time.monotonic()
@@ -624,6 +635,11 @@ def worker_for(brain: Any, kernel_id: str, run: Callable[[dict], dict | None], *
     k = load_kernel(brain, kernel_id)
     apt = Aptitude(k.id, goal_text(k.goal, k.tags), open_embedder(brain), bus)
     apt.warm()  # the model loads now, not while the first offer's window runs
+    from nika_brain.federation import queue as prompts
+
+    def prompts_waiting() -> bool:  # prompts given to `kernel invoke` and not taken yet
+        return bool(prompts.pending(brain, k.id))
+    kw.setdefault("busy", prompts_waiting)
     return Worker(bus, k.id, run, aptitude=apt.scores, config=settings(brain),
                   journal=brain_journal(brain), **kw)
 

@@ -342,3 +342,16 @@ def test_kernel_work_runs_tasks_through_the_kernel(tmp_path, git_env, monkeypatc
     finally:
         subprocess.run(["tmux", "-S", str(tmp_path / "tmux.sock"), "kill-server"], capture_output=True,
                        check=False)
+
+
+def test_a_kernel_with_prompts_waiting_is_not_idle(tmp_path, git_env, monkeypatch):
+    from nika_brain.federation import queue as prompts
+    use_bus(monkeypatch, "embedded")
+    brain = fed_brain(tmp_path / "b")
+    w = stealing.worker_for(brain, "beta", lambda t: {})
+    assert w.idle
+    prompts.enqueue(brain, "beta", "summarise the lab notes", by="test")
+    w._busy_seen = (0.0, False)  # the probe is read at most once a second: look now
+    assert not w.idle
+    w._claim([{"type": "task_available", "task": "x1", "owner": "alpha", "summary": "s", "at": time.time()}])
+    assert w.stats["claims"] == 0
