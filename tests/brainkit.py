@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from nika_brain.state import locks
+
+from nika_brain.state import scopes
 from nika_brain.brain import Brain
 from nika_brain.engine.init import init
 from nika_brain.support.yamlsafe import dumps
@@ -83,7 +85,7 @@ def lock_doc(scope: str, owner: str, *, token: int = 1, mode: str = "exclusive",
     holder = {"host": host}
     if pid is not None:
         holder["pid"] = pid
-    return {"scope": locks.normalize_scope(scope), "mode": mode, "owner": owner, "token": token,
+    return {"scope": scopes.normalize_scope(scope), "mode": mode, "owner": owner, "token": token,
             "acquired": acquired, "expires": expires, "holder": holder}
 
 
@@ -100,7 +102,7 @@ def gate_doc(gid: str, message: str = "continue?", *, status: str = "pending",
 
 def breaker_doc(scope: str, *, fails: int = 3, tripped: bool = True, updated: str = "2026-03-17T10:00:00Z",
                 gate: str | None = None, last_claim: str | None = None) -> dict:
-    return {"scope": locks.normalize_scope(scope), "fails": fails, "tripped": tripped, "updated": updated,
+    return {"scope": scopes.normalize_scope(scope), "fails": fails, "tripped": tripped, "updated": updated,
             "last_claim": last_claim, "gate": gate}
 
 

@@ -17,8 +17,9 @@ import pytest
 
 from nika_brain.support import clock
 from nika_brain.state import locks
+from nika_brain.state import scopes
 from nika_brain.errors import EXIT_BUSY, EXIT_REFUSED, BrainError
-from nika_brain.support.yamlsafe import dumps, load_file
+from nika_brain.support.yamlsafe import dump_plain, dumps, load_file
 
 T0 = datetime(2031, 5, 6, 7, 8, 9, tzinfo=timezone.utc)
 A, B, C = "sess-20310506-0708-alpha-step-1", "sess-20310506-0708-beta-step-1", "sess-x-step-9"
@@ -62,14 +63,14 @@ def busy(fn, *args, **kwargs) -> BrainError:
     ("src/a.py/", "src/a.py", True),
 ])
 def test_scope_overlap(a, b, overlap):
-    assert locks.scopes_overlap(a, b) is overlap
-    assert locks.scopes_overlap(b, a) is overlap
+    assert scopes.scopes_overlap(a, b) is overlap
+    assert scopes.scopes_overlap(b, a) is overlap
 
 
 @pytest.mark.parametrize("raw, norm", [("./src//a.py", "src/a.py"), ("src/", "src/"), ("./", "."),
                                        ("", "."), ("a\\b", "a/b")])
 def test_normalize_scope(raw, norm):
-    assert locks.normalize_scope(raw) == norm
+    assert scopes.normalize_scope(raw) == norm
 
 
 @pytest.mark.parametrize("bad", ["../x", "/etc/passwd", "src/../../x", ".."])
@@ -421,7 +422,7 @@ def test_fast_dump_is_byte_identical_to_dumps():
                 "acquired": clock.iso(T0), "expires": clock.iso(at(1)),
                 "holder": {"host": v, "pid": 12, "started": 34}}
         assert locks._dump(lk) == dumps(data), repr(v)
-        fast += locks._dump_simple(data) is not None
+        fast += dump_plain(data) is not None
     assert fast > 1000  # the fast path was exercised, not only the fallback
 
 

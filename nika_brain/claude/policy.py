@@ -152,7 +152,8 @@ def _check_write(t: Target, facts: Facts) -> str | None:
     if facts.problems:
         return (f"refused to write {rel}: nika-brain could not check it ("
                 + "; ".join(facts.problems) + "). Fix that file, then retry.")
-    from nika_brain.state.locks import covers, describe
+    from nika_brain.state.locks import describe
+    from nika_brain.state.scopes import covers
     # Same rule as the git pre-commit hook, so an edit and its commit get one answer: another
     # owner's exclusive lock whose TTL has not run out.
     for lk in facts.locks:

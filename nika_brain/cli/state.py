@@ -9,6 +9,7 @@ import typer
 
 from nika_brain.engine import gatebackends
 from nika_brain.state import claims, gates, locks
+from nika_brain.state import scopes
 from nika_brain.support import clock
 from nika_brain.brain import Brain
 from nika_brain.cli import app
@@ -58,7 +59,7 @@ def lock_release(scope: str, owner: Optional[str] = typer.Option(None)):
     from ..federation import leases
     brain = Brain.find()
     leases.lock_release(brain, scope, _owner(owner))
-    print(f"released {locks.normalize_scope(scope)}")
+    print(f"released {scopes.normalize_scope(scope)}")
 
 
 @lock_app.command("renew")
@@ -73,12 +74,12 @@ def lock_renew(scope: str, owner: Optional[str] = typer.Option(None), ttl: Optio
 def lock_status(scope: str, as_json: bool = typer.Option(False, "--json")):
     """Who holds SCOPE or anything overlapping it (exit 3 when something does)."""
     brain = Brain.find()
-    held = [lk for lk in locks.list_locks(brain) if locks.scopes_overlap(lk.scope, scope)]
+    held = [lk for lk in locks.list_locks(brain) if scopes.scopes_overlap(lk.scope, scope)]
     now = clock.now()
     if as_json:
         print(json.dumps([dict(_lock_dict(lk), expired=lk.expired(now)) for lk in held]))
     elif not held:
-        print(f"{locks.normalize_scope(scope)}: free")
+        print(f"{scopes.normalize_scope(scope)}: free")
     for lk in held if not as_json else ():
         print(locks.describe(lk) + (" [expired]" if lk.expired(now) else ""))
     raise typer.Exit(3 if held else 0)

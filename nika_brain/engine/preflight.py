@@ -9,6 +9,8 @@ from datetime import datetime
 from pathlib import Path
 
 from nika_brain.state import agents, breakers, claims, locks, zones
+from nika_brain.state.scopes import normalize_scope, scopes_overlap
+
 from nika_brain.support import clock
 from nika_brain.gitrepo import git
 from nika_brain.brain import Brain
@@ -27,7 +29,7 @@ def _scope_check(brain: Brain, scopes, me: str | None, now: datetime) -> Check:
     for c in claims.list_claims(brain, "open"):
         if c.id == me:
             continue
-        hit = [s for s in scopes if any(locks.scopes_overlap(s, o) for o in c.scope)]
+        hit = [s for s in scopes if any(scopes_overlap(s, o) for o in c.scope)]
         if hit:
             problems.append(f"{', '.join(hit)} overlaps open claim {c.id} ({', '.join(c.scope)})")
     for s in scopes:
@@ -92,7 +94,7 @@ def run_checks(brain: Brain, scopes, zone: str | None = None, *, agent: str | No
                claim: str | None = None, branch: str | None = None, worktree: Path | None = None,
                now: datetime | None = None) -> list[Check]:
     now = now or clock.now()
-    scopes = tuple(locks.normalize_scope(s) for s in scopes)
+    scopes = tuple(normalize_scope(s) for s in scopes)
     agent = agent or brain.config.default_agent
     out = []
     for fn, args in ((_scope_check, (brain, scopes, claim, now)), (_zone_check, (brain, scopes, zone, agent)),

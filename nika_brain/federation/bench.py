@@ -102,7 +102,7 @@ def read_queries(path: Path, known: set[str] | None = None) -> list[Query]:
             return BrainError(msg, file=str(path), line=n, key=key)
         try:
             obj = json.loads(raw)
-        except ValueError as exc:
+        except json.JSONDecodeError as exc:
             raise bad(f"not JSON: {exc.msg}") from exc
         if not isinstance(obj, dict):
             raise bad("expected a JSON object {\"text\": ..., \"expected\": ...}")
@@ -149,11 +149,13 @@ def run(routes: Path, queries: Path, calibration: Path | None = None, *,
                     for q in read_queries(calibration, known)
                     if q.expected is None or len(q.expected) == 1]
     emb = embedder or open_embedder(None)
-    st = goals.Settings(default=default, **({} if miss_rate is None else {"miss_rate": miss_rate}))
+    st = goals.Settings(default=default, miss_rate=goals.MISS_RATE if miss_rate is None else miss_rate)
     with tempfile.TemporaryDirectory(prefix="nika-triage-bench-") as tmp:
         index = goals.build(entries, emb, st, labelled=labelled, digest_="bench")
         goals.save(index, Path(tmp) / goals.INDEX_NAME)        # the throw-away federation
-        index = goals.load(Path(tmp) / goals.INDEX_NAME)
+        loaded = goals.load(Path(tmp) / goals.INDEX_NAME)
+        assert loaded is not None
+        index = loaded
         tri = Triage(index, getattr(emb, "inner", emb), st)  # prompts are embedded, never cached
         tri.decide(qs[0].text if qs else "warm up")            # warm: model and caches loaded
         preds, times = [], []
@@ -174,7 +176,7 @@ def run(routes: Path, queries: Path, calibration: Path | None = None, *,
         "oos_recall": ratio(sum(d.decision == "fallback" for _, d in oos), len(oos)),
         "oos_precision": ratio(sum(q.expected is None or q.expected == (default,) for q, _ in to_default),
                                len(to_default)),
-        "split_accuracy": ratio(sum(d.decision == "split" and set(d.kernels) == set(q.expected)
+        "split_accuracy": ratio(sum(d.decision == "split" and set(d.kernels) == set(q.expected or ())
                                     for q, d in hyb), len(hyb)),
         "p50_ms": _pct(times, 0.5), "p95_ms": _pct(times, 0.95), "n": len(qs),
         "model_id": emb.model_id,

@@ -28,10 +28,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from ..errors import EXIT_BUSY, EXIT_FAIL, BrainError
+from nika_brain.errors import EXIT_BUSY, EXIT_FAIL, BrainError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..brain import Brain
+    from nika_brain.brain import Brain
 
 DEFAULT_WRITER_WAIT = 30.0
 POLL = 0.05
@@ -92,19 +92,22 @@ class _WriterLock:
 
     def __init__(self, path: Path, wait: float):
         self.path = path
+        self.gen_path = path.with_suffix(".generation")
         self.wait = wait
         self._tlock = threading.RLock()
         self._depth = 0
         self._fd: int | None = None
 
     @contextlib.contextmanager
-    def hold(self) -> Iterator[None]:
+    def hold(self) -> Iterator[bool]:
+        """Hold the lock; yields True for the outermost hold of this process."""
         with self._tlock:
-            if self._depth == 0:
+            outer = self._depth == 0
+            if outer:
                 self._acquire()
             self._depth += 1
             try:
-                yield
+                yield outer
             finally:
                 self._depth -= 1
                 if self._depth == 0 and self._fd is not None:
@@ -137,6 +140,23 @@ class _WriterLock:
         self._fd = fd
 
 
+    def generation(self) -> int:
+        """How many write holds the store has seen (any process): a change means another process
+        wrote, and this process's client must reload what it caches."""
+        try:
+            return int(self.gen_path.read_text().strip() or 0)
+        except (OSError, ValueError):
+            return 0
+
+    def bump(self) -> int:
+        """Count one more write hold; call only while holding the lock."""
+        gen = self.generation() + 1
+        tmp = self.gen_path.with_name(f".{self.gen_path.name}.{os.getpid()}")
+        tmp.write_text(f"{gen}\n")
+        os.replace(tmp, self.gen_path)
+        return gen
+
+
 def _read_holder(fd: int) -> str:
     try:
         pid = os.pread(fd, 32, 0).decode().strip()
@@ -152,29 +172,44 @@ _LOCKS_GUARD = threading.Lock()
 class VectorStore:
     """One Chroma client for a brain, embedded or server; see the module docstring."""
 
-    def __init__(self, client: Any, mode: str, where: str, lock: _WriterLock | None):
+    def __init__(self, client: Any, mode: str, where: str, lock: _WriterLock | None,
+                 make: Any = None):
         self.client = client
+        self._make = make                  # builds a fresh client (embedded mode)
+        self._gen = lock.generation() if lock is not None else 0
         self.mode = mode            # "embedded" | "server"
         self.where = where          # folder or URL, for messages and `rag stats`
         self._lock = lock
+        self._cols: dict[str, Any] = {}   # name -> collection handle (one lookup per process)
 
     def errors(self, what: str | None = None):
         return translate(what or f"chroma ({self.mode} {self.where})")
 
-    def collection(self, name: str):
-        """The named collection (created on first use: cosine space, no embedding function)."""
+    def collection(self, name: str, *, create: bool = True, metadata: dict | None = None):
+        """The named collection, created on first use (cosine space, no embedding function, the
+        given metadata); with create=False, None when it does not exist (a read never creates)."""
+        self._refresh()
+        col = self._cols.get(name)
+        if col is not None:
+            return col
         with self.errors(f"chroma collection {name}"):
             try:
-                return self.client.get_collection(name, embedding_function=None)
+                col = self.client.get_collection(name, embedding_function=None)
             except Exception as exc:
                 if not _is_not_found(exc):
                     raise
-            with self.writer():
-                return self.client.get_or_create_collection(
-                    name, embedding_function=None, configuration={"hnsw": {"space": "cosine"}})
+                if not create:
+                    return None
+                with self.writer():
+                    col = self.client.get_or_create_collection(
+                        name, embedding_function=None, metadata=metadata or None,
+                        configuration={"hnsw": {"space": "cosine"}})
+        self._cols[name] = col
+        return col
 
     def drop(self, name: str) -> bool:
         """Delete a whole collection; False when it did not exist."""
+        self._cols.pop(name, None)
         with self.errors(f"chroma collection {name}"), self.writer():
             try:
                 self.client.delete_collection(name)
@@ -185,18 +220,46 @@ class VectorStore:
                 raise
 
     def names(self) -> list[str]:
+        return [name for name, _ in self.listing()]
+
+    def listing(self) -> list[tuple[str, dict]]:
+        """(name, metadata) of every collection, by name."""
         with self.errors():
             cols = self.client.list_collections()
-        return sorted(getattr(c, "name", c) for c in cols)
+        return sorted((getattr(c, "name", str(c)), dict(getattr(c, "metadata", None) or {}))
+                      for c in cols)
 
     @contextlib.contextmanager
     def writer(self) -> Iterator[None]:
-        """Hold the right to write (embedded: one process at a time; server: a no-op)."""
+        """Hold the right to write (embedded: one process at a time; server: a no-op).
+
+        Embedded, the client caches segments in memory: when another process wrote since this one
+        last looked, the client is rebuilt on entry, so that this process neither reads stale data
+        nor writes over what the other wrote. Take collection handles inside the block."""
         if self._lock is None:
             yield
             return
-        with self._lock.hold():
-            yield
+        with self._lock.hold() as outer:
+            if outer:
+                self._refresh()
+            try:
+                yield
+            finally:
+                if outer:
+                    self._gen = self._lock.bump()
+
+    def _refresh(self) -> None:
+        if self._lock is None or self._make is None:
+            return
+        gen = self._lock.generation()
+        if gen == self._gen:
+            return
+        from chromadb.api.shared_system_client import SharedSystemClient
+        with translate("chroma: cannot reopen the store"):
+            SharedSystemClient.clear_system_cache()
+            self.client = self._make()
+        self._cols.clear()
+        self._gen = gen
 
 
 def _is_not_found(exc: Exception) -> bool:
@@ -230,8 +293,9 @@ def open_store(brain: Brain) -> VectorStore:
                 lock = _LOCKS.get(lock_path)
                 if lock is None:
                     lock = _LOCKS[lock_path] = _WriterLock(lock_path, _writer_wait(brain))
-            client = chromadb.PersistentClient(path=str(folder), settings=settings)
-            store = VectorStore(client, "embedded", str(folder), lock)
+            def make() -> Any:
+                return chromadb.PersistentClient(path=str(folder), settings=settings)
+            store = VectorStore(make(), "embedded", str(folder), lock, make)
     _STORES[key] = store
     return store
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nika_brain.errors import BrainError
+from nika_brain.federation.embedding import Kind
 from nika_brain.federation.router import MISS_RATE, Model
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -37,7 +38,7 @@ INDEX_NAME = "goals-index.npz"
 FORMAT = 1
 ROUTED_STATUSES = ("starting", "active", "paused", "dead")  # a dead kernel's prompts queue for it
 DEFAULT_KERNEL = "generalist"
-EMBED_KIND = "query"  # prompts and examples embedded alike: measured best for routing (bench_triage)
+EMBED_KIND: Kind = "query"  # prompts and examples embedded alike: measured best for routing (bench_triage)
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,7 @@ def settings(brain: Brain | None) -> Settings:
     cal = raw.get("calibration")
     if cal is not None and not isinstance(cal, str):
         raise _bad("calibration", "must be a path to a JSONL file")
-    classes = DEFAULT_CLASSES
+    classes: tuple[DataClass, ...] = DEFAULT_CLASSES
     if "data_classes" in raw:
         import re
         items = raw["data_classes"]
@@ -299,11 +300,12 @@ def refresh(brain: Brain, *, force: bool = False, store: bool = True, publish: b
     with brain.mutex("federation-goals"):
         entries, st, dig, cal_path = _state(brain, embedder)
         if labelled is not None:
-            dig = hashlib.sha256((dig + (_file_digest(str(labelled), None) or "")).encode()).hexdigest()
+            # a one-off refinement (`triage calibrate --labelled`): kept until the goals change;
+            # `federation.triage.calibration` makes it permanent
             cal_path = labelled
         old = load(path)
         changed = force or old is None or old.digest != dig
-        if changed:
+        if changed or old is None:
             lab = read_labelled(cal_path) if cal_path else None
             index = build(entries, embedder, st, labelled=lab, digest_=dig)
             save(index, path)

@@ -10,9 +10,17 @@ a hint must never stand between the user and the agent.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 MAX_HINT_PROMPT = 4000  # characters looked at; longer prompts are documents, not requests
+
+
+class Hint(NamedTuple):
+    """Shaped like nika_brain.hooks.claude.Reply (the hooks layer sits above this one: no import)."""
+    deny: str | None = None
+    context: str | None = None
+    block: str | None = None
+    message: str | None = None
 
 
 def hint_text(d: Any) -> str:
@@ -23,7 +31,7 @@ def hint_text(d: Any) -> str:
             f"goal; otherwise say so and suggest `nika-brain kernel invoke {d.kernels[0]} \"...\"`.")
 
 
-def on_user_prompt_submit(hook: Any) -> Any:
+def on_user_prompt_submit(hook: Any) -> Hint | None:
     brain = hook.brain
     prompt = hook.data.get("prompt")
     if brain is None or not isinstance(prompt, str) or not prompt.strip():
@@ -45,4 +53,4 @@ def on_user_prompt_submit(hook: Any) -> Any:
     d = tri.decide(prompt[:MAX_HINT_PROMPT], context=kernel)
     if not d.wrong_kernel:
         return None
-    return {"context": hint_text(d)}  # Reply fields: this layer may not import the hooks
+    return Hint(context=hint_text(d))

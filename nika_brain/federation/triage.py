@@ -11,7 +11,9 @@ The decision, for a prompt and the goals index (goals.py, router.py):
 3. Split: only when the prompt carries several requests (clauses joined by "et", "and", "puis",
    "then", ";", a sentence break...) and at least two clauses route, each above its threshold, to
    different non-generalist kernels. Adjacent clauses for one kernel stay together; a single
-   request is never split, and a clause no kernel takes confidently cancels the split.
+   request is never split, and a clause no kernel takes confidently cancels the split, and so does
+   a clause routed elsewhere less surely (score minus threshold) than the whole prompt is routed:
+   follow-ups like "... and change it" are part of the request before them.
 
 Deterministic for the same index: no sampling, stable sorts.
 """
@@ -176,7 +178,7 @@ class Triage:
         chosen, scores = self._route_one(vecs[0], text, dc)
 
         whole = chosen if chosen is not None and chosen.score >= chosen.threshold else None
-        split = self._split(parts, vecs[1:], dc, whole) if len(parts) > 1 else None
+        split = self._split(parts, vecs[1:], dc, whole, scores) if len(parts) > 1 else None
         if split:
             ks = tuple(dict.fromkeys(p.kernel for p in split))
             reason = "split: " + "; ".join(f"{p.kernel} {p.score:.3f} >= {p.threshold:.3f}" for p in split)
@@ -199,8 +201,10 @@ class Triage:
                          tuple(scores), (), dc.name, context)
         return self._finish(d)
 
-    def _split(self, parts: list[str], vecs, dc: DataClass, whole: Score | None) -> list[Part] | None:
+    def _split(self, parts: list[str], vecs, dc: DataClass, whole: Score | None,
+               whole_scores: list[Score]) -> list[Part] | None:
         routed: list[Part] = []
+        accepted_whole = {s.kernel for s in whole_scores if s.score >= s.threshold}
         for text, vec in zip(parts, vecs):
             chosen, scores = self._route_one(vec, text, dc)
             if chosen is None or chosen.kernel == self.index.default or chosen.score < chosen.threshold:
@@ -209,6 +213,12 @@ class Triage:
                 mine = next(s for s in scores if s.kernel == whole.kernel)
                 if mine.score >= mine.threshold:
                     chosen = mine  # the whole prompt's kernel takes this clause too: keep it there
+                elif (chosen.kernel not in accepted_whole
+                      and chosen.score - chosen.threshold <= whole.score - whole.threshold):
+                    # a request of its own shows in the whole prompt already (its kernel accepts the
+                    # whole) or is clearer alone than the whole is; otherwise it is a follow-up
+                    # of the request before it ("... and how do I change it")
+                    return None
             if routed and routed[-1].kernel == chosen.kernel:
                 last = routed[-1]
                 routed[-1] = Part(f"{last.text}, {text}", last.kernel, max(last.score, chosen.score),

@@ -547,8 +547,12 @@ def run(argv: list[str], data: dict[str, Any]) -> tuple[int, dict[str, Any] | No
                 module, _, name = entry.partition(":")
                 handler = getattr(importlib.import_module(module), name)
             reply = handler(hook)
-            if isinstance(reply, dict):  # handlers below the hooks layer answer with Reply's fields
+            # Handlers below the hooks layer cannot import Reply: they answer with its fields, as a
+            # dict or a NamedTuple shaped like it.
+            if isinstance(reply, dict):
                 reply = Reply(**reply)
+            elif reply is not None and not isinstance(reply, Reply) and hasattr(reply, "_asdict"):
+                reply = Reply(**reply._asdict())
         except Exception as exc:  # fail open: bookkeeping must never stop the agent
             _say(f"{event}: {getattr(handler, '__name__', handler)} failed: {type(exc).__name__}: {exc}")
             code = 1

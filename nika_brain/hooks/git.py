@@ -85,7 +85,7 @@ def lock_conflicts(state_brain: Brain, paths: list[str], owner: str | None) -> l
     Any lock file that cannot be read raises: the caller refuses the commit (fail closed).
     """
     from nika_brain.support import clock
-    from nika_brain.state import locks
+    from nika_brain.state import scopes
     from nika_brain.state.validate import load
     folder = state_brain.locks_dir
     # Every *.yml, hidden ones included: a lock the listing would miss must still guard (fail closed).
@@ -98,7 +98,7 @@ def lock_conflicts(state_brain: Brain, paths: list[str], owner: str | None) -> l
     out = []
     for path in paths:
         for lk in live:
-            if locks.covers(lk.scope, path):
+            if scopes.covers(lk.scope, path):
                 out.append((path, lk))
                 break
     return out

@@ -15,7 +15,7 @@ from pathlib import Path
 from nika_brain.support import clock
 from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
-from nika_brain.state.locks import check_scope, normalize_scope, scope_slug, scopes_overlap
+from nika_brain.state.scopes import check_scope, normalize_scope, scope_slug, scopes_overlap
 from nika_brain.support.schema import F, fields
 from nika_brain.support.yamlsafe import dumps, load_doc
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from nika_brain.support import clock
 from nika_brain.brain import Brain
 from nika_brain.errors import EXIT_REFUSED, BrainError
-from nika_brain.state.locks import normalize_scope
+from nika_brain.state.scopes import normalize_scope
 from nika_brain.support.schema import F, fields, str_list
 from nika_brain.support.yamlsafe import dumps, load_doc
 

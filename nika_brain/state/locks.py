@@ -9,22 +9,18 @@ be alive. A holder on another host is never judged by a local pid check: there, 
 """
 from __future__ import annotations
 
-import fnmatch
 import os
-import re
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from yaml.nodes import ScalarNode
-from yaml.resolver import Resolver
-
 from nika_brain.support import clock
 from nika_brain.brain import Brain
 from nika_brain.errors import EXIT_BUSY, EXIT_REFUSED, BrainError
 from nika_brain.support.schema import F, fields
-from nika_brain.support.yamlsafe import dumps, load_doc
+from nika_brain.state.scopes import check_scope, normalize_scope, scope_slug, scopes_overlap
+from nika_brain.support.yamlsafe import dumps_fast, load_doc, plain_scalar
 
 MODES = ("exclusive", "shared")
 
@@ -37,7 +33,6 @@ def _hostname() -> str:
 def _sha1(data: bytes):
     import hashlib
     return hashlib.sha1(data)
-_WILD = re.compile(r"[*?\[]")
 
 
 @dataclass(frozen=True)
@@ -60,64 +55,6 @@ class Lock:
 
     def expired(self, now: datetime) -> bool:
         return now >= self.expires
-
-
-# ---- scopes -----------------------------------------------------------------------------------
-
-def normalize_scope(scope: str) -> str:
-    """Brain-relative posix form; a folder keeps its trailing '/'; '.' or '' is the whole brain."""
-    s = str(scope).strip().replace("\\", "/")
-    if not s or s in (".", "./", "/"):
-        return "."
-    if s.startswith("/") or s.startswith("../") or "/../" in s or s == "..":
-        raise BrainError(f"scope must be a path inside the brain, got {scope!r}")
-    folder = s.endswith("/")
-    parts = [p for p in s.split("/") if p not in ("", ".")]
-    if not parts:
-        return "."
-    return "/".join(parts) + ("/" if folder else "")
-
-
-def check_scope(value: str) -> str | None:
-    """Schema check: the error message for a bad scope, None for a good one."""
-    try:
-        normalize_scope(value)
-    except BrainError as exc:
-        return exc.message
-    return None
-
-
-def _segments(scope: str) -> list[str]:
-    return [] if scope == "." else [p for p in scope.split("/") if p]
-
-
-def scopes_overlap(a: str, b: str) -> bool:
-    """True when some path could fall under both scopes.
-
-    A scope covers itself and everything below it (`src` and `src/` cover `src/a.py`). Globs are
-    compared segment by segment; where two wildcards meet we assume an overlap (safe side).
-    """
-    sa, sb = _segments(normalize_scope(a)), _segments(normalize_scope(b))
-    for x, y in zip(sa, sb):
-        if x == "**" or y == "**":
-            return True
-        wx, wy = bool(_WILD.search(x)), bool(_WILD.search(y))
-        if not wx and not wy:
-            if x != y:
-                return False
-        elif wx and not wy:
-            if not fnmatch.fnmatchcase(y, x):
-                return False
-        elif wy and not wx:
-            if not fnmatch.fnmatchcase(x, y):
-                return False
-    return True  # one ran out: it is an ancestor (or equal) of the other
-
-
-def covers(scope: str, path: str) -> bool:
-    """True when a concrete brain-relative `path` lies inside `scope`."""
-    return (len(_segments(normalize_scope(scope))) <= len(_segments(normalize_scope(path)))
-            and scopes_overlap(scope, path))
 
 
 # ---- holders ----------------------------------------------------------------------------------
@@ -192,12 +129,6 @@ def load_lock(path: Path) -> Lock:
                 Holder(**h), path)
 
 
-def scope_slug(scope: str) -> str:
-    """A file-name-safe form of a normalized scope. Never starts with '.': listings skip dot files
-    (temporary files), and a lock nobody lists is a lock nobody respects."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", scope).strip("._-")[:60] or "root"
-
-
 def lock_path(brain: Brain, scope: str, owner: str) -> Path:
     """One file per (scope, owner): several owners may hold one scope in shared mode."""
     scope = normalize_scope(scope)
@@ -214,45 +145,7 @@ def _dump(lock: Lock) -> str:
     data = {"scope": lock.scope, "mode": lock.mode, "owner": lock.owner, "token": lock.token,
             "acquired": clock.iso(lock.acquired), "expires": clock.iso(lock.expires),
             "holder": holder}
-    fast = _dump_simple(data)
-    return dumps(data) if fast is None else fast
-
-
-# Every acquire writes a lock file, and yaml.dump costs as much as the rest of the cycle. Lock files
-# hold only short identifiers, times and integers, whose text `dumps` we can predict exactly; anything
-# else (spaces, quotes, unicode...) goes through `dumps`. Tests hold the two to byte equality.
-_PLAIN = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_./:-]*[A-Za-z0-9_./-])?\Z")
-_RESOLVER = Resolver()
-_STR_TAG = "tag:yaml.org,2002:str"
-
-
-def _scalar_text(value: object) -> str | None:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
-    if isinstance(value, str) and _PLAIN.match(value):
-        # A string that would read back as another type (a time, a number) is single-quoted.
-        plain = _RESOLVER.resolve(ScalarNode, value, (True, False)) == _STR_TAG
-        return value if plain else f"'{value}'"
-    return None
-
-
-def _dump_simple(data: dict, indent: str = "") -> str | None:
-    """`dumps(data)` for a mapping of simple scalars and non-empty sub-mappings, else None."""
-    out = []
-    for key, value in data.items():
-        if _scalar_text(key) != key:
-            return None
-        if isinstance(value, dict):
-            sub = _dump_simple(value, indent + "  ") if value else None
-            if sub is None:
-                return None
-            out.append(f"{indent}{key}:\n{sub}")
-            continue
-        text = _scalar_text(value)
-        if text is None:
-            return None
-        out.append(f"{indent}{key}: {text}\n")
-    return "".join(out)
+    return dumps_fast(data)
 
 
 def list_locks(brain: Brain) -> list[Lock]:
@@ -387,7 +280,7 @@ def _owned(brain: Brain, scope: str, owner: str) -> Lock:
 def _plainly_owned(path: Path, scope: str, owner: str) -> bool:
     """Cheap check that the file at `owner`'s own lock path says this scope and owner, in the exact
     text `_dump` writes; anything less plain goes through the full parse in `_owned`."""
-    s, o = _scalar_text(scope), _scalar_text(owner)
+    s, o = plain_scalar(scope), plain_scalar(owner)
     if s is None or o is None:
         return False
     try:

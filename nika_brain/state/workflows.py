@@ -19,7 +19,7 @@ from pathlib import Path
 from nika_brain.brain import Brain
 from nika_brain.state.claims import LEVELS, SATELLITE_TYPES
 from nika_brain.errors import BrainError
-from nika_brain.state.locks import normalize_scope
+from nika_brain.state.scopes import normalize_scope
 from nika_brain.support.schema import F, fields, name, str_list
 from nika_brain.support.yamlsafe import Doc, load_doc
 

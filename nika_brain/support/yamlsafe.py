@@ -8,6 +8,7 @@ Timestamps stay strings: we never want a datetime that dumps back differently.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -208,3 +209,46 @@ def dumps(data: Any) -> str:
     """Deterministic YAML: insertion order kept (callers build dicts in schema order), block style."""
     return yaml.dump(data, Dumper=_StableDumper, sort_keys=False, default_flow_style=False,
                      allow_unicode=True, width=4096)
+
+
+# Every acquire writes a lock file, and yaml.dump costs as much as the rest of the cycle. Lock files
+# hold only short identifiers, times and integers, whose text `dumps` we can predict exactly; anything
+# else (spaces, quotes, unicode...) goes through `dumps`. Tests hold the two to byte equality.
+_PLAIN = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_./:-]*[A-Za-z0-9_./-])?\Z")
+_RESOLVER = Resolver()
+_STR_TAG = "tag:yaml.org,2002:str"
+
+
+def plain_scalar(value: object) -> str | None:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if isinstance(value, str) and _PLAIN.match(value):
+        # A string that would read back as another type (a time, a number) is single-quoted.
+        plain = _RESOLVER.resolve(ScalarNode, value, (True, False)) == _STR_TAG
+        return value if plain else f"'{value}'"
+    return None
+
+
+def dump_plain(data: dict, indent: str = "") -> str | None:
+    """`dumps(data)` for a mapping of simple scalars and non-empty sub-mappings, else None."""
+    out = []
+    for key, value in data.items():
+        if plain_scalar(key) != key:
+            return None
+        if isinstance(value, dict):
+            sub = dump_plain(value, indent + "  ") if value else None
+            if sub is None:
+                return None
+            out.append(f"{indent}{key}:\n{sub}")
+            continue
+        text = plain_scalar(value)
+        if text is None:
+            return None
+        out.append(f"{indent}{key}: {text}\n")
+    return "".join(out)
+
+
+def dumps_fast(data: dict) -> str:
+    """`dumps(data)`, byte for byte, without yaml.dump for mappings of short plain scalars."""
+    fast = dump_plain(data)
+    return dumps(data) if fast is None else fast

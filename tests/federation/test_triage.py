@@ -282,3 +282,35 @@ def test_cli_triage_json_and_text(fed, git_env):
                        capture_output=True, text=True, timeout=120, check=False)
     assert r.returncode == 1 and r.stderr.startswith("nika-brain: triage needs a prompt")
     assert "Traceback" not in r.stderr
+
+
+def test_calibrate_command_with_a_labelled_file(tmp_path, git_env, capsys):
+    from nika_brain.cli import run
+    from nika_brain.federation.chroma import reset_cache
+    reset_cache()
+    brain = make_brain(tmp_path / "b", CONFIG)
+    write_kernel(brain, "ops", "Exploitation IT", examples=[
+        "redémarre le serveur web", "vérifie les sauvegardes de la nuit", "crée un compte utilisateur"])
+    write_kernel(brain, "lab", "Recherche et brevets", examples=[
+        "rédige le brevet", "lance le benchmark du modèle", "résume l'état de l'art"])
+    cal = tmp_path / "cal.jsonl"
+    cal.write_text(json.dumps({"text": "le serveur web est tombé", "expected": "ops"}) + "\n"
+                   + json.dumps({"text": "quelle est la recette des crêpes", "expected": None}) + "\n"
+                   + json.dumps({"text": "a hybrid is ignored here", "expected": ["ops", "lab"]}) + "\n")
+    import os
+    cwd = os.getcwd()
+    os.chdir(brain.root)
+    try:
+        code = run(["triage", "calibrate", "--labelled", str(cal), "--json"])
+    finally:
+        os.chdir(cwd)
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    rep = json.loads(out)
+    assert rep["labelled"] == 2 and "refined_offset" in rep
+    assert set(rep["kernels"]) == {"lab", "ops"}
+    index = goals.load(goals.index_path(brain))
+    assert index.report["labelled"] == 2
+    # the refinement stays until the goals change (the next triage does not rebuild)
+    assert goals.current(brain).digest == index.digest
+    reset_cache()

@@ -123,3 +123,38 @@ def _finishes(proc: subprocess.Popen) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+OTHER_WRITER = textwrap.dedent("""
+    import sys
+    import numpy as np
+    from nika_brain.brain import Brain
+    from nika_brain.federation.vault import query, write
+    from nika_brain.federation.vault.write import Chunk
+    brain = Brain.at(sys.argv[1])
+    if sys.argv[2] == "add":
+        v = np.zeros(384, np.float32); v[1] = 1
+        print(len(write.add(brain, "alpha", [Chunk("second, from another process")], [v]).added))
+    else:
+        print(len(query.records(brain, "alpha")[0]))
+""")
+
+
+def test_a_long_lived_process_sees_and_keeps_another_process_writes(tmp_path, git_env, monkeypatch):
+    """Embedded Chroma caches segments per process: without the generation check, this process
+    would neither see the other's record nor keep it once it writes again itself."""
+    from nika_brain.federation.vault import query, write
+    from nika_brain.federation.vault.write import Chunk
+    from tests.federation.vaultkit import axis, vault_brain
+    monkeypatch.delenv("NIKA_KERNEL_ID", raising=False)
+    vb = vault_brain(tmp_path / "b")
+
+    def other(what: str) -> str:
+        return subprocess.run([sys.executable, "-c", OTHER_WRITER, str(vb.root), what], check=True,
+                              capture_output=True, text=True).stdout.strip()
+    write.add(vb, "alpha", [Chunk("first")], [axis(0)])
+    assert other("add") == "1"
+    texts = {r.text for r in query.search(vb, embedding=axis(1), kernel="alpha", k=10)}
+    assert texts == {"first", "second, from another process"}
+    write.add(vb, "alpha", [Chunk("third")], [axis(2)])
+    assert other("count") == "3"
