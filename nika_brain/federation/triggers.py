@@ -212,7 +212,7 @@ def topic_clusters(vectors: Any, reference: Any, *, link: float = DEFAULTS["dive
     import numpy as np
     x = np.asarray(vectors, dtype=np.float32)
     n = len(x)
-    if n == 0:
+    if n == 0 or x.ndim != 2:
         return {"clusters": 0, "sizes": [], "records": 0, "method": "none"}
     x = x - np.asarray(reference, dtype=np.float32)
     x /= np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
@@ -231,16 +231,13 @@ def topic_clusters(vectors: Any, reference: Any, *, link: float = DEFAULTS["dive
 
 
 def kernel_vectors(brain: Brain, kernel_id: str) -> Any:
-    """The embeddings of the kernel's records in the shared vault (issue 13)."""
+    """The embeddings of the kernel's records in the shared vault (issue 13's `query.records`)."""
     try:
-        from nika_brain.federation.vault import store as vstore  # type: ignore[attr-defined]
+        from nika_brain.federation.vault import query as vault_query
     except ImportError as exc:
         raise BrainError("the topic-diversity trigger needs the shared vault (federation.vault)") from exc
-    import numpy as np
-    with vstore.store(brain).errors("diversity"):
-        got = vstore.get_all(vstore.vault(brain), {"kernel_id": kernel_id}, ["embeddings"])
-    return np.asarray(got["embeddings"], dtype=np.float32).reshape(-1, 384) if got["ids"] else \
-        np.zeros((0, 384), dtype=np.float32)
+    _, vecs = vault_query.records(brain, kernel_id)
+    return vecs
 
 
 def check_diversity(brain: Brain, kernel_id: str, vectors: Any = None) -> dict | None:

@@ -210,3 +210,18 @@ def test_context_samples_are_cut_to_the_last_day(brain):
     path = brain.state_dir / "federation" / "alpha" / "context.jsonl"
     assert path.stat().st_size < triggers.SAMPLES_MAX
     assert triggers.saturation(brain, "alpha", now) == {"mean": 50.0, "samples": 1}
+
+
+def test_topic_diversity_reads_the_kernels_vault_records(brain):
+    """The trigger on records written into the real vault (embedded Chroma), nothing passed in."""
+    from nika_brain.federation.aptitude import open_embedder
+    from nika_brain.federation.vault import write as vault_write
+    add_kernel(brain)
+    texts = [t for group in TOPICS.values() for t in group]
+    vecs = open_embedder(brain).embed(texts, kind="passage")
+    res = vault_write.add(brain, "alpha", [vault_write.Chunk(t, "topics.txt", i) for i, t in enumerate(texts)],
+                          vecs, threshold=0.999)
+    assert len(triggers.kernel_vectors(brain, "alpha")) == 35, res
+    p = triggers.check_diversity(brain, "alpha")
+    assert p is not None and p["measures"]["records"] == 35 and p["measures"]["clusters"] > 5
+    assert triggers.run_all(brain, ["alpha"]) == []  # pending: nothing new
