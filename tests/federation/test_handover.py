@@ -85,7 +85,9 @@ def test_handover_end_to_end(fbrain, tmp_path):  # noqa: F811
     linked = registry.show(brain, new)
     assert linked["root"] == "ops" and linked["predecessor"] == old and linked["kernel"] == "alpha-s2"
     assert registry.show(brain, old)["successor"] == "alpha-s2"
-    from nika_brain.federation.vault import summaries  # the summary is in nika_federation_summaries
+    from nika_brain.federation.vault import (
+        summaries,  # the summary is in nika_federation_summaries
+    )
     stored = summaries.get(brain, "alpha", f"handover:{old}")
     assert stored is not None and "Goal: " + GOAL in stored.text
     assert registry.get_handover(brain, "alpha-s2")["summary_id"] == f"alpha:handover:{old}"
