@@ -1,0 +1,87 @@
+"""Argument checks, JSON encoding and deadlines shared by every bus backend."""
+from __future__ import annotations
+
+import json
+import math
+import time
+from typing import TYPE_CHECKING
+
+from nika_brain.errors import BrainError
+
+if TYPE_CHECKING:
+    pass
+
+
+_MAX_NAME = 256
+
+
+def check_name(what: str, value: str, *, empty: bool = False) -> str:
+    if not isinstance(value, str) or (not value and not empty):
+        raise BrainError(f"bus: {what} must be a non-empty string, got {value!r}")
+    if len(value) > _MAX_NAME or any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise BrainError(f"bus: {what} {value[:40]!r} is too long or has control characters")
+    return value
+
+
+def check_count(count: int) -> int:
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise BrainError(f"bus: count must be a positive integer, got {count!r}")
+    return count
+
+
+def check_seconds(what: str, value: float | None, *, positive: bool = False) -> float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value < 0 or (positive and value == 0):
+        need = "positive" if positive else "non-negative"
+        raise BrainError(f"bus: {what} must be a {need} number of seconds, got {value!r}")
+    return float(value)
+
+
+def check_ttl(ttl: float | None) -> float | None:
+    return None if ttl is None else check_seconds("ttl", ttl, positive=True)
+
+
+def encode(what: str, value: dict) -> str:
+    if not isinstance(value, dict):
+        raise BrainError(f"bus: {what} must be a JSON object (a dict), got {type(value).__name__}")
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise BrainError(f"bus: {what} is not JSON-serializable: {exc}") from exc
+
+
+def decode(where: str, text: str | None) -> dict:
+    try:
+        value = json.loads(text) if text is not None else None
+    except ValueError as exc:
+        raise BrainError(f"bus: {where} is not valid JSON ({exc})") from exc
+    if not isinstance(value, dict):
+        raise BrainError(f"bus: {where} is not a JSON object")
+    return value
+
+
+def one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text or type(exc).__name__
+
+
+class Deadline:
+    """How long a blocking read may still wait; polling backs off from 2 ms to `cap`."""
+
+    def __init__(self, block: float, cap: float):
+        self.end = time.monotonic() + block
+        self.delay = 0.002
+        self.cap = cap
+
+    def remaining(self) -> float:
+        return self.end - time.monotonic()
+
+    def sleep(self) -> bool:
+        left = self.remaining()
+        if left <= 0:
+            return False
+        time.sleep(min(self.delay, left))
+        self.delay = min(self.delay * 2, self.cap)
+        return True
+
+

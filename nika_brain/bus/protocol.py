@@ -1,0 +1,60 @@
+"""The bus between kernels and the orchestrator: durable channels, work queues, small keyed state.
+
+Two interchangeable backends behind the `Bus` protocol, chosen by `brain.config.bus` (`NIKA_BUS`
+overrides it, `NIKA_REDIS_URL` overrides `brain.config.redis_url`):
+
+- embedded: one SQLite file in WAL mode under the git-ignored state folder (`.nika/bus.sqlite3`);
+- redis: a Stream per channel (XADD with an approximate MAXLEN) plus a PUBLISH of the same JSON for
+  live subscribers; consumer groups are XREADGROUP / XACK / XAUTOCLAIM; keys live under `nika:kv:`
+  so that they never collide with the channels' streams.
+
+Message ids are opaque strings, ordered per channel: hand them back (`after=`, `ack`), do not compare
+them. A work queue's group starts at the beginning of its channel, so work published before the first
+worker arrived is not lost. Every failure of a store (dead server, locked or corrupt file, bad JSON)
+leaves this module as one BrainError line. `redis` and `sqlite3` are imported only when their backend
+is opened: the hook path must not pay for them.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+
+if TYPE_CHECKING:
+    pass
+
+# The seed's federation channels (nika:federation:*).
+DIRECTIVES = "nika:federation:directives"        # kernel A -> kernel B: an event that concerns you
+WORK_STEALING = "nika:federation:work_stealing"  # task_available / task_claim
+HEALTH = "nika:federation:health"                # heartbeats and aggregated metrics
+GOALS = "nika:federation:goals"                  # updates of the registry of active /goals
+FEDERATION_CHANNELS = (DIRECTIVES, WORK_STEALING, HEALTH, GOALS)
+
+MAXLEN = 100_000          # messages kept per channel, approximately (oldest trimmed first)
+KV_PREFIX = "nika:kv:"    # Redis namespace of the keyed state
+DB_NAME = "bus.sqlite3"
+
+Message = tuple[str, dict]
+
+
+@runtime_checkable
+class Bus(Protocol):
+    backend: str      # its name in BACKENDS
+    where: str        # where the store is, for messages: a file, or host:port
+
+    def publish(self, channel: str, message: dict) -> str: ...
+    def read(self, channel: str, after: str | None = None, count: int = 100,
+             block: float = 0) -> list[Message]: ...
+    def group_read(self, channel: str, group: str, consumer: str, count: int = 1,
+                   block: float = 0) -> list[Message]: ...
+    def ack(self, channel: str, group: str, id: str) -> bool: ...
+    def reclaim(self, channel: str, group: str, consumer: str, min_idle: float,
+                count: int = 100) -> list[Message]: ...
+    def set(self, key: str, value: dict, ttl: float | None = None) -> None: ...
+    def get(self, key: str) -> dict | None: ...
+    def set_if_absent(self, key: str, value: dict, ttl: float | None = None) -> bool: ...
+    def delete(self, key: str) -> bool: ...
+    def keys(self, prefix: str = "") -> list[str]: ...
+    def ping(self) -> None: ...
+    def close(self) -> None: ...
+
+

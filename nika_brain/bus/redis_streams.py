@@ -1,0 +1,228 @@
+"""The Redis bus: a Stream per channel, consumer groups for work queues, keyed state under nika:kv:."""
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from typing import TYPE_CHECKING, Callable, Iterator
+from urllib.parse import urlsplit
+
+from nika_brain.errors import BrainError
+
+if TYPE_CHECKING:
+    from nika_brain.brain import Brain
+
+from nika_brain.bus.codec import (Deadline, check_count, check_name, check_seconds, check_ttl, decode,
+                                 encode, one_line)
+from nika_brain.bus.protocol import KV_PREFIX, MAXLEN, Message
+
+
+
+def redis_url(brain: "Brain") -> str:
+    """The Redis URL: NIKA_REDIS_URL, else nika-brain.yml's redis_url."""
+    return os.environ.get("NIKA_REDIS_URL") or brain.config.redis_url
+
+
+_REDIS_ID = re.compile(r"\d+(-\d+)?\Z")
+
+
+def _redis_where(url: str) -> str:
+    """host:port (or the socket path) of a Redis URL, without credentials."""
+    try:
+        parts = urlsplit(url)
+        if parts.scheme == "unix":
+            return parts.path
+        return f"{parts.hostname or '127.0.0.1'}:{parts.port or 6379}"
+    except ValueError:
+        return "<bad url>"
+
+
+def _glob_escape(text: str) -> str:
+    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
+
+
+class RedisBus:
+    """The bus on a Redis server: a Stream per channel, consumer groups, and keys under `nika:kv:`."""
+
+    backend = "redis"
+
+    def __init__(self, url: str, *, maxlen: int = MAXLEN, timeout: float = 5.0,
+                 chunk: float = 1.0):
+        self.url = url
+        self.where = _redis_where(url)
+        self.closed = False
+        self._maxlen = check_count(maxlen)
+        self._chunk = chunk      # blocking reads wait in slices shorter than the socket timeout
+        self._groups: set[tuple[str, str]] = set()
+        try:
+            import redis
+            from redis.backoff import ExponentialBackoff
+            from redis.retry import Retry
+        except ModuleNotFoundError as exc:
+            raise BrainError("bus: the redis backend needs the `redis` package "
+                             "(pip install redis)") from exc
+        self._errors = redis.exceptions
+        try:
+            # One quick retry covers a dropped connection; the default (10, up to 1 s apart) would
+            # keep a user staring at a dead server for seconds.
+            self._r = redis.Redis.from_url(
+                url, decode_responses=True, socket_timeout=timeout, socket_connect_timeout=timeout,
+                retry=Retry(ExponentialBackoff(cap=0.1, base=0.01), 1))
+        except (ValueError, redis.exceptions.RedisError) as exc:
+            raise BrainError(f"bus: bad redis url {url!r}: {one_line(exc)}") from exc
+
+    @classmethod
+    def from_brain(cls, brain: "Brain") -> "RedisBus":
+        return cls(redis_url(brain))
+
+    @contextlib.contextmanager
+    def _redis(self) -> Iterator:
+        if self.closed:
+            raise BrainError(f"bus: the redis connection to {self.where} is closed")
+        errors = self._errors
+        try:
+            yield self._r
+        except errors.AuthenticationError as exc:
+            raise BrainError(f"bus: redis at {self.where} refused the login: {one_line(exc)}") from exc
+        except (errors.ConnectionError, errors.TimeoutError, OSError) as exc:
+            raise BrainError(f"bus: redis at {self.where} is unreachable: {one_line(exc)}") from exc
+        except errors.ResponseError as exc:
+            raise BrainError(f"bus: redis at {self.where} refused a command: {one_line(exc)}") from exc
+        except errors.RedisError as exc:
+            raise BrainError(f"bus: redis at {self.where} failed: {one_line(exc)}") from exc
+
+    def _id(self, value: str) -> str:
+        if isinstance(value, str) and _REDIS_ID.match(value):
+            return value
+        raise BrainError(f"bus: {value!r} is not a message id of the redis bus")
+
+    def _messages(self, channel: str, entries) -> list[Message]:
+        out = []
+        for mid, fields in entries or ():
+            if fields is None:  # an entry deleted by a trim while it was pending
+                continue
+            out.append((mid, decode(f"message {mid} on {channel}", fields.get("m"))))
+        return out
+
+    def _ms(self, seconds: float) -> int:
+        return max(1, int(seconds * 1000))
+
+    def publish(self, channel: str, message: dict) -> str:
+        channel, body = check_name("channel", channel), encode("message", message)
+        with self._redis() as r:
+            pipe = r.pipeline(transaction=False)
+            pipe.xadd(channel, {"m": body}, maxlen=self._maxlen, approximate=True)
+            pipe.publish(channel, body)
+            mid, _ = pipe.execute()
+        return mid
+
+    def read(self, channel: str, after: str | None = None, count: int = 100,
+             block: float = 0) -> list[Message]:
+        channel, count = check_name("channel", channel), check_count(count)
+        start = "0-0" if after is None else self._id(after)
+        deadline = Deadline(check_seconds("block", block), 0)
+        while True:
+            left = deadline.remaining()
+            with self._redis() as r:
+                wait = self._ms(min(left, self._chunk)) if left > 0 else None
+                res = r.xread({channel: start}, count=count, block=wait)
+            if res or deadline.remaining() <= 0:
+                return self._messages(channel, res[0][1] if res else ())
+
+    def _ensure_group(self, r, channel: str, group: str) -> None:
+        if (channel, group) in self._groups:
+            return
+        try:
+            r.xgroup_create(channel, group, id="0", mkstream=True)
+        except self._errors.ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+        self._groups.add((channel, group))
+
+    def _with_group(self, r, channel: str, group: str, call: Callable):
+        """Run `call` once the group exists; a stream deleted under us (NOGROUP) is recreated once."""
+        self._ensure_group(r, channel, group)
+        try:
+            return call()
+        except self._errors.ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            self._groups.discard((channel, group))
+            self._ensure_group(r, channel, group)
+            return call()
+
+    def group_read(self, channel: str, group: str, consumer: str, count: int = 1,
+                   block: float = 0) -> list[Message]:
+        channel, group = check_name("channel", channel), check_name("group", group)
+        consumer, count = check_name("consumer", consumer), check_count(count)
+        deadline = Deadline(check_seconds("block", block), 0)
+        while True:
+            left = deadline.remaining()
+            wait = self._ms(min(left, self._chunk)) if left > 0 else None
+            with self._redis() as r:
+                res = self._with_group(r, channel, group, lambda: r.xreadgroup(
+                    group, consumer, {channel: ">"}, count=count, block=wait))
+            if res or deadline.remaining() <= 0:
+                return self._messages(channel, res[0][1] if res else ())
+
+    def ack(self, channel: str, group: str, id: str) -> bool:
+        channel, group, mid = check_name("channel", channel), check_name("group", group), self._id(id)
+        with self._redis() as r:
+            return bool(r.xack(channel, group, mid))
+
+    def reclaim(self, channel: str, group: str, consumer: str, min_idle: float,
+                count: int = 100) -> list[Message]:
+        channel, group = check_name("channel", channel), check_name("group", group)
+        consumer, count = check_name("consumer", consumer), check_count(count)
+        idle = int(check_seconds("min_idle", min_idle) * 1000)
+        out: list = []
+        start = "0-0"
+        with self._redis() as r:
+            while len(out) < count:
+                nxt, entries, *_ = self._with_group(r, channel, group, lambda: r.xautoclaim(
+                    channel, group, consumer, idle, start_id=start, count=count - len(out)))
+                out.extend(entries)
+                if nxt in ("0-0", start):
+                    break
+                start = nxt
+        return self._messages(channel, out)
+
+    def set(self, key: str, value: dict, ttl: float | None = None) -> None:
+        key, body, ttl = check_name("key", key), encode("value", value), check_ttl(ttl)
+        with self._redis() as r:
+            r.set(KV_PREFIX + key, body, px=None if ttl is None else self._ms(ttl))
+
+    def get(self, key: str) -> dict | None:
+        key = check_name("key", key)
+        with self._redis() as r:
+            text = r.get(KV_PREFIX + key)
+        return None if text is None else decode(f"value of key {key!r}", text)
+
+    def set_if_absent(self, key: str, value: dict, ttl: float | None = None) -> bool:
+        key, body, ttl = check_name("key", key), encode("value", value), check_ttl(ttl)
+        with self._redis() as r:
+            return bool(r.set(KV_PREFIX + key, body, nx=True,
+                              px=None if ttl is None else self._ms(ttl)))
+
+    def delete(self, key: str) -> bool:
+        key = check_name("key", key)
+        with self._redis() as r:
+            return bool(r.delete(KV_PREFIX + key))
+
+    def keys(self, prefix: str = "") -> list[str]:
+        prefix = check_name("prefix", prefix, empty=True)
+        with self._redis() as r:
+            found = r.scan_iter(match=_glob_escape(KV_PREFIX + prefix) + "*", count=1000)
+            return sorted({k[len(KV_PREFIX):] for k in found})
+
+    def ping(self) -> None:
+        with self._redis() as r:
+            r.ping()
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            with contextlib.suppress(Exception):
+                self._r.close()
+
+
