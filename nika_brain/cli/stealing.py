@@ -33,7 +33,9 @@ def kernel_enqueue(kernel_id: str, summary: str,
 def kernel_queue(kernel_id: str, as_json: bool = typer.Option(False, "--json")):
     """The kernel's open tasks: waiting, kept, granted to another kernel, running."""
     from nika_brain.federation import stealing
+    from nika_brain.state.kernels import load_kernel
     brain = Brain.find()
+    load_kernel(brain, kernel_id)  # an unknown kernel is an error, not an empty queue
     tasks = stealing.queue(_bus(brain), kernel_id)
     if as_json:
         print(json.dumps(tasks, ensure_ascii=False))

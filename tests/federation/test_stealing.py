@@ -206,6 +206,7 @@ def test_queue_view_and_cli(tmp_path, git_env, monkeypatch, run_cli=None):
     assert len(q) == 1 and q[0]["state"] == "waiting" and q[0]["priority"] == 0.9
     assert run(["kernel", "queue", "alpha"]) == 0
     assert run(["kernel", "enqueue", "alpha", " "]) == 1
+    assert run(["kernel", "queue", "nobody"]) == 1
 
 
 # ---- 3 kernels x 1,000 tasks, kill -9 at random ------------------------------------------------
