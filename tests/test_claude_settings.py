@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -253,3 +254,32 @@ def test_statusline_never_fails(tmp_path, stdin):
     proc = statusline(stdin, clean_env(), cwd=tmp_path)
     assert proc.returncode == 0 and proc.stderr == ""
     assert proc.stdout.strip() == "nika (no brain)"
+
+
+def test_assisted_mode_says_how_to_start_claude_under_the_hooks(tmp_path, git_env):
+    from .orchkit import nb, orch_brain, worktree
+    wf = "name: plain\nbranch: theme/plain\nchain:\n  - step: 1\n    type: code\n    scope: src/\n"
+    brain = orch_brain(tmp_path / "b", {"plain": wf})
+    out = nb(brain, "workflow-launch", "plain", check=0)
+    settings = brain.root / ".claude" / "settings.json"
+    assert f"cd {worktree(brain, 'theme/plain')} && NIKA_CLAIM=" in out.stdout
+    assert f"claude --settings {settings}" in out.stdout
+    data = read(settings)  # installed first: hooks, deny rules, sandbox
+    assert ours(data, "PreToolUse") and data["sandbox"]["enabled"] is True
+
+
+def test_install_says_what_the_sandbox_needs_when_it_is_missing(hb, monkeypatch, tmp_path):
+    from .orchkit import nb
+    brain, _ = hb
+    # A PATH without bwrap and socat: the machine of an operator who has not installed them.
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for tool in ("git",):
+        (bindir / tool).symlink_to(shutil.which(tool))
+    env = {"PATH": str(bindir)}
+    out = nb(brain, "claude", "install", env=env, check=0)
+    assert "apt-get install bubblewrap socat" in out.stderr
+    refused = nb(brain, "claude", "install", "--sandbox", "required", env=env, check=1)
+    assert "apt-get install bubblewrap socat" in refused.stderr and "Traceback" not in refused.stderr
+    nb(brain, "claude", "install", "--sandbox", "off", check=0)
+    assert "sandbox" not in read(brain.root / ".claude" / "settings.json")  # ours, taken out

@@ -55,11 +55,23 @@ def lock_acquire(scope: str, owner: Optional[str] = typer.Option(None, help="cla
 
 @lock_app.command("release")
 def lock_release(scope: str, owner: Optional[str] = typer.Option(None)):
-    """Release SCOPE; refused unless you are its owner."""
-    from ..federation import leases
+    """Release SCOPE; refused unless you are its owner (or the operator releasing another's)."""
+    from ..federation import leases  # the Redis lease goes with the YAML lock
     brain = Brain.find()
-    leases.lock_release(brain, scope, _owner(owner))
-    print(f"released {scopes.normalize_scope(scope)}")
+    who = _owner(owner)
+    if who != os.environ.get("NIKA_CLAIM"):
+        # Not the calling session's own claim: releasing someone else's lock is the operator's
+        # decision, recorded with the operator's signature in the journal.
+        from nika_brain.engine import signals
+        from nika_brain.state import authority
+        fields = {"scope": locks.normalize_scope(scope), "owner": who, "at": clock.iso(clock.now())}
+        sig = authority.sign(brain, "lock-release", fields, what=f"releasing {who}'s lock on {scope}")
+        leases.lock_release(brain, scope, who)
+        signals.emit(brain, "INFO", reason=f"lock on {fields['scope']} of {who} released by the operator",
+                     payload={**fields, "signature": sig}, publish=False)
+    else:
+        leases.lock_release(brain, scope, who)
+    print(f"released {locks.normalize_scope(scope)}")
 
 
 @lock_app.command("renew")

@@ -27,6 +27,9 @@ app.add_typer(branch_app, name="branch")
 def _print(out: orchestrator.Outcome) -> None:
     if out.brief and out.status == "waiting":
         print(out.brief)
+        hint = launch.assisted_hint(Brain.find(), out.workflow)
+        if hint:
+            print(hint)
     tag = {"waiting": "WAITING", "gated": "GATE_PENDING", "blocked": "BLOCKED_ON", "breaker": "CIRCUIT_BREAK",
            "done": "DONE", "aborted": "ABORT"}.get(out.status, out.status.upper())
     extra = f" (claim {out.claim})" if out.claim else ""

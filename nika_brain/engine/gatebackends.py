@@ -47,7 +47,10 @@ class PullRequestGate:
         from nika_brain.github.client import GitHubReviewGate
         env = dict(os.environ)
         env.setdefault("NIKA_GITHUB_API", brain.config.github_api)
-        self.client = GitHubReviewGate.from_env(repo=brain.config.github_repo, env=env)
+        # The environment wins over the brain's config: in the Actions workflow the brain files
+        # come from the branch under review, which must not choose where its review is read.
+        repo = env.get("NIKA_GITHUB_REPO") or brain.config.github_repo
+        self.client = GitHubReviewGate.from_env(repo=repo, env=env)
 
     def _branches(self, brain: Brain, gate: Gate) -> tuple[str, str]:
         from nika_brain.state.workflows import find_workflow

@@ -75,10 +75,12 @@ def session_settings(brain: Brain, kernel: object = None) -> Path:
     settings (its isolation) when the run belongs to one, else the brain's; the brain's are
     installed first when missing or not ours (hooks, deny rules, sandbox)."""
     from nika_brain.claude import settings as claude_settings
-    if isinstance(kernel, str) and kernel:
+    if isinstance(kernel, str) and kernel and (brain.kernels_dir / kernel).is_dir():
         path = brain.kernels_dir / kernel / ".claude" / "settings.json"
-        if path.is_file() and (path.parent / claude_settings.SIDECAR).is_file():
-            return path
+        if not (path.parent / claude_settings.SIDECAR).is_file():
+            claude_settings.install(path.parent.parent, kernel_id=kernel, brain_dir=brain.root,
+                                    sandbox=brain.config.sandbox)
+        return path
     path = brain.root / ".claude" / "settings.json"
     if not (path.parent / claude_settings.SIDECAR).is_file():
         claude_settings.install(brain.root, brain_dir=brain.root, sandbox=brain.config.sandbox)

@@ -244,3 +244,17 @@ def listen(brain: Brain, *, once: bool = False, block: float = 1.0, on_line: Cal
             handled += 1
         if once:
             return handled
+
+
+def assisted_hint(brain: Brain, name: str) -> str | None:
+    """Assisted mode: how the operator starts Claude Code for the step so nika-brain's hooks, rules
+    and sandbox apply (a theme worktree has no settings of its own). Installs them if missing."""
+    run = runs.load_run(brain, name)
+    if run is None:
+        return None
+    wf = orchestrator.effective(brain, find_workflow(brain, name), run)
+    worktree = orchestrator.worktree_of(brain, wf)
+    settings = satellites.session_settings(brain, run.context.get("kernel"))
+    env = f"NIKA_CLAIM={run.claim} " if run.claim else ""
+    return (f"Start Claude Code for this step under nika-brain's hooks and sandbox:\n"
+            f"  cd {worktree} && {env}claude --settings {settings}")

@@ -199,13 +199,16 @@ def _facts(hook: Hook, kind: str) -> Any:
     from nika_brain.claude.policy import Facts
     brain = hook.brain
     locate = _locator(brain)
+    opdir = _operator_dir()
     if brain is None:
-        return Facts(locate=locate)
+        return Facts(locate=locate, operator_dir=opdir)
     kernel, claim_id = hook.kernel(), hook.claim()
     rec = hook.record
     lineage = rec.lineage if rec else ()
     if kind != "write":
-        return Facts(locate=locate, kernel=kernel, lineage=lineage)
+        # A shell command that writes inside the brain gets the write facts when it needs them.
+        return Facts(locate=locate, kernel=kernel, lineage=lineage, operator_dir=opdir,
+                     claim=claim_id, expand=lambda: _facts(hook, "write"))
 
     from nika_brain.state import claims, locks
     problems: list[str] = []
@@ -247,7 +250,13 @@ def _facts(hook: Hook, kind: str) -> Any:
     return Facts(locate=locate, kernel=kernel, claim=claim_id if scope is not None else None,
                  scope=scope, owners=frozenset(owners), locks=lock_list, zones=zone_list,
                  card=card, zone_access=tuple(access), lineage=lineage, problems=tuple(problems),
-                 now=clock.now())
+                 now=clock.now(), operator_dir=opdir)
+
+
+def _operator_dir() -> str:
+    """The operator's config folder (its signing key), resolved: no agent call may touch it."""
+    from nika_brain.state.authority import operator_dir
+    return os.path.realpath(str(operator_dir()))
 
 
 def on_pre_tool_use(hook: Hook) -> Reply | None:
@@ -398,8 +407,8 @@ def on_user_prompt_submit(hook: Hook) -> Reply | None:
 def on_post_tool_use(hook: Hook) -> Reply | None:
     from nika_brain.state import sessions
     from nika_brain.errors import BrainError
-    from nika_brain.claude.policy import WRITE_TOOLS
-    tool, tool_input = hook.data.get("tool_name"), hook.data.get("tool_input")
+    from nika_brain.claude.policy import WRITE_TOOLS, canonical_tool
+    tool, tool_input = canonical_tool(hook.data.get("tool_name") or ""), hook.data.get("tool_input")
     if hook.brain is None or tool not in WRITE_TOOLS or not isinstance(tool_input, dict):
         return None
     raw = tool_input.get(WRITE_TOOLS[tool])

@@ -58,12 +58,16 @@ def brain_id(root: Path | str) -> str:
 
 
 def key_paths(root: Path | str, env: Mapping[str, str] | None = None) -> tuple[Path, Path]:
-    bid = brain_id(root)
+    bid = brain_id(_root(root))
     return private_dir(env) / f"{bid}.key", operator_dir(env) / f"{bid}.pub"
 
 
 def _root(brain: Any) -> Path:
-    return Path(getattr(brain, "root", brain))
+    # A Brain, or a folder (a Path has a `.root` of its own: "/", so test the type, not the attribute).
+    # A linked worktree of the brain (a theme branch checkout) is the same brain: the same key.
+    from nika_brain.brain import _main_worktree
+    root = Path(brain) if isinstance(brain, (str, os.PathLike)) else Path(brain.root)
+    return _main_worktree(root)
 
 
 def _refused(what: str, why: str) -> BrainError:

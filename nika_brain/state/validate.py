@@ -156,15 +156,17 @@ class _Checker:
         return name in staged_cards or (self.root / "agents" / f"{name}.md").is_file()
 
     def _gate_forged(self, g: Any) -> str | None:
-        """A CLI decision without the operator's valid signature. Only where this machine has the
-        brain's public key (elsewhere nothing can be proven, and the orchestrator there treats the
-        decision as pending anyway); pull-request decisions are checked against GitHub by the
-        orchestrator, not here (no network in validation)."""
+        """A CLI decision without the operator's valid signature (the orchestrator treats it as
+        pending). Pull-request decisions are checked against GitHub by the orchestrator, not here
+        (no network in validation)."""
         if g.pending or g.via == "github-pr":
             return None
         from nika_brain.state import authority
-        if not authority.key_paths(self.root)[1].is_file():
-            return None
+        pub = authority.key_paths(self.root)[1]
+        if not pub.is_file():
+            return (f"not an authentic decision: {g.status}, and this machine has no operator key "
+                    f"for this brain ({pub}) to check its signature; the orchestrator treats it as "
+                    "pending")
         from nika_brain.state.gates import authentic
         why = authentic(_RootOnly(self.root), g)
         return f"not an authentic decision: {why}" if why else None

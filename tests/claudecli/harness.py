@@ -34,7 +34,8 @@ def claude_binary() -> str:
                     f"install it with `{INSTALL}` (.ci/run does)", pytrace=False)
     try:
         out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60,
-                             stdin=subprocess.DEVNULL, env={**os.environ, "DISABLE_AUTOUPDATER": "1"})
+                             stdin=subprocess.DEVNULL, env={**os.environ, "DISABLE_AUTOUPDATER": "1"},
+                             check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         pytest.fail(f"`{path} --version` did not run ({exc}); reinstall with `{INSTALL}`", pytrace=False)
     version = (out.stdout.split() or ["?"])[0]
@@ -118,7 +119,7 @@ def run_claude(prompt: str, *, cwd: Path, home: Path, base_url: str, args: list[
     try:
         proc = subprocess.run(argv, cwd=str(cwd), env=claude_env(home, base_url, env),
                               capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL)
+                              stdin=subprocess.DEVNULL, check=False)
     except subprocess.TimeoutExpired as exc:
         out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
         pytest.fail(f"claude did not finish in {timeout:.0f}s; last output: {out[-2000:]}",

@@ -25,8 +25,9 @@ from __future__ import annotations
 import itertools
 import json
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from typing import Any
 
 Block = dict[str, Any]
 _ids = itertools.count(1)
@@ -58,7 +59,7 @@ class MessagesStandin:
         self._thread: threading.Thread | None = None
 
     # --- lifecycle ------------------------------------------------------------------------------
-    def start(self) -> "MessagesStandin":
+    def start(self) -> MessagesStandin:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
         self._server.daemon_threads = True
         self._server.standin = self  # type: ignore[attr-defined]
@@ -73,7 +74,7 @@ class MessagesStandin:
             self._server.server_close()
             self._server = None
 
-    def __enter__(self) -> "MessagesStandin":
+    def __enter__(self) -> MessagesStandin:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
