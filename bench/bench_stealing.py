@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 from nika_brain import bus as busmod
 from nika_brain.brain import Brain
 from nika_brain.federation import stealing
-from tests.redis_fixture import RedisServer
+from tests.kit.redis import RedisServer
 
 PROGRAM = """
 import sys, time

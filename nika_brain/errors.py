@@ -1,7 +1,15 @@
-"""The one error type of nika-brain.
+"""The errors of nika-brain: one base type, a few subclasses that callers catch by type.
 
-The core raises BrainError; the CLI and the hook entry points turn it into one line on stderr and an
-exit code. Third-party errors are translated into it at the module that calls the library.
+The core raises these; the CLI and the hook entry points turn them into one line on stderr and the
+exit code the class carries. Third-party errors are translated at the module that calls the library.
+Control flow branches on the type, never on the message text.
+
+Exit codes, stable for scripts that call the shell wrappers:
+  1 invalid input or a failure the user can act on     (BrainError, Invalid, NoBrain, DirtyCheckout)
+  3 a lock or scope is held by someone else            (Busy)
+  4 preflight or routing says BLOCKED_ON               (Blocked)
+  5 waiting on a human gate                            (GatePending)
+  6 an action refused by policy                        (Refused)
 """
 from __future__ import annotations
 
@@ -9,11 +17,14 @@ from __future__ import annotations
 class BrainError(Exception):
     """A failure the user can act on: a message, an exit code, and where it happened."""
 
-    def __init__(self, message: str, exit_code: int = 1, *, file: str | None = None,
+    exit_code: int = 1
+
+    def __init__(self, message: str, exit_code: int | None = None, *, file: str | None = None,
                  line: int | None = None, key: str | None = None):
         super().__init__(message)
         self.message = message
-        self.exit_code = exit_code
+        if exit_code is not None:
+            self.exit_code = exit_code
         self.file = file
         self.line = line
         self.key = key
@@ -26,9 +37,39 @@ class BrainError(Exception):
         return f"{where}{key}{self.message}"
 
 
-# Exit codes, stable for scripts that call the shell wrappers.
-EXIT_FAIL = 1          # generic failure / invalid input
-EXIT_BUSY = 3          # a lock or scope is held by someone else
-EXIT_BLOCKED = 4       # preflight or routing says BLOCKED_ON
-EXIT_GATE_PENDING = 5  # waiting on a human gate
-EXIT_REFUSED = 6       # an action refused by policy (e.g. an agent approving its own gate)
+class Invalid(BrainError):
+    """Bad input: a file, an argument or a value that does not pass validation."""
+
+
+class InvalidScope(Invalid):
+    """A scope that is not a path inside the brain."""
+
+
+class NoBrain(BrainError):
+    """No nika-brain.yml at or above the starting folder."""
+
+
+class DirtyCheckout(BrainError):
+    """A git checkout holds uncommitted changes where nika-brain must merge or check out."""
+
+
+class Busy(BrainError):
+    exit_code = 3
+
+
+class Blocked(BrainError):
+    exit_code = 4
+
+
+class GatePending(BrainError):
+    exit_code = 5
+
+
+class Refused(BrainError):
+    exit_code = 6
+
+
+EXIT_BUSY = Busy.exit_code
+EXIT_BLOCKED = Blocked.exit_code
+EXIT_GATE_PENDING = GatePending.exit_code
+EXIT_REFUSED = Refused.exit_code

@@ -47,11 +47,13 @@ from typing import Any, NamedTuple
 
 from nika_brain.claude.secretfiles import is_secret, mentions_secret
 
+from nika_brain.brain import STATE_FOLDERS
+
 WRITE_TOOLS = {"Edit": "file_path", "Write": "file_path", "MultiEdit": "file_path",
                "NotebookEdit": "notebook_path"}
 READ_TOOLS = {"Read": "file_path", "Grep": "path", "Glob": "path"}
 SHELL_TOOLS = ("Bash", "Monitor", "PowerShell")   # each runs a shell command in `command`
-STATE_DIRS = ("claims", "locks", "gates", "breakers", "runs", "journal", ".nika")
+STATE_DIRS = STATE_FOLDERS
 _STATE_HINT = ("it is written only by nika-brain; use `nika-brain claim|lock|gate ...` (a human "
                "decides gates)")
 _BY_LOWER = {name.lower(): name for name in (*WRITE_TOOLS, *READ_TOOLS, "NotebookRead", "LS")}

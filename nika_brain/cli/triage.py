@@ -13,7 +13,7 @@ import typer
 
 from nika_brain.brain import Brain
 from nika_brain.cli import app
-from nika_brain.errors import BrainError
+from nika_brain.errors import Invalid
 
 
 def _print_decision(d) -> None:
@@ -47,7 +47,7 @@ def triage_cmd(
     if words[:1] == ["bench"] and len(words) == 1:
         from nika_brain.federation import bench
         if routes is None or queries is None:
-            raise BrainError("triage bench needs --routes ROUTES.yml and --queries QUERIES.jsonl")
+            raise Invalid("triage bench needs --routes ROUTES.yml and --queries QUERIES.jsonl")
         out = bench.run(routes, queries, calibration)
         if as_json:
             print(json.dumps(out, ensure_ascii=False))
@@ -71,7 +71,7 @@ def triage_cmd(
                   f"sub-topics {r['subtopics']}")
         return
     if not words:
-        raise BrainError('triage needs a prompt: nika-brain triage "<prompt>"')
+        raise Invalid('triage needs a prompt: nika-brain triage "<prompt>"')
     from nika_brain.federation.triage import triage
     d = triage(Brain.find(), " ".join(words), context=kernel_context, data_class=data_class)
     if as_json:

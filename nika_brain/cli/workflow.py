@@ -11,7 +11,7 @@ from nika_brain.gitrepo import branches
 from nika_brain.state import breakers, gates, runs
 from nika_brain.engine import service as launch, orchestrator, preflight, signals
 from nika_brain.brain import Brain
-from nika_brain.errors import EXIT_BLOCKED, EXIT_REFUSED, BrainError
+from nika_brain.errors import Blocked, BrainError, EXIT_BLOCKED, Refused
 from nika_brain.state.workflows import find_workflow
 from nika_brain.support.yamlsafe import loads
 from nika_brain.cli import app, json_object
@@ -169,8 +169,7 @@ def preflight_reset(scope: str):
     """preflight-check.sh reset <scope>: a human resets a tripped circuit breaker."""
     brain = Brain.find()
     if gates.in_agent_session():
-        raise BrainError("refused: a circuit breaker is reset by a human, not from an agent session",
-                         EXIT_REFUSED)
+        raise Refused("refused: a circuit breaker is reset by a human, not from an agent session")
     from nika_brain.state import authority
     authority.require(brain, f"resetting the circuit breaker on {scope}")
     b = breakers.reset(brain, scope)
@@ -218,5 +217,5 @@ def branch_merge(branch: str, base: Optional[str] = None,
         reason = f"merge conflict on {', '.join(res.conflicts)}" if res.conflicts else \
             (res.reason if green else f"0-failures gate is not green: {why}")
         signals.emit(brain, "BLOCKED_ON", reason=reason)
-        raise BrainError(reason, EXIT_BLOCKED)
+        raise Blocked(reason)
     print(f"{res.reason} ({res.commit})")

@@ -19,13 +19,13 @@ from nika_brain.gitrepo import branches, git
 from nika_brain.state import breakers, claims, gates, locks, runs
 from nika_brain.support import clock, faults
 from nika_brain.engine import gatebackends, preflight, satellites, signals
-from nika_brain.brain import Brain
-from nika_brain.errors import EXIT_BLOCKED, EXIT_GATE_PENDING, EXIT_REFUSED, BrainError
+from nika_brain.brain import INDEX_FILE, TRACKED_STATE_FOLDERS, Brain
+from nika_brain.errors import EXIT_BLOCKED, EXIT_GATE_PENDING, EXIT_REFUSED, BrainError, DirtyCheckout
 from nika_brain.state.runs import END, Run
 from nika_brain.state.workflows import Action, Step, Workflow, find_workflow, parse_action, resolve_target
 from nika_brain.state import zones as zones_mod
 
-STATE_PATHS = ("claims", "locks", "gates", "breakers", "runs", "journal", "BRAIN-INDEX.md")
+STATE_PATHS = (*TRACKED_STATE_FOLDERS, INDEX_FILE)
 
 
 @dataclass(frozen=True)
@@ -509,8 +509,8 @@ def merge_into_base(brain: Brain, branch: str, base: str, *, green: bool, messag
             try:
                 return branches.merge_theme_branch(brain.root, branch, base, green=green, message=message,
                                                    worktrees_dir=brain.worktrees_dir)
-            except BrainError as exc:
-                if "uncommitted changes" not in exc.message or attempt == MERGE_ATTEMPTS - 1:
+            except DirtyCheckout:
+                if attempt == MERGE_ATTEMPTS - 1:
                     raise
             time.sleep(0.05)
     raise AssertionError("unreachable")

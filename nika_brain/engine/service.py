@@ -14,7 +14,7 @@ from nika_brain.support import clock, faults
 from nika_brain.gitrepo import git
 from nika_brain.engine import gatebackends, orchestrator, satellites, signals
 from nika_brain.brain import Brain
-from nika_brain.errors import EXIT_BLOCKED, EXIT_REFUSED, BrainError
+from nika_brain.errors import Blocked, BrainError, Refused
 from nika_brain.engine.orchestrator import Outcome
 from nika_brain.state.workflows import find_workflow
 
@@ -119,12 +119,10 @@ def report(brain: Brain, claim_id: str, status: str, summary: str = "", *, tests
     """A satellite's (or human's) result: tiered close, then the orchestrator routes it."""
     c = claims.load_claim(brain, claim_id)
     if not c.is_open:
-        raise BrainError(f"claim {claim_id} is already closed ({c.result.status if c.result else '?'})",
-                         EXIT_REFUSED)
+        raise Refused(f"claim {claim_id} is already closed ({c.result.status if c.result else '?'})")
     waiting = [ch for ch in c.children if claims.load_claim(brain, ch).is_open]
     if waiting:
-        raise BrainError(f"orchestrated close: {claim_id} waits for its open children: {', '.join(waiting)}",
-                         EXIT_BLOCKED)
+        raise Blocked(f"orchestrated close: {claim_id} waits for its open children: {', '.join(waiting)}")
     run, wf, step = _context(brain, c)
     in_sandbox = not git_writable(brain)
     if wf is not None and step is not None:
@@ -136,8 +134,8 @@ def report(brain: Brain, claim_id: str, status: str, summary: str = "", *, tests
             if not tr.green:
                 signals.emit(brain, "INFO", workflow=wf.name, step=step.id, claim=c.id,
                              reason=f"validated close refused: {tr.failed} failed in `{step.test}`")
-                raise BrainError(f"tests not green ({tr.failed} failed, {tr.passed} passed in `{step.test}`): "
-                                 f"claim {c.id} stays open; fix and report again", EXIT_BLOCKED)
+                raise Blocked(f"tests not green ({tr.failed} failed, {tr.passed} passed in `{step.test}`): "
+                                 f"claim {c.id} stays open; fix and report again")
             tests_passed, tests_failed = tr.passed, tr.failed
     c = claims.close_claim(brain, claim_id, status, summary, tests_passed=tests_passed,
                            tests_failed=tests_failed, now=now)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nika_brain.errors import BrainError
+from nika_brain.errors import BrainError, Invalid
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ def read_routes(path: Path):
     from nika_brain.support.schema import name
     from nika_brain.support.yamlsafe import load_doc
     if not Path(path).is_file():
-        raise BrainError(f"{path}: no such routes file")
+        raise Invalid(f"{path}: no such routes file")
     doc = load_doc(path)
     data = doc.data
     if not isinstance(data, dict):
@@ -90,16 +90,16 @@ def read_queries(path: Path, known: set[str] | None = None) -> list[Query]:
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
-        raise BrainError(f"cannot read queries: {exc.strerror}", file=str(path)) from exc
+        raise Invalid(f"cannot read queries: {exc.strerror}", file=str(path)) from exc
     except UnicodeDecodeError as exc:
-        raise BrainError("not UTF-8 text", file=str(path)) from exc
+        raise Invalid("not UTF-8 text", file=str(path)) from exc
     out = []
     for n, raw in enumerate(lines, 1):
         if not raw.strip():
             continue
 
         def bad(msg: str, key: str | None = None, n: int = n) -> BrainError:
-            return BrainError(msg, file=str(path), line=n, key=key)
+            return Invalid(msg, file=str(path), line=n, key=key)
         try:
             obj = json.loads(raw)
         except json.JSONDecodeError as exc:

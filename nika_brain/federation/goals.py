@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nika_brain.errors import BrainError
+from nika_brain.errors import BrainError, Invalid
 from nika_brain.federation.embedding import Kind
 from nika_brain.federation.router import MISS_RATE, Model
 
@@ -74,13 +74,13 @@ class Settings:
 
 
 def _bad(key: str, msg: str) -> BrainError:
-    return BrainError(msg, file="nika-brain.yml", key=f"federation.triage.{key}")
+    return Invalid(msg, file="nika-brain.yml", key=f"federation.triage.{key}")
 
 
 def settings(brain: Brain | None) -> Settings:
     raw = (brain.config.federation.get("triage") if brain is not None else None) or {}
     if not isinstance(raw, dict):
-        raise BrainError("must be a mapping", file="nika-brain.yml", key="federation.triage")
+        raise Invalid("must be a mapping", file="nika-brain.yml", key="federation.triage")
     known = ("default", "miss_rate", "split", "calibration", "data_classes")
     for key in raw:
         if key not in known:
@@ -343,9 +343,9 @@ def sync_store(brain: Brain, index: Index, embedder: Embedder) -> None:
     """Make `nika_federation_goals` hold exactly one record per indexed kernel."""
     from nika_brain.federation.chroma import open_store
     st = open_store(brain)
-    col = st.collection(COLLECTION)
     ids = [e.id for e in index.entries]
     with st.errors(f"chroma collection {COLLECTION}"), st.writer():
+        col = st.collection(COLLECTION)  # taken under the writer lock, never from a stale client
         existing = set(col.get(include=[])["ids"])
         gone = sorted(existing - set(ids))
         if gone:

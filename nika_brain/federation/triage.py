@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from nika_brain.errors import BrainError
+from nika_brain.errors import BrainError, Invalid
 from nika_brain.federation.goals import EMBED_KIND, DataClass, Index, Settings
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 MAX_PROMPT = 20_000  # characters embedded (the model truncates long inputs anyway)
 MIN_CLAUSE_WORDS = 3
+MAX_CLAUSES = 6      # more "requests" than that is a document or a brief: routed whole
 _SEPARATORS = re.compile(
     r"\s*(?:;|\n+|(?<=[.!?])\s+|,?\s+(?:et(?:\s+(?:aussi|ensuite|puis))?|puis|ensuite|"
     r"and(?:\s+(?:also|then))?|then|also|as well as|plus)\s+)\s*", re.IGNORECASE)
@@ -112,7 +113,7 @@ def data_class_of(prompt: str, classes: tuple[DataClass, ...], stated: str | Non
     names = [c.name for c in classes]
     if stated is not None:
         if stated not in names:
-            raise BrainError(f"unknown data class {stated!r} (configured: {', '.join(names)})")
+            raise Invalid(f"unknown data class {stated!r} (configured: {', '.join(names)})")
         return classes[names.index(stated)]
     found = classes[0]
     for c in classes:
@@ -164,7 +165,7 @@ class Triage:
 
     def decide(self, prompt: str, *, context: str | None = None, data_class: str | None = None) -> Decision:
         if not isinstance(prompt, str) or not prompt.strip():
-            raise BrainError("an empty prompt cannot be routed")
+            raise Invalid("an empty prompt cannot be routed")
         prompt = prompt.strip()
         text = prompt[:MAX_PROMPT]
         default = self.index.default
@@ -173,6 +174,8 @@ class Triage:
             return Decision(prompt, "fallback", (default,), "no kernel has a goal yet", (),
                             data_class=dc.name, context=context)
         parts = clauses(text) if self.settings.split else [text]
+        if len(parts) > MAX_CLAUSES:
+            parts = [text]
         texts = [text] + (parts if len(parts) > 1 else [])
         vecs = self.embedder.embed(texts, kind=EMBED_KIND)
         chosen, scores = self._route_one(vecs[0], text, dc)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nika_brain.gitrepo import git
-from nika_brain.errors import BrainError
+from nika_brain.errors import BrainError, DirtyCheckout
 
 # Files in a worktree's git dir that mean an operation is half done there.
 _IN_PROGRESS = {
@@ -187,7 +187,7 @@ def _check_mergeable_here(path: Path, base: str) -> None:
                          f"or one crashed and left it stale (delete it if no git is running)")
     if git.out(path, "status", "--porcelain", "--untracked-files=no"):
         # git cannot check base out a second time, and merging here would mix in the user's edits.
-        raise BrainError(f"{base!r} is checked out at {path} with uncommitted changes; commit or "
+        raise DirtyCheckout(f"{base!r} is checked out at {path} with uncommitted changes; commit or "
                          f"stash them (or switch that checkout away from {base!r}) before merging")
 
 

@@ -80,7 +80,7 @@ class Hook:
     # -- brain ---------------------------------------------------------------------------------
     def _find(self) -> None:
         from nika_brain.brain import Brain
-        from nika_brain.errors import BrainError
+        from nika_brain.errors import BrainError, NoBrain
         self._looked = True
         env = os.environ.get("NIKA_BRAIN_DIR")
         try:
@@ -92,9 +92,8 @@ class Hook:
                     try:
                         self._brain = Brain.find(start)
                         return
-                    except BrainError as exc:
-                        if "no brain found" not in exc.message:
-                            raise  # a brain is there but broken: that must be said
+                    except NoBrain:
+                        continue  # nothing here; a brain that is there but broken raises on
         except (BrainError, OSError) as exc:
             self._brain_error = f"NIKA_BRAIN_DIR={env}: {exc}" if env else str(exc)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from nika_brain.support import clock
 from nika_brain.brain import Brain
-from nika_brain.errors import EXIT_REFUSED, BrainError
+from nika_brain.errors import BrainError, InvalidScope, Refused
 from nika_brain.state.scopes import normalize_scope
 from nika_brain.support.schema import F, fields, str_list
 from nika_brain.support.yamlsafe import dumps, load_doc
@@ -97,6 +97,13 @@ def check_id(claim_id: str) -> str:
     return claim_id
 
 
+def _time(doc, values: dict, key: str) -> datetime:
+    try:
+        return clock.parse(values[key], what=key)
+    except BrainError as exc:
+        raise doc.error(exc.message, key) from exc
+
+
 def load_path(path: Path) -> Claim:
     doc = load_doc(path)
     v = fields(doc, doc.data, (), _SPEC)
@@ -112,10 +119,10 @@ def load_path(path: Path) -> Claim:
     scope = v["scope"] if isinstance(v["scope"], list) else [v["scope"]]
     try:
         scope_t = tuple(normalize_scope(s) for s in scope)
-        opened = clock.parse(v["opened"], what="opened")
-        closed = clock.parse(v["closed"], what="closed") if v["closed"] else None
-    except BrainError as exc:
-        raise doc.error(exc.message, "scope" if "scope" in exc.message else "opened") from exc
+    except InvalidScope as exc:
+        raise doc.error(exc.message, "scope") from exc
+    opened = _time(doc, v, "opened")
+    closed = _time(doc, v, "closed") if v["closed"] else None
     return Claim(v["id"], v["workflow"], v["theme"], v["step"], v["satellite_type"],
                  v["satellite_level"], scope_t, v["zone"], v["status"], opened, v["story_angle"],
                  v["agent"], v["on_done"], v["on_partial"], v["on_fail"], closed, v["parent"],
@@ -188,7 +195,7 @@ def open_claim(brain: Brain, *, workflow: str, step: int | str, satellite_type: 
         if claim_id is None:
             claim_id = next_id(brain, theme, step, now)
         elif claim_path(brain, claim_id).exists():
-            raise BrainError(f"claim {claim_id} already exists", EXIT_REFUSED)
+            raise Refused(f"claim {claim_id} already exists")
         if parent:
             p = load_claim(brain, parent)
             _save(brain, replace(p, children=p.children + (claim_id,)))
@@ -208,8 +215,7 @@ def close_claim(brain: Brain, claim_id: str, status: str, summary: str = "", *,
     with brain.mutex("claims"):
         c = load_claim(brain, claim_id)
         if not c.is_open:
-            raise BrainError(f"claim {claim_id} is already closed ({c.result.status if c.result else '?'})",
-                             EXIT_REFUSED)
+            raise Refused(f"claim {claim_id} is already closed ({c.result.status if c.result else '?'})")
         c = replace(c, status="closed", closed=now,
                     result=Result(status, summary, tests_passed, tests_failed))
         _save(brain, c)
@@ -221,7 +227,7 @@ def update_open(brain: Brain, claim_id: str, **changes) -> Claim:
     with brain.mutex("claims"):
         c = load_claim(brain, claim_id)
         if not c.is_open:
-            raise BrainError(f"claim {claim_id} is closed", EXIT_REFUSED)
+            raise Refused(f"claim {claim_id} is closed")
         c = replace(c, **changes)
         _save(brain, c)
     return c

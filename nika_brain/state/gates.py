@@ -16,10 +16,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Mapping
 
 from nika_brain.brain import Brain
-from nika_brain.errors import EXIT_REFUSED, BrainError
+from nika_brain.errors import BrainError, Refused
 from nika_brain.state import authority
 from nika_brain.state.claims import check_id
 from nika_brain.support import clock
@@ -129,15 +128,14 @@ def decide(brain: Brain, gate_id: str, decision: str, *, by: str | None = None, 
     if status is None:
         raise BrainError(f"decision must be approve or reject, not {decision!r}")
     if via == "cli" and in_agent_session(env):
-        raise BrainError("refused: a human gate cannot be decided from inside an agent session "
-                         "(CLAUDECODE=1); a human must run this", EXIT_REFUSED)
+        raise Refused("refused: a human gate cannot be decided from inside an agent session "
+                         "(CLAUDECODE=1); a human must run this")
     with brain.mutex("gates"):
         g = load_gate(brain, gate_id)
         if not g.pending:
             if g.status == status:
                 return g
-            raise BrainError(f"gate {gate_id} was already {g.status} by {g.decided_by} ({g.via})",
-                             EXIT_REFUSED)
+            raise Refused(f"gate {gate_id} was already {g.status} by {g.decided_by} ({g.via})")
         g = replace(g, status=status, decided_at=now or clock.now(),
                     decided_by=by or _whoami(), via=via, note=note, signature=None)
         if via == "cli":

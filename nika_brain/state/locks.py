@@ -17,7 +17,7 @@ from pathlib import Path
 
 from nika_brain.support import clock
 from nika_brain.brain import Brain
-from nika_brain.errors import EXIT_BUSY, EXIT_REFUSED, BrainError
+from nika_brain.errors import BrainError, Busy, EXIT_REFUSED, Refused
 from nika_brain.support.schema import F, fields
 from nika_brain.state.scopes import check_scope, normalize_scope, scope_slug, scopes_overlap
 from nika_brain.support.yamlsafe import dumps_fast, load_doc, plain_scalar
@@ -255,7 +255,7 @@ def acquire(brain: Brain, scope: str, owner: str, *, mode: str = "exclusive", tt
         if isinstance(result, Lock):
             return result
         if time.monotonic() >= deadline:
-            raise BrainError("scope busy: " + "; ".join(describe(lk) for lk in result), EXIT_BUSY)
+            raise Busy("scope busy: " + "; ".join(describe(lk) for lk in result))
         time.sleep(min(poll, max(0.0, deadline - time.monotonic())) or poll)
 
 
@@ -273,7 +273,7 @@ def _owned(brain: Brain, scope: str, owner: str) -> Lock:
             return lk
     if held:
         owners = ", ".join(lk.owner for lk in held)
-        raise BrainError(f"refused: {scope} is held by {owners}, not {owner}", EXIT_REFUSED)
+        raise Refused(f"refused: {scope} is held by {owners}, not {owner}")
     raise BrainError(f"no lock held on {scope}")
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import fnmatch
 import re
 
-from nika_brain.errors import BrainError
+from nika_brain.errors import BrainError, InvalidScope
 
 _WILD = re.compile(r"[*?\[]")
 
@@ -19,7 +19,7 @@ def normalize_scope(scope: str) -> str:
     if not s or s in (".", "./", "/"):
         return "."
     if s.startswith("/") or s.startswith("../") or "/../" in s or s == "..":
-        raise BrainError(f"scope must be a path inside the brain, got {scope!r}")
+        raise InvalidScope(f"scope must be a path inside the brain, got {scope!r}")
     folder = s.endswith("/")
     parts = [p for p in s.split("/") if p not in ("", ".")]
     if not parts:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.redis_fixture import free_port
+from tests.kit.redis import free_port
 
 START_TIMEOUT = 60.0
 

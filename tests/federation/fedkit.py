@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from nika_brain.brain import Brain
-from tests.conftest import make_brain
+from tests.kit.brain import make_brain
 
 STANDIN = Path(__file__).with_name("standin_agent.py")
 

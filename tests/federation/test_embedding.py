@@ -160,3 +160,13 @@ def test_e5_default_backend_is_real_and_bilingual():
     assert vecs[0] @ vecs[1] > vecs[0] @ vecs[2]  # French and English of one request are closest
     with pytest.raises(BrainError):
         emb.embed(["x"], kind="document")  # type: ignore[arg-type]
+
+
+def test_e5_cuts_long_texts_to_its_window():
+    emb = embedding.E5Embedder()
+    long = "sauvegarde du serveur " * 1500
+    cut = emb._fit(long, True)
+    assert emb._model.token_count(cut, True) <= embedding.MAX_TOKENS < emb._model.token_count(long, True)
+    assert long.startswith(cut)
+    vec = emb.embed([long], kind="query")
+    np.testing.assert_allclose(vec, emb.embed([cut], kind="query"), atol=1e-6)

@@ -10,7 +10,7 @@ import redis
 from nika_brain import bus
 from nika_brain.state import kernels
 from nika_brain.federation import limits
-from tests.redis_fixture import RedisServer
+from tests.kit.redis import RedisServer
 
 
 @pytest.fixture
@@ -83,7 +83,7 @@ def test_acl_matrix(brain, cli, server):
 
 
 def test_acl_with_redis_down_is_one_line(brain, cli):
-    from tests.redis_fixture import nothing_listening
+    from tests.kit.redis import nothing_listening
     with nothing_listening() as url:
         (brain.root / "nika-brain.yml").write_text("version: 1\nfederation: " +
                                                    json.dumps({"redis_url": url}) + "\n")

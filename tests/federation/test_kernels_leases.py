@@ -15,8 +15,8 @@ from nika_brain.state import locks
 from nika_brain.brain import Brain
 from nika_brain.errors import EXIT_BUSY, BrainError
 from nika_brain.federation import leases
-from tests.conftest import git, make_brain
-from tests.redis_fixture import RedisServer, nothing_listening, redis_server  # noqa: F401
+from tests.kit.brain import git_out as git, make_brain
+from tests.kit.redis import RedisServer, nothing_listening
 
 PROCS, CYCLES = 8, 300
 

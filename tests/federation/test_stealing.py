@@ -31,8 +31,7 @@ from nika_brain.federation.stealing import (
     grants,
 )
 from nika_brain.support.yamlsafe import dumps
-from tests.conftest import make_brain
-from tests.redis_fixture import redis_server  # noqa: F401  (fixture)
+from tests.kit.brain import make_brain
 
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAM = Path(__file__).with_name("steal_kernel.py")

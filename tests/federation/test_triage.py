@@ -10,7 +10,7 @@ from nika_brain.bus import GOALS, open_bus
 from nika_brain.errors import BrainError
 from nika_brain.federation import goals, router
 from nika_brain.federation.triage import clauses, triage
-from tests.conftest import make_brain
+from tests.kit.brain import make_brain
 from tests.federation.triagekit import (
     ALPHA,
     BETA,

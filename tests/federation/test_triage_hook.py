@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 from nika_brain.federation import goals
-from tests.conftest import make_brain
+from tests.kit.brain import make_brain
 from tests.federation.chroma_server import chroma_server  # noqa: F401  (fixture)
 from tests.federation.triagekit import ALPHA, GAMMA, seed_kernels, write_kernel
 

@@ -13,9 +13,9 @@ import pytest
 from nika_brain.brain import Brain
 from nika_brain.errors import EXIT_BUSY, BrainError
 from nika_brain.federation import chroma
-from tests.conftest import make_brain
+from tests.kit.brain import make_brain
 from tests.federation.chroma_server import chroma_server  # noqa: F401  (fixture)
-from tests.redis_fixture import free_port
+from tests.kit.redis import free_port
 
 
 @pytest.fixture(autouse=True)

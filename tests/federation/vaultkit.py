@@ -7,7 +7,7 @@ import numpy as np
 
 from nika_brain.brain import Brain
 from nika_brain.federation import chroma
-from tests.conftest import make_brain
+from tests.kit.brain import make_brain
 
 DIM = 384
 
