@@ -14,7 +14,7 @@ from nika_brain.errors import BrainError
 from nika_brain.state import authority, gates, validate
 from nika_brain.support.yamlsafe import load_file
 
-from .orchkit import nb, orch_brain, run_file
+from tests.kit.orch import nb, orch_brain, run_file
 
 GATED = """name: gated
 branch: theme/gated

@@ -17,7 +17,7 @@ import pytest
 from nika_brain.hooks import claude as hooks
 from nika_brain.state import authority, kernels, sessions
 
-from .test_claude_hooks import SID, clean_env, hook_brain
+from tests.kit.claude import SID, clean_env, hook_brain
 
 DENY_OP = "operator's decision"
 

@@ -257,7 +257,7 @@ def test_statusline_never_fails(tmp_path, stdin):
 
 
 def test_assisted_mode_says_how_to_start_claude_under_the_hooks(tmp_path, git_env):
-    from .orchkit import nb, orch_brain, worktree
+    from tests.kit.orch import nb, orch_brain, worktree
     wf = "name: plain\nbranch: theme/plain\nchain:\n  - step: 1\n    type: code\n    scope: src/\n"
     brain = orch_brain(tmp_path / "b", {"plain": wf})
     out = nb(brain, "workflow-launch", "plain", check=0)
@@ -269,7 +269,7 @@ def test_assisted_mode_says_how_to_start_claude_under_the_hooks(tmp_path, git_en
 
 
 def test_install_says_what_the_sandbox_needs_when_it_is_missing(hb, monkeypatch, tmp_path):
-    from .orchkit import nb
+    from tests.kit.orch import nb
     brain, _ = hb
     # A PATH without bwrap and socat: the machine of an operator who has not installed them.
     bindir = tmp_path / "bin"

@@ -18,8 +18,8 @@ import pytest
 
 from nika_brain.state import gates, kernels, locks, sessions
 
-from ..conftest import git
-from ..orchkit import claims_of, nb, orch_brain, run_file, worktree
+from tests.kit.brain import git_out as git
+from tests.kit.orch import claims_of, nb, orch_brain, run_file, worktree
 from .harness import claude_binary, claude_env, run_claude
 from .standin import MessagesStandin, text, tool_use
 

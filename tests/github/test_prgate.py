@@ -303,7 +303,7 @@ def test_workflow_runs_gate_sync_on_reviews_with_no_code_from_the_pull_request()
 def test_the_environment_names_the_repository_over_the_brains_config(tmp_path, git_env, monkeypatch):
     from nika_brain.brain import Brain
     from nika_brain.engine.gatebackends import PullRequestGate
-    from .conftest import make_brain
+    from tests.kit.brain import make_brain
     brain = make_brain(tmp_path / "b", "version: 1\ngithub_repo: attacker/elsewhere\n"
                                        "github_api: http://127.0.0.1:9\n")
     monkeypatch.setenv("NIKA_GITHUB_REPO", "nika/brain")
