@@ -8,6 +8,7 @@ prints the median time of `triggers.topic_clusters` over RUNS runs and the clust
 
     python bench/bench_diversity.py [--records 10000] [--runs 5]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=5)
     args = ap.parse_args(argv)
     import numpy as np
+
     texts = [t.format(w) for pair in TOPICS.values() for t in pair for w in WORDS]
     emb = open_embedder(None)
     base = emb.embed(texts, kind="passage")
@@ -53,9 +55,11 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         res = triggers.topic_clusters(x, ref)
         times.append(time.perf_counter() - t0)
-    print(f"topic diversity over {args.records:,} records: median {statistics.median(times):.3f} s "
-          f"(runs: {', '.join(f'{t:.3f}' for t in times)}); {res['clusters']} clusters {res['sizes']} "
-          f"by {res['method']}; {len(TOPICS)} topics planted; target < 5 s")
+    print(
+        f"topic diversity over {args.records:,} records: median {statistics.median(times):.3f} s "
+        f"(runs: {', '.join(f'{t:.3f}' for t in times)}); {res['clusters']} clusters {res['sizes']} "
+        f"by {res['method']}; {len(TOPICS)} topics planted; target < 5 s"
+    )
     return 0
 
 

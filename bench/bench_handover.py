@@ -8,6 +8,7 @@ on nika:federation:health (`t`). Prints the median over RUNS runs.
 
     python bench/bench_handover.py [--runs 3]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,10 +43,21 @@ def until(fn, timeout=60.0):
 def one(tmp: Path) -> float:
     root = tmp / "brain"
     root.mkdir(parents=True)
-    env = {**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@b", "GIT_COMMITTER_NAME": "b",
-           "GIT_COMMITTER_EMAIL": "b@b"}
-    fed = {"agent_command": [sys.executable, str(STANDIN)], "tmux_socket": str(tmp / "tmux.sock"),
-           "supervisor": "manual", "deliver_timeout": 30, "kill_grace": 2, "handover": {"window": 10000}}
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "b",
+        "GIT_AUTHOR_EMAIL": "b@b",
+        "GIT_COMMITTER_NAME": "b",
+        "GIT_COMMITTER_EMAIL": "b@b",
+    }
+    fed = {
+        "agent_command": [sys.executable, str(STANDIN)],
+        "tmux_socket": str(tmp / "tmux.sock"),
+        "supervisor": "manual",
+        "deliver_timeout": 30,
+        "kill_grace": 2,
+        "handover": {"window": 10000},
+    }
     (root / "nika-brain.yml").write_text("version: 1\nfederation: " + json.dumps(fed) + "\n")
     (root / ".gitignore").write_text(".nika/\n")
     subprocess.run(["git", "init", "-q", "-b", "main", str(root)], check=True, env=env)
@@ -63,7 +75,9 @@ def one(tmp: Path) -> float:
         hb = until(lambda: health.last_heartbeat(brain, "alpha-s2"))
         return hb["t"] - ho["at"]
     finally:
-        subprocess.run(["tmux", "-S", str(tmp / "tmux.sock"), "kill-server"], capture_output=True, check=False)
+        subprocess.run(
+            ["tmux", "-S", str(tmp / "tmux.sock"), "kill-server"], capture_output=True, check=False
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,8 +88,11 @@ def main(argv: list[str] | None = None) -> int:
     for _ in range(args.runs):
         with tempfile.TemporaryDirectory(prefix="bench-handover-") as tmp:
             times.append(one(Path(tmp)))
-    print(f"handover: threshold crossing -> successor's first heartbeat: median {statistics.median(times):.2f} s "
-          f"(runs: {', '.join(f'{t:.2f}' for t in times)}); target < 5 s")
+    print(
+        "handover: threshold crossing -> successor's first heartbeat: "
+        f"median {statistics.median(times):.2f} s "
+        f"(runs: {', '.join(f'{t:.2f}' for t in times)}); target < 5 s"
+    )
     return 0
 
 

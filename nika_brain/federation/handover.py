@@ -16,10 +16,12 @@ Once only: the session record's `handover` key is set under the sessions mutex b
 marks it `failed`, undoes the handover record, keeps the old kernel active and tells the user.
 
 The window: what Claude Code reports (`reported_window` on the session record, written from the
-status line's context_window_size or a headless result), else `federation.handover.window` (per kernel under `kernels: {<id>: {window: ...}}`),
+status line's context_window_size or a headless result), else `federation.handover.window` (per
+kernel under `kernels: {<id>: {window: ...}}`),
 else what the transcript shows (transcript.window_for). The threshold: `federation.handover.threshold`
 (41 by default), per kernel the same way. The source used is recorded with the handover.
 """
+
 from __future__ import annotations
 
 import json
@@ -38,6 +40,7 @@ _TAIL = 256 * 1024
 
 # ---- settings ---------------------------------------------------------------------------------
 
+
 def _settings(brain: Any, kernel_id: str) -> dict:
     raw = (brain.config.federation or {}).get("handover") or {}
     if not isinstance(raw, dict):
@@ -49,12 +52,14 @@ def _settings(brain: Any, kernel_id: str) -> dict:
     out.update({k: v for k, v in per.items() if k in ("threshold", "window")})
     t = out["threshold"]
     if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t <= 100:
-        raise BrainError(f"nika-brain.yml: federation.handover threshold must be a percentage "
-                         f"(0-100], got {t!r}")
+        raise BrainError(
+            f"nika-brain.yml: federation.handover threshold must be a percentage (0-100], got {t!r}"
+        )
     w = out["window"]
     if w is not None and (isinstance(w, bool) or not isinstance(w, int) or w <= 0):
-        raise BrainError(f"nika-brain.yml: federation.handover window must be a positive integer "
-                         f"(tokens), got {w!r}")
+        raise BrainError(
+            f"nika-brain.yml: federation.handover window must be a positive integer (tokens), got {w!r}"
+        )
     return out
 
 
@@ -70,6 +75,7 @@ def reported_window(record: dict) -> int | None:
 def measure(brain: Any, kernel_id: str, record: dict, transcript_path: str | None) -> dict | None:
     """{used, window, pct, threshold, source} of the session now; None when unknown."""
     from nika_brain.claude import transcript
+
     cfg = _settings(brain, kernel_id)
     window, source = reported_window(record), "claude-code"
     if window is None and cfg["window"]:
@@ -77,11 +83,17 @@ def measure(brain: Any, kernel_id: str, record: dict, transcript_path: str | Non
     usage = transcript.last_usage(transcript_path, window=window)
     if usage is None:
         return None
-    return {"used": usage.used, "window": usage.window, "pct": usage.pct,
-            "threshold": float(cfg["threshold"]), "source": source if window else "model"}
+    return {
+        "used": usage.used,
+        "window": usage.window,
+        "pct": usage.pct,
+        "threshold": float(cfg["threshold"]),
+        "source": source if window else "model",
+    }
 
 
 # ---- the summary --------------------------------------------------------------------------------
+
 
 def _tail_lines(path: str | None) -> list[dict]:
     if not path:
@@ -123,8 +135,10 @@ def build_summary(kernel: Any, session: dict, transcript_path: str | None, m: di
         text = " ".join(_text(obj.get("message")).split())
         if kind in ("user", "assistant") and text:
             turns.append((kind, text[:400]))
-    head = (f"Handover of session {session.get('id')} of kernel {kernel.id} at {m['pct']}% of a "
-            f"{m['window']}-token window (threshold {m['threshold']:g}%).")
+    head = (
+        f"Handover of session {session.get('id')} of kernel {kernel.id} at {m['pct']}% of a "
+        f"{m['window']}-token window (threshold {m['threshold']:g}%)."
+    )
     lines = [head, f"Goal: {kernel.goal}"]
     if session.get("claim"):
         lines.append(f"Open claim: {session['claim']}")
@@ -135,7 +149,7 @@ def build_summary(kernel: Any, session: dict, transcript_path: str | None, m: di
         lines.append("Last exchanges (oldest first):")
         lines += [f"- {who}: {text}" for who, text in turns[-8:]]
     text = "\n".join(lines)
-    return text if len(text) <= SUMMARY_CAP else text[:SUMMARY_CAP - 12] + "\n[...cut]"
+    return text if len(text) <= SUMMARY_CAP else text[: SUMMARY_CAP - 12] + "\n[...cut]"
 
 
 def store_summary(brain: Any, kernel_id: str, session_id: str, text: str, meta: dict) -> str | None:
@@ -150,8 +164,10 @@ def store_summary(brain: Any, kernel_id: str, session_id: str, text: str, meta: 
 
 # ---- spawning the successor -----------------------------------------------------------------
 
+
 def successor_id(brain: Any, kernel_id: str) -> str:
     from nika_brain.state.kernels import kernel_dir
+
     base = re.sub(r"-s\d+$", "", kernel_id)
     n = 2
     while kernel_dir(brain, f"{base}-s{n}").exists():
@@ -162,11 +178,24 @@ def successor_id(brain: Any, kernel_id: str) -> str:
 def spawn_successor(brain: Any, kernel: Any, new_id: str) -> Any:
     """The same /goal, scope, limits, tags and examples, parent = the old kernel (federation core)."""
     from nika_brain.federation.verbs import kernel_spawn
-    return kernel_spawn(brain, kernel.goal, kernel.scope, kernel.limits, kernel_id=new_id,
-                        tags=kernel.tags, examples=kernel.examples, region=kernel.region,
-                        data_class=kernel.data_class, doctrine=kernel.doctrine, card=kernel.card,
-                        parent=kernel.id, runtime=kernel.runtime, restart=kernel.restart,
-                        max_restarts=kernel.max_restarts)
+
+    return kernel_spawn(
+        brain,
+        kernel.goal,
+        kernel.scope,
+        kernel.limits,
+        kernel_id=new_id,
+        tags=kernel.tags,
+        examples=kernel.examples,
+        region=kernel.region,
+        data_class=kernel.data_class,
+        doctrine=kernel.doctrine,
+        card=kernel.card,
+        parent=kernel.id,
+        runtime=kernel.runtime,
+        restart=kernel.restart,
+        max_restarts=kernel.max_restarts,
+    )
 
 
 Spawner = Callable[[Any, Any, str], Any]
@@ -174,9 +203,11 @@ Spawner = Callable[[Any, Any, str], Any]
 
 # ---- the handover ---------------------------------------------------------------------------
 
+
 def _begin(brain: Any, session_id: str, m: dict) -> bool:
     """Mark the session's handover as started; False when it has one already (never twice)."""
     from nika_brain.state import sessions
+
     won: list[bool] = []
 
     def change(data: dict) -> None:
@@ -199,13 +230,21 @@ def _finish(brain: Any, session_id: str, **fields: Any) -> None:
     sessions.update(brain, session_id, change)
 
 
-def handover(brain: Any, session_id: str, kernel_id: str, m: dict, transcript_path: str | None, *,
-             spawn: Spawner = spawn_successor) -> dict:
+def handover(
+    brain: Any,
+    session_id: str,
+    kernel_id: str,
+    m: dict,
+    transcript_path: str | None,
+    *,
+    spawn: Spawner = spawn_successor,
+) -> dict:
     """Run one handover whose start was claimed. Raises BrainError when the successor cannot start
     (the caller records the failure; the old kernel and session stay as they were)."""
     from nika_brain.engine import signals
     from nika_brain.federation import registry
     from nika_brain.state import kernels, sessions
+
     k = kernels.load_kernel(brain, kernel_id)
     session = sessions.raw(brain, session_id)
     reg = registry.get_session(brain, session_id) or {}
@@ -214,13 +253,25 @@ def handover(brain: Any, session_id: str, kernel_id: str, m: dict, transcript_pa
     registry.link_session(brain, session_id, kernel=kernel_id, entity=entity)
     text = build_summary(k, {**session, "id": session_id}, transcript_path, m)
     new_id = successor_id(brain, kernel_id)
-    record = {"from_session": session_id, "from_kernel": kernel_id, "successor": new_id,
-              "entity": entity, "root": root, "summary": text, "summary_id": None,
-              "pct": m["pct"], "window": m["window"], "window_source": m["source"],
-              "threshold": m["threshold"], "at": time.time(), "successor_session": None}
+    record = {
+        "from_session": session_id,
+        "from_kernel": kernel_id,
+        "successor": new_id,
+        "entity": entity,
+        "root": root,
+        "summary": text,
+        "summary_id": None,
+        "pct": m["pct"],
+        "window": m["window"],
+        "window_source": m["source"],
+        "threshold": m["threshold"],
+        "at": time.time(),
+        "successor_session": None,
+    }
     try:
-        record["summary_id"] = store_summary(brain, kernel_id, session_id, text,
-                                             {"session": session_id, "successor": new_id})
+        record["summary_id"] = store_summary(
+            brain, kernel_id, session_id, text, {"session": session_id, "successor": new_id}
+        )
     except BrainError as exc:
         record["summary_error"] = str(exc)  # the registry still carries the summary
     # Written before the spawn: the successor's SessionStart may fire before kernel_spawn returns.
@@ -232,22 +283,39 @@ def handover(brain: Any, session_id: str, kernel_id: str, m: dict, transcript_pa
         path.unlink(missing_ok=True)
         raise BrainError(f"successor {new_id} did not start: {exc}") from exc
     kernels.set_status(brain, kernel_id, "handed-over", reason=f"handed over to {new_id} at {m['pct']}%")
-    registry.update_session(brain, session_id, successor=new_id,
-                            handover={"state": "done", "successor": new_id, "pct": m["pct"],
-                                      "summary_id": record["summary_id"]})
-    signals.emit(brain, "HANDOVER", reason=f"{kernel_id} -> {new_id} at {m['pct']}% of {m['window']}",
-                 payload={"session": session_id, "from": kernel_id, "to": new_id, "entity": entity,
-                          "root": root, "summary_id": record["summary_id"]}, publish=False)
+    registry.update_session(
+        brain,
+        session_id,
+        successor=new_id,
+        handover={"state": "done", "successor": new_id, "pct": m["pct"], "summary_id": record["summary_id"]},
+    )
+    signals.emit(
+        brain,
+        "HANDOVER",
+        reason=f"{kernel_id} -> {new_id} at {m['pct']}% of {m['window']}",
+        payload={
+            "session": session_id,
+            "from": kernel_id,
+            "to": new_id,
+            "entity": entity,
+            "root": root,
+            "summary_id": record["summary_id"],
+        },
+        publish=False,
+    )
     return record
 
 
 def _reason(state: dict) -> str:
-    return (f"this session was handed over to kernel {state.get('successor')} at {state.get('pct')}% "
-            "of its context window; continue the work there (nika-brain registry show "
-            f"{state.get('successor')}).")
+    return (
+        f"this session was handed over to kernel {state.get('successor')} at {state.get('pct')}% "
+        "of its context window; continue the work there (nika-brain registry show "
+        f"{state.get('successor')})."
+    )
 
 
 # ---- hook handlers ----------------------------------------------------------------------------
+
 
 def _kernel(hook: Any, record: dict) -> str | None:
     return record.get("kernel") or hook.kernel()
@@ -255,6 +323,7 @@ def _kernel(hook: Any, record: dict) -> str | None:
 
 def on_checkpoint(hook: Any) -> Any:
     from nika_brain.state import sessions
+
     brain, sid = hook.brain, hook.session_id
     if brain is None or not sessions.valid_id(sid):
         return None
@@ -280,8 +349,10 @@ def on_checkpoint(hook: Any) -> Any:
         rec = handover(brain, sid, kernel_id, m, tpath if isinstance(tpath, str) else None)
     except BrainError as exc:
         _finish(brain, sid, state="failed", error=str(exc))
-        return {"message": f"nika-brain: context at {m['pct']}% (threshold {m['threshold']:g}%) but "
-                             f"the handover failed: {exc}. This session keeps running."}
+        return {
+            "message": f"nika-brain: context at {m['pct']}% (threshold {m['threshold']:g}%) but "
+            f"the handover failed: {exc}. This session keeps running."
+        }
     done = {"state": "done", "successor": rec["successor"], "pct": m["pct"]}
     _finish(brain, sid, **done)
     return {"stop": _reason(done), "message": f"nika-brain: handed over to kernel {rec['successor']}."}
@@ -292,6 +363,7 @@ def _saturation(brain: Any, kernel_id: str, session_id: str, pct: float) -> None
     import sys
 
     from nika_brain.federation import triggers
+
     try:
         triggers.record_context(brain, kernel_id, session_id, pct)
         triggers.check_saturation(brain, kernel_id)
@@ -301,10 +373,11 @@ def _saturation(brain: Any, kernel_id: str, session_id: str, pct: float) -> None
 
 def on_prompt(hook: Any) -> Any:
     from nika_brain.state import sessions
+
     brain, sid = hook.brain, hook.session_id
     if brain is None or not sessions.valid_id(sid):
         return None
-    state = (sessions.raw(brain, sid).get("handover") or {})
+    state = sessions.raw(brain, sid).get("handover") or {}
     if state.get("state") == "done":
         return {"block": _reason(state), "stop": _reason(state)}
     return None
@@ -313,6 +386,7 @@ def on_prompt(hook: Any) -> Any:
 def on_session_start(hook: Any) -> Any:
     from nika_brain.federation import registry
     from nika_brain.state import sessions
+
     brain, sid = hook.brain, hook.session_id
     if brain is None or not sessions.valid_id(sid):
         return None
@@ -325,16 +399,17 @@ def on_session_start(hook: Any) -> Any:
         return None
     if ho is None:
         return None
-    registry.link_session(brain, sid, kernel=kernel_id, entity=ho["root"],
-                          predecessor=ho["from_session"])
+    registry.link_session(brain, sid, kernel=kernel_id, entity=ho["root"], predecessor=ho["from_session"])
     if not ho.get("successor_session"):
         ho["successor_session"] = sid
         registry.put_handover(brain, kernel_id, ho)
         registry.update_session(brain, ho["from_session"], successor_session=sid)
     chain = registry.ancestors(brain, ho["entity"])
     lineage = " <- ".join(f"{e['id']} ({e.get('level')}: {e.get('title') or '-'})" for e in chain)
-    text = (f"nika-brain handover: you succeed session {ho['from_session']} of kernel "
-            f"{ho['from_kernel']}, handed over at {ho['pct']}% of its context window. Root entity: "
-            f"{ho['root']}; parent entity: {lineage or ho['entity']}. Pick up the work from this "
-            f"summary:\n{ho['summary']}")
+    text = (
+        f"nika-brain handover: you succeed session {ho['from_session']} of kernel "
+        f"{ho['from_kernel']}, handed over at {ho['pct']}% of its context window. Root entity: "
+        f"{ho['root']}; parent entity: {lineage or ho['entity']}. Pick up the work from this "
+        f"summary:\n{ho['summary']}"
+    )
     return {"context": text}

@@ -13,6 +13,7 @@ recorded on the proposal. Rejecting is recorded with the measure's signature: th
 same kernel does not propose again while its measure has that signature (`silenced`); a pending
 proposal of the same trigger and kernel also holds new ones back.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -27,7 +28,7 @@ from nika_brain.support import clock
 
 TRIGGERS = ("saturation", "diversity", "doctrine", "explicit")
 STATUSES = ("pending", "approved", "rejected", "spawned", "failed")
-DEFAULT_MEMORY = "1G"      # the seed: 512 MB - 2 GB per kernel depending on the skills loaded
+DEFAULT_MEMORY = "1G"  # the seed: 512 MB - 2 GB per kernel depending on the skills loaded
 _ID = re.compile(r"^p-[a-z0-9-]{1,80}$")
 
 
@@ -47,6 +48,7 @@ def gate_id(pid: str) -> str:
 
 def load(brain: Brain, pid: str) -> dict:
     from nika_brain.support.yamlsafe import load_doc
+
     path = _path(brain, pid)
     if not path.is_file():
         raise BrainError(f"no such proposal: {pid}")
@@ -58,6 +60,7 @@ def load(brain: Brain, pid: str) -> dict:
 
 def _save(brain: Brain, p: dict) -> None:
     from nika_brain.support.yamlsafe import dumps
+
     path = _path(brain, p["id"])
     path.parent.mkdir(parents=True, exist_ok=True)
     brain.write(path, dumps(p))
@@ -83,6 +86,7 @@ def memory_estimate(brain: Brain, kernel_id: str | None) -> str:
     """The source kernel's memory limit when it has one, else the seed's typical kernel (1 GiB)."""
     if kernel_id:
         from nika_brain.state import kernels
+
         try:
             k = kernels.load_kernel(brain, kernel_id)
         except BrainError:
@@ -92,9 +96,19 @@ def memory_estimate(brain: Brain, kernel_id: str | None) -> str:
     return DEFAULT_MEMORY
 
 
-def propose(brain: Brain, trigger: str, *, goal: str, why: str, measures: dict, sig: str,
-            kernel: str | None = None, scope: tuple[str, ...] | list[str] = (),
-            limits: dict | None = None, now: datetime | None = None) -> dict | None:
+def propose(
+    brain: Brain,
+    trigger: str,
+    *,
+    goal: str,
+    why: str,
+    measures: dict,
+    sig: str,
+    kernel: str | None = None,
+    scope: tuple[str, ...] | list[str] = (),
+    limits: dict | None = None,
+    now: datetime | None = None,
+) -> dict | None:
     """Write a proposal and open its gate; None when the trigger is silenced or one is pending."""
     if trigger not in TRIGGERS:
         raise BrainError(f"unknown trigger {trigger!r} (known: {', '.join(TRIGGERS)})")
@@ -104,6 +118,7 @@ def propose(brain: Brain, trigger: str, *, goal: str, why: str, measures: dict, 
     if len(goal) > 500:
         raise BrainError("a suggested goal is at most 500 characters")
     from nika_brain.state import gates
+
     when = now or clock.now()
     with brain.mutex("proposals"):
         for p in list_proposals(brain):
@@ -119,30 +134,63 @@ def propose(brain: Brain, trigger: str, *, goal: str, why: str, measures: dict, 
         while _path(brain, pid).exists():
             pid, n = f"{base}-{n}", n + 1
         mem = (limits or {}).get("memory") or memory_estimate(brain, kernel)
-        p = {"id": pid, "trigger": trigger, "kernel": kernel, "status": "pending", "why": why,
-             "measures": measures, "signature": sig, "goal": goal, "scope": list(scope),
-             "limits": {"memory": (limits or {}).get("memory"), "cpu": (limits or {}).get("cpu")},
-             "memory_estimate": mem, "gate": gate_id(pid), "created": clock.iso(when),
-             "decided_at": None, "decided_by": None, "note": "", "spawned": None, "error": None}
+        p = {
+            "id": pid,
+            "trigger": trigger,
+            "kernel": kernel,
+            "status": "pending",
+            "why": why,
+            "measures": measures,
+            "signature": sig,
+            "goal": goal,
+            "scope": list(scope),
+            "limits": {"memory": (limits or {}).get("memory"), "cpu": (limits or {}).get("cpu")},
+            "memory_estimate": mem,
+            "gate": gate_id(pid),
+            "created": clock.iso(when),
+            "decided_at": None,
+            "decided_by": None,
+            "note": "",
+            "spawned": None,
+            "error": None,
+        }
         _save(brain, p)
-    gates.open_gate(brain, gate_id(pid), f"spawn a kernel ({trigger}): {goal} - {why} "
-                    f"(estimated memory {mem}); nika-brain kernel approve|reject {pid}",
-                    reason="spawn", now=when)
+    gates.open_gate(
+        brain,
+        gate_id(pid),
+        f"spawn a kernel ({trigger}): {goal} - {why} "
+        f"(estimated memory {mem}); nika-brain kernel approve|reject {pid}",
+        reason="spawn",
+        now=when,
+    )
     _journal(brain, "SPAWN_PROPOSED", p)
     return p
 
 
 def _journal(brain: Brain, kind: str, p: dict) -> None:
     from nika_brain.engine import signals
-    signals.emit(brain, kind, reason=f"{p['id']} ({p['trigger']}): {p['goal']}",
-                 payload={"proposal": p["id"], "trigger": p["trigger"], "kernel": p.get("kernel"),
-                          "status": p["status"], "spawned": p.get("spawned")}, publish=False)
+
+    signals.emit(
+        brain,
+        kind,
+        reason=f"{p['id']} ({p['trigger']}): {p['goal']}",
+        payload={
+            "proposal": p["id"],
+            "trigger": p["trigger"],
+            "kernel": p.get("kernel"),
+            "status": p["status"],
+            "spawned": p.get("spawned"),
+        },
+        publish=False,
+    )
 
 
-def decide(brain: Brain, pid: str, decision: str, *, note: str = "", by: str | None = None,
-           env: Any = None) -> dict:
+def decide(
+    brain: Brain, pid: str, decision: str, *, note: str = "", by: str | None = None, env: Any = None
+) -> dict:
     """A human approves (the kernel is spawned) or rejects (the trigger is silenced)."""
     from nika_brain.state import gates
+
     p = load(brain, pid)
     gates.decide(brain, p["gate"], decision, by=by, note=note, env=env)  # refuses agent sessions
     return apply(brain, pid)
@@ -151,6 +199,7 @@ def decide(brain: Brain, pid: str, decision: str, *, note: str = "", by: str | N
 def apply(brain: Brain, pid: str, *, spawn: Any = None) -> dict:
     """Carry out the gate's decision on a pending proposal (idempotent)."""
     from nika_brain.state import gates
+
     with brain.mutex("proposals"):
         p = load(brain, pid)
         if p["status"] != "pending":
@@ -162,8 +211,9 @@ def apply(brain: Brain, pid: str, *, spawn: Any = None) -> dict:
         why = authentic(brain, g) if authentic is not None else None
         if why:
             raise BrainError(f"proposal {pid}: its gate {g.id} cannot be trusted ({why}); nothing done")
-        p.update(decided_at=clock.iso(g.decided_at) if g.decided_at else None, decided_by=g.decided_by,
-                 note=g.note)
+        p.update(
+            decided_at=clock.iso(g.decided_at) if g.decided_at else None, decided_by=g.decided_by, note=g.note
+        )
         if g.status == "rejected":
             p["status"] = "rejected"
             _save(brain, p)
@@ -185,14 +235,19 @@ def apply(brain: Brain, pid: str, *, spawn: Any = None) -> dict:
 
 def _spawn(brain: Brain, p: dict) -> Any:
     from nika_brain.federation.verbs import kernel_spawn
-    return kernel_spawn(brain, p["goal"], tuple(p.get("scope") or ()),
-                        {"memory": (p.get("limits") or {}).get("memory"),
-                         "cpu": (p.get("limits") or {}).get("cpu")})
+
+    return kernel_spawn(
+        brain,
+        p["goal"],
+        tuple(p.get("scope") or ()),
+        {"memory": (p.get("limits") or {}).get("memory"), "cpu": (p.get("limits") or {}).get("cpu")},
+    )
 
 
 def reconcile(brain: Brain) -> list[dict]:
     """Apply gates decided elsewhere (`gate approve`, a pull-request review); returns those applied."""
     from nika_brain.state import gates
+
     done = []
     for p in list_proposals(brain, "pending"):
         try:

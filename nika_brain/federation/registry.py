@@ -13,6 +13,7 @@ without reading transcripts. Files under `registry/` in the brain (versioned sta
 
 Every write is atomic and under the brain's "registry" mutex. Reads tolerate a file that vanished.
 """
+
 from __future__ import annotations
 
 import re
@@ -44,6 +45,7 @@ def _path(brain: Brain, kind: str, name: str) -> Path:
 
 def _read(path: Path) -> dict[str, Any] | None:
     from nika_brain.support.yamlsafe import load_doc
+
     try:
         doc = load_doc(path)
     except BrainError:
@@ -57,18 +59,28 @@ def _read(path: Path) -> dict[str, Any] | None:
 
 def _write(brain: Brain, path: Path, data: dict) -> None:
     from nika_brain.support.yamlsafe import dumps
+
     path.parent.mkdir(parents=True, exist_ok=True)
     brain.write(path, dumps(data))
 
 
 # ---- entities -----------------------------------------------------------------------------------
 
+
 def get_entity(brain: Brain, entity_id: str) -> dict | None:
     return _read(_path(brain, "entities", entity_id))
 
 
-def add_entity(brain: Brain, entity_id: str, level: str, *, parent: str | None = None,
-               kernel: str | None = None, title: str = "", now: datetime | None = None) -> dict:
+def add_entity(
+    brain: Brain,
+    entity_id: str,
+    level: str,
+    *,
+    parent: str | None = None,
+    kernel: str | None = None,
+    title: str = "",
+    now: datetime | None = None,
+) -> dict:
     """Create an entity; re-adding the same one is a no-op, a different one is an error."""
     _check("entity id", entity_id)
     if level not in LEVELS:
@@ -84,10 +96,17 @@ def add_entity(brain: Brain, entity_id: str, level: str, *, parent: str | None =
             if p is None:
                 raise BrainError(f"no such entity: {parent}")
             if p.get("level") != LEVELS[want - 1]:
-                raise BrainError(f"the parent of a {level} must be a {LEVELS[want - 1]}; "
-                                 f"{parent} is a {p.get('level')}")
-        record = {"id": entity_id, "level": level, "parent": parent or None, "kernel": kernel,
-                  "title": title, "created": clock.iso(now or clock.now())}
+                raise BrainError(
+                    f"the parent of a {level} must be a {LEVELS[want - 1]}; {parent} is a {p.get('level')}"
+                )
+        record = {
+            "id": entity_id,
+            "level": level,
+            "parent": parent or None,
+            "kernel": kernel,
+            "title": title,
+            "created": clock.iso(now or clock.now()),
+        }
         have = get_entity(brain, entity_id)
         if have is not None:
             same = all(have.get(k) == record[k] for k in ("level", "parent", "kernel"))
@@ -141,20 +160,34 @@ def kernel_root(brain: Brain, kernel_id: str, goal: str = "") -> str:
 
 # ---- sessions -----------------------------------------------------------------------------------
 
+
 def get_session(brain: Brain, session_id: str) -> dict | None:
     return _read(_path(brain, "sessions", session_id))
 
 
-def link_session(brain: Brain, session_id: str, *, kernel: str | None, entity: str | None = None,
-                 predecessor: str | None = None, now: datetime | None = None) -> dict:
+def link_session(
+    brain: Brain,
+    session_id: str,
+    *,
+    kernel: str | None,
+    entity: str | None = None,
+    predecessor: str | None = None,
+    now: datetime | None = None,
+) -> dict:
     """Record (or update) a session's kernel and entity; its root entity is derived."""
     if entity is not None and get_entity(brain, entity) is None:
         raise BrainError(f"no such entity: {entity}")
     with brain.mutex("registry"):
-        rec = get_session(brain, session_id) or {"session": session_id, "kernel": None, "entity": None,
-                                                 "root": None, "predecessor": None, "successor": None,
-                                                 "linked": clock.iso(now or clock.now()),
-                                                 "handover": None}
+        rec = get_session(brain, session_id) or {
+            "session": session_id,
+            "kernel": None,
+            "entity": None,
+            "root": None,
+            "predecessor": None,
+            "successor": None,
+            "linked": clock.iso(now or clock.now()),
+            "handover": None,
+        }
         if kernel:
             rec["kernel"] = kernel
         if entity:
@@ -190,6 +223,7 @@ def sessions_of(brain: Brain, *, entity: str | None = None, kernel: str | None =
 
 # ---- handovers (read by the successor's SessionStart) -----------------------------------------
 
+
 def put_handover(brain: Brain, successor_kernel: str, record: dict) -> None:
     with brain.mutex("registry"):
         _write(brain, _path(brain, "handovers", successor_kernel), record)
@@ -201,6 +235,7 @@ def get_handover(brain: Brain, successor_kernel: str) -> dict | None:
 
 # ---- show ---------------------------------------------------------------------------------------
 
+
 def show(brain: Brain, name: str) -> dict:
     """A session (its kernel, entity chain, predecessor and successor) or an entity (its chain,
     children and sessions), whichever `name` is."""
@@ -211,7 +246,11 @@ def show(brain: Brain, name: str) -> dict:
         return {"kind": "session", **s, "lineage": [e["id"] for e in chain]}
     e = get_entity(brain, name)
     if e is not None:
-        return {"kind": "entity", **e, "lineage": [x["id"] for x in ancestors(brain, name)],
-                "children": [c["id"] for c in children(brain, name)],
-                "sessions": [x["session"] for x in sessions_of(brain, entity=name)]}
+        return {
+            "kind": "entity",
+            **e,
+            "lineage": [x["id"] for x in ancestors(brain, name)],
+            "children": [c["id"] for c in children(brain, name)],
+            "sessions": [x["session"] for x in sessions_of(brain, entity=name)],
+        }
     raise BrainError(f"no session or entity {name!r} in the registry")

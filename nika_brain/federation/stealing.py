@@ -32,6 +32,7 @@ open keys; grants travel on the broadcast channel (everyone sees them) and in th
 stream `nika:federation:inbox:<kernel>` (durable). Grants, revocations and stolen completions are
 journaled (journal/signals.jsonl: TASK_GRANTED, TASK_REVOKED, TASK_DONE).
 """
+
 from __future__ import annotations
 
 import os
@@ -45,12 +46,20 @@ from typing import Any, NamedTuple
 from nika_brain.errors import BrainError
 
 GROUP = "kernel"
-DEFAULTS = {"threshold": 0.80, "window": 0.2, "lease": 600.0, "grant_timeout": 30.0,
-            "alive_ttl": 10.0, "batch": 8, "sweep": 1.0}
+DEFAULTS = {
+    "threshold": 0.80,
+    "window": 0.2,
+    "lease": 600.0,
+    "grant_timeout": 30.0,
+    "alive_ttl": 10.0,
+    "batch": 8,
+    "sweep": 1.0,
+}
 
 
 def channel() -> str:
     from nika_brain.bus import WORK_STEALING
+
     return WORK_STEALING
 
 
@@ -64,13 +73,13 @@ def inbox_channel(kernel: str) -> str:
 
 @dataclass(frozen=True)
 class Settings:
-    threshold: float = DEFAULTS["threshold"]    # aptitude a claimant needs to be granted a task
-    window: float = DEFAULTS["window"]          # seconds the owner waits for claims
-    lease: float = DEFAULTS["lease"]            # a running task's lease, renewed at a third of it
+    threshold: float = DEFAULTS["threshold"]  # aptitude a claimant needs to be granted a task
+    window: float = DEFAULTS["window"]  # seconds the owner waits for claims
+    lease: float = DEFAULTS["lease"]  # a running task's lease, renewed at a third of it
     grant_timeout: float = DEFAULTS["grant_timeout"]  # a grant not started by then returns
-    alive_ttl: float = DEFAULTS["alive_ttl"]    # a kernel not seen for this long is not alive
-    batch: int = DEFAULTS["batch"]              # tasks read ahead from the own queue
-    sweep: float = DEFAULTS["sweep"]            # seconds between two sweeps of the open tasks
+    alive_ttl: float = DEFAULTS["alive_ttl"]  # a kernel not seen for this long is not alive
+    batch: int = DEFAULTS["batch"]  # tasks read ahead from the own queue
+    sweep: float = DEFAULTS["sweep"]  # seconds between two sweeps of the open tasks
 
 
 def settings(brain: Any, **override: Any) -> Settings:
@@ -82,20 +91,24 @@ def settings(brain: Any, **override: Any) -> Settings:
     values: dict[str, Any] = {}
     for key, value in raw.items():
         if key not in DEFAULTS:
-            raise BrainError(f"nika-brain.yml: federation.stealing.{key} is not a setting "
-                             f"(known: {', '.join(DEFAULTS)})")
+            raise BrainError(
+                f"nika-brain.yml: federation.stealing.{key} is not a setting (known: {', '.join(DEFAULTS)})"
+            )
         kind = int if isinstance(DEFAULTS[key], int) else float
         ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
         if key == "threshold":
             ok = isinstance(value, (int, float)) and not isinstance(value, bool) and -1 <= value <= 1
         if not ok or (kind is int and int(value) != value):
-            raise BrainError(f"nika-brain.yml: federation.stealing.{key} must be a positive "
-                             f"{'integer' if kind is int else 'number'}, got {value!r}")
+            raise BrainError(
+                f"nika-brain.yml: federation.stealing.{key} must be a positive "
+                f"{'integer' if kind is int else 'number'}, got {value!r}"
+            )
         values[key] = kind(value)
     return Settings(**values)
 
 
 # ---- the grant rule ---------------------------------------------------------------------------
+
 
 class Claim(NamedTuple):
     kernel: str
@@ -122,25 +135,53 @@ def decide(owner: str, claims: Iterable[Claim], threshold: float) -> Decision:
         return Decision(owner, f"kept: {why}", None, tuple(seen.values()))
     passing.sort(key=lambda c: (-round(c.aptitude, 6), c.depth, c.kernel))
     best = passing[0]
-    why = ("the only claimant above the threshold" if len(passing) == 1
-           else f"the best of {len(passing)} claimants above the threshold")
+    why = (
+        "the only claimant above the threshold"
+        if len(passing) == 1
+        else f"the best of {len(passing)} claimants above the threshold"
+    )
     return Decision(best.kernel, why, best.aptitude, tuple(seen.values()))
 
 
 # ---- keys and reading the state ---------------------------------------------------------------
 
-def _k_task(tid: str) -> str: return f"ws:task:{tid}"
-def _k_open(owner: str, tid: str) -> str: return f"ws:open:{owner}:{tid}"
-def _k_away(owner: str, tid: str) -> str: return f"ws:away:{owner}:{tid}"
-def _k_grant(tid: str, n: int) -> str: return f"ws:grant:{tid}:{n}"
-def _k_lease(tid: str) -> str: return f"ws:lease:{tid}"
-def _k_done(tid: str) -> str: return f"ws:done:{tid}"
-def _k_alive(kernel: str) -> str: return f"ws:alive:{kernel}"
+
+def _k_task(tid: str) -> str:
+    return f"ws:task:{tid}"
+
+
+def _k_open(owner: str, tid: str) -> str:
+    return f"ws:open:{owner}:{tid}"
+
+
+def _k_away(owner: str, tid: str) -> str:
+    return f"ws:away:{owner}:{tid}"
+
+
+def _k_grant(tid: str, n: int) -> str:
+    return f"ws:grant:{tid}:{n}"
+
+
+def _k_lease(tid: str) -> str:
+    return f"ws:lease:{tid}"
+
+
+def _k_done(tid: str) -> str:
+    return f"ws:done:{tid}"
+
+
+def _k_alive(kernel: str) -> str:
+    return f"ws:alive:{kernel}"
 
 
 def _check_name(what: str, value: str) -> str:
-    if not isinstance(value, str) or not value or len(value) > 128 or any(
-            c in value for c in ": \t\n/") or not value.isprintable():
+    if (
+        not isinstance(value, str)
+        or not value
+        or len(value) > 128
+        or any(c in value for c in ": \t\n/")
+        or not value.isprintable()
+    ):
         raise BrainError(f"not a valid {what}: {value!r}")
     return value
 
@@ -155,8 +196,15 @@ def grants(bus: Any, tid: str) -> list[dict]:
         out.append(g)
 
 
-def enqueue(bus: Any, owner: str, summary: str, *, priority: float = 0.5, prompt: str | None = None,
-            task_id: str | None = None) -> dict:
+def enqueue(
+    bus: Any,
+    owner: str,
+    summary: str,
+    *,
+    priority: float = 0.5,
+    prompt: str | None = None,
+    task_id: str | None = None,
+) -> dict:
     """Put a task in `owner`'s queue. Its summary is what claimants score against their goal."""
     _check_name("kernel id", owner)
     summary = (summary or "").strip()
@@ -167,8 +215,14 @@ def enqueue(bus: Any, owner: str, summary: str, *, priority: float = 0.5, prompt
     if not isinstance(priority, (int, float)) or isinstance(priority, bool) or not 0 <= priority <= 1:
         raise BrainError(f"a task priority is a number from 0 to 1, got {priority!r}")
     tid = _check_name("task id", task_id or f"t-{uuid.uuid4().hex[:16]}")
-    task = {"id": tid, "owner": owner, "summary": summary, "prompt": prompt or summary,
-            "priority": float(priority), "created": time.time()}
+    task = {
+        "id": tid,
+        "owner": owner,
+        "summary": summary,
+        "prompt": prompt or summary,
+        "priority": float(priority),
+        "created": time.time(),
+    }
     if not bus.set_if_absent(_k_task(tid), task):
         raise BrainError(f"task {tid} exists already")
     bus.set(_k_open(owner, tid), {"at": task["created"]})
@@ -201,7 +255,7 @@ def queue(bus: Any, kernel: str) -> list[dict]:
     out = []
     for key in bus.keys(prefix):
         try:
-            out.append(task_state(bus, key[len(prefix):]))
+            out.append(task_state(bus, key[len(prefix) :]))
         except BrainError:
             continue  # a task record gone (purged): nothing to show
     out.sort(key=lambda t: (-t["priority"], t["created"]))
@@ -213,16 +267,17 @@ def alive(bus: Any) -> dict[str, dict]:
     for key in bus.keys("ws:alive:"):
         value = bus.get(key)
         if value is not None:
-            out[key[len("ws:alive:"):]] = value
+            out[key[len("ws:alive:") :]] = value
     return out
 
 
 # ---- a kernel's worker ------------------------------------------------------------------------
 
+
 @dataclass
 class _Offer:
     tid: str
-    qid: str | None               # its message in the owner's queue stream
+    qid: str | None  # its message in the owner's queue stream
     started: float
     expected: frozenset[str]
     claims: list[Claim] = field(default_factory=list)
@@ -236,29 +291,36 @@ class Worker:
     and revocations (default: the brain's signal journal). One Worker per kernel at a time.
     """
 
-    def __init__(self, bus: Any, kernel: str, run: Callable[[dict], dict | None], *,
-                 aptitude: Callable[[list[str]], list[float]], config: Settings = Settings(),
-                 journal: Callable[[str, dict], None] | None = None,
-                 on_start: Callable[[dict], None] | None = None,
-                 busy: Callable[[], bool] | None = None):
+    def __init__(
+        self,
+        bus: Any,
+        kernel: str,
+        run: Callable[[dict], dict | None],
+        *,
+        aptitude: Callable[[list[str]], list[float]],
+        config: Settings = Settings(),
+        journal: Callable[[str, dict], None] | None = None,
+        on_start: Callable[[dict], None] | None = None,
+        busy: Callable[[], bool] | None = None,
+    ):
         self.bus = bus
         self.kernel = _check_name("kernel id", kernel)
         self.run = run
         self.aptitude = aptitude
         self.cfg = config
-        self.journal = journal or (lambda kind, payload: None)
+        self.journal = journal or (lambda _kind, _payload: None)
         self.on_start = on_start
-        self.busy_probe = busy          # work the kernel has outside this queue (prompts waiting)
+        self.busy_probe = busy  # work the kernel has outside this queue (prompts waiting)
         self._busy_seen = (0.0, False)
         self.pid = os.getpid()
         self.ws = channel()
         self.cursor: str | None = None
-        self.local: list[tuple[str, str | None]] = []      # (task, queue message) to run here
-        self.granted: list[tuple[str, str | None]] = []    # (task, inbox message) granted to us
+        self.local: list[tuple[str, str | None]] = []  # (task, queue message) to run here
+        self.granted: list[tuple[str, str | None]] = []  # (task, inbox message) granted to us
         self.offers: dict[str, _Offer] = {}
-        self.claimed: dict[str, float] = {}                 # task -> give up waiting at
-        self.held: set[str] = set()                         # tasks in local/granted/offers
-        self.deferred: dict[str, float] = {}                # lease held elsewhere: retry after
+        self.claimed: dict[str, float] = {}  # task -> give up waiting at
+        self.held: set[str] = set()  # tasks in local/granted/offers
+        self.deferred: dict[str, float] = {}  # lease held elsewhere: retry after
         self._alive: dict[str, dict] = {}
         self._alive_at = 0.0
         self._beat_at = 0.0
@@ -308,9 +370,16 @@ class Worker:
         now = time.monotonic()
         state = "idle" if self.idle else "busy"
         if force or state != self._beat_state or now - self._beat_at > self.cfg.alive_ttl / 3:
-            self.bus.set(_k_alive(self.kernel), {"pid": self.pid, "state": state, "at": time.time(),
-                                                 "depth": len(self.local) + len(self.granted)},
-                         ttl=self.cfg.alive_ttl)
+            self.bus.set(
+                _k_alive(self.kernel),
+                {
+                    "pid": self.pid,
+                    "state": state,
+                    "at": time.time(),
+                    "depth": len(self.local) + len(self.granted),
+                },
+                ttl=self.cfg.alive_ttl,
+            )
             if self.cursor:
                 self.bus.set(f"ws:cursor:{self.kernel}", {"id": self.cursor})
             self._beat_at, self._beat_state = now, state
@@ -380,8 +449,11 @@ class Worker:
             return
         now = time.time()
         # A stale offer (read from a backlog after a restart, or while busy) is past its window.
-        fresh = [m for m in offers if now - float(m.get("at") or 0) <= self.cfg.window * 2
-                 and m["task"] not in self.claimed]
+        fresh = [
+            m
+            for m in offers
+            if now - float(m.get("at") or 0) <= self.cfg.window * 2 and m["task"] not in self.claimed
+        ]
         if not fresh:
             return
         scores = self.aptitude([str(m.get("summary") or "") for m in fresh])
@@ -389,9 +461,18 @@ class Worker:
             tid = msg["task"]
             self.stats["claims"] += 1
             self.claimed[tid] = time.monotonic() + self.cfg.window * 4
-            self.bus.publish(self.ws, {"type": "task_claim", "task": tid, "owner": msg.get("owner"),
-                                       "kernel": self.kernel, "aptitude": float(score),
-                                       "depth": len(self.claimed), "at": time.time()})
+            self.bus.publish(
+                self.ws,
+                {
+                    "type": "task_claim",
+                    "task": tid,
+                    "owner": msg.get("owner"),
+                    "kernel": self.kernel,
+                    "aptitude": float(score),
+                    "depth": len(self.claimed),
+                    "at": time.time(),
+                },
+            )
 
     def _read_inbox(self) -> bool:
         msgs = self.bus.group_read(inbox_channel(self.kernel), GROUP, self.kernel, count=16)
@@ -423,9 +504,17 @@ class Worker:
                 self.local.append((tid, qid))  # decided already (an earlier incarnation): run it
                 break
             self.offers[tid] = _Offer(tid, qid, time.monotonic(), idle)
-            self.bus.publish(self.ws, {"type": "task_available", "task": tid, "owner": self.kernel,
-                                       "summary": task["summary"], "priority": task["priority"],
-                                       "at": time.time()})
+            self.bus.publish(
+                self.ws,
+                {
+                    "type": "task_available",
+                    "task": tid,
+                    "owner": self.kernel,
+                    "summary": task["summary"],
+                    "priority": task["priority"],
+                    "at": time.time(),
+                },
+            )
             did = True
         return did
 
@@ -443,17 +532,31 @@ class Worker:
 
     def _grant(self, offer: _Offer) -> None:
         d = decide(self.kernel, offer.claims, self.cfg.threshold)
-        record = {"to": d.to, "epoch": 1, "by": self.kernel, "reason": d.reason, "at": time.time(),
-                  "aptitude": d.aptitude, "candidates": [list(c) for c in d.candidates]}
+        record = {
+            "to": d.to,
+            "epoch": 1,
+            "by": self.kernel,
+            "reason": d.reason,
+            "at": time.time(),
+            "aptitude": d.aptitude,
+            "candidates": [list(c) for c in d.candidates],
+        }
         if not self.bus.set_if_absent(_k_grant(offer.tid, 1), record):
             record = grants(self.bus, offer.tid)[-1]  # decided before (an earlier incarnation)
         self._deliver(offer.tid, offer.qid, record)
 
     def _deliver(self, tid: str, qid: str | None, record: dict) -> None:
         to = record["to"]
-        msg = {"type": "task_granted", "task": tid, "owner": self.kernel, "to": to,
-               "epoch": record["epoch"], "aptitude": record.get("aptitude"),
-               "reason": record.get("reason"), "at": time.time()}
+        msg = {
+            "type": "task_granted",
+            "task": tid,
+            "owner": self.kernel,
+            "to": to,
+            "epoch": record["epoch"],
+            "aptitude": record.get("aptitude"),
+            "reason": record.get("reason"),
+            "at": time.time(),
+        }
         if to == self.kernel:
             self.stats["kept"] += 1
             self.local.append((tid, qid))
@@ -478,7 +581,7 @@ class Worker:
         prefix = f"ws:away:{self.kernel}:"
         peers = alive(self.bus)
         for key in self.bus.keys(prefix):
-            tid = key[len(prefix):]
+            tid = key[len(prefix) :]
             if tid in self.held:
                 continue
             if self.bus.get(_k_done(tid)) is not None:
@@ -500,13 +603,25 @@ class Worker:
             late = time.time() - float(last.get("at") or 0) > self.cfg.grant_timeout
             if grantee is not None and not late:
                 continue
-            record = {"to": self.kernel, "epoch": len(gs) + 1, "by": self.kernel, "at": time.time(),
-                      "reason": f"revoked from {last['to']}: "
-                                + ("not alive" if grantee is None else "not started in time"),
-                      "aptitude": None, "candidates": []}
+            record = {
+                "to": self.kernel,
+                "epoch": len(gs) + 1,
+                "by": self.kernel,
+                "at": time.time(),
+                "reason": f"revoked from {last['to']}: "
+                + ("not alive" if grantee is None else "not started in time"),
+                "aptitude": None,
+                "candidates": [],
+            }
             if self.bus.set_if_absent(_k_grant(tid, len(gs) + 1), record):
-                msg = {"type": "task_revoked", "task": tid, "owner": self.kernel,
-                       "from": last["to"], "epoch": len(gs) + 1, "reason": record["reason"]}
+                msg = {
+                    "type": "task_revoked",
+                    "task": tid,
+                    "owner": self.kernel,
+                    "from": last["to"],
+                    "epoch": len(gs) + 1,
+                    "reason": record["reason"],
+                }
                 self.bus.publish(self.ws, msg)
                 self.journal("TASK_REVOKED", msg)
                 self.stats["revoked"] += 1
@@ -517,8 +632,10 @@ class Worker:
     # -- running ------------------------------------------------------------------------------
     def _run_one(self) -> bool:
         now = time.monotonic()
-        for pool, chan in ((self.granted, inbox_channel(self.kernel)),
-                           (self.local, queue_channel(self.kernel))):
+        for pool, chan in (
+            (self.granted, inbox_channel(self.kernel)),
+            (self.local, queue_channel(self.kernel)),
+        ):
             for i, (tid, mid) in enumerate(pool):
                 if self.deferred.get(tid, 0) > now:
                     continue
@@ -553,8 +670,15 @@ class Worker:
             if not gs:
                 if task["owner"] != self.kernel:
                     return "not-ours"
-                local = {"to": self.kernel, "epoch": 1, "by": self.kernel, "reason": "kept: run locally",
-                         "at": time.time(), "aptitude": None, "candidates": []}
+                local = {
+                    "to": self.kernel,
+                    "epoch": 1,
+                    "by": self.kernel,
+                    "reason": "kept: run locally",
+                    "at": time.time(),
+                    "aptitude": None,
+                    "candidates": [],
+                }
                 if not self.bus.set_if_absent(_k_grant(tid, 1), local):
                     gs = grants(self.bus, tid)
                 else:
@@ -566,14 +690,25 @@ class Worker:
                 self.on_start({**task, "epoch": epoch, "kernel": self.kernel, "pid": self.pid})
             renew.start()
             result = self.run(task)
-            done = {"kernel": self.kernel, "pid": self.pid, "epoch": epoch, "token": token,
-                    "at": time.time(), "result": result}
+            done = {
+                "kernel": self.kernel,
+                "pid": self.pid,
+                "epoch": epoch,
+                "token": token,
+                "at": time.time(),
+                "result": result,
+            }
             if self.bus.set_if_absent(_k_done(tid), done):
                 self.stats["ran"] += 1
                 stolen = task["owner"] != self.kernel
                 if stolen:  # the owner's own runs are not news for the other kernels
-                    msg = {"type": "task_done", "task": tid, "owner": task["owner"],
-                           "kernel": self.kernel, "stolen": stolen}
+                    msg = {
+                        "type": "task_done",
+                        "task": tid,
+                        "owner": task["owner"],
+                        "kernel": self.kernel,
+                        "stolen": stolen,
+                    }
                     self.bus.publish(self.ws, msg)
                     self.stats["stolen"] += 1
                     self.journal("TASK_DONE", msg)
@@ -621,8 +756,15 @@ def brain_journal(brain: Any) -> Callable[[str, dict], None]:
     from nika_brain.engine import signals
 
     def write(kind: str, payload: dict) -> None:
-        signals.emit(brain, kind, reason=f"{payload.get('owner')} -> {payload.get('to') or payload.get('kernel')}"
-                     f" {payload.get('task')}", payload=payload, publish=False)
+        signals.emit(
+            brain,
+            kind,
+            reason=f"{payload.get('owner')} -> {payload.get('to') or payload.get('kernel')}"
+            f" {payload.get('task')}",
+            payload=payload,
+            publish=False,
+        )
+
     return write
 
 
@@ -631,6 +773,7 @@ def worker_for(brain: Any, kernel_id: str, run: Callable[[dict], dict | None], *
     from nika_brain.bus import open_bus
     from nika_brain.federation.aptitude import Aptitude, goal_text, open_embedder
     from nika_brain.state.kernels import load_kernel
+
     bus = open_bus(brain)
     k = load_kernel(brain, kernel_id)
     apt = Aptitude(k.id, goal_text(k.goal, k.tags), open_embedder(brain), bus)
@@ -639,13 +782,16 @@ def worker_for(brain: Any, kernel_id: str, run: Callable[[dict], dict | None], *
 
     def prompts_waiting() -> bool:  # prompts given to `kernel invoke` and not taken yet
         return bool(prompts.pending(brain, k.id))
+
     kw.setdefault("busy", prompts_waiting)
-    return Worker(bus, k.id, run, aptitude=apt.scores, config=settings(brain),
-                  journal=brain_journal(brain), **kw)
+    return Worker(
+        bus, k.id, run, aptitude=apt.scores, config=settings(brain), journal=brain_journal(brain), **kw
+    )
 
 
 def journal_summary(brain: Any, kernel: str | None = None) -> dict[str, dict[str, int]]:
     """Per kernel: tasks granted away and in, run for another (stole), revoked, from the journal."""
     from nika_brain.engine.index import stealing_counts
+
     counts = stealing_counts(brain)
     return {k: v for k, v in counts.items() if kernel is None or k == kernel}

@@ -22,6 +22,7 @@
 Thresholds: `federation.triggers` in nika-brain.yml: saturation_pct (70), saturation_min_samples (3),
 diversity_clusters (5), diversity_link (0.3), diversity_min_share (0.05).
 """
+
 from __future__ import annotations
 
 import json
@@ -33,30 +34,51 @@ from typing import Any
 from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
 
-DEFAULTS = {"saturation_pct": 70.0, "saturation_min_samples": 3, "diversity_clusters": 5,
-            "diversity_link": 0.3, "diversity_min_share": 0.05}
+DEFAULTS = {
+    "saturation_pct": 70.0,
+    "saturation_min_samples": 3,
+    "diversity_clusters": 5,
+    "diversity_link": 0.3,
+    "diversity_min_share": 0.05,
+}
 # Everyday sentences on unrelated subjects, French and English: their mean embedding is what "no
 # topic in particular" looks like to the model. Records are centred on it before clustering, because
 # e5's raw similarities all sit near 0.8 whatever the subject (and centring on the records' own mean
 # would make one topic look like several).
 REFERENCE = (
-    "the weather will be sunny tomorrow afternoon", "il pleut souvent en Bretagne en automne",
-    "the train to Paris leaves at eight", "le conseil municipal vote le budget",
-    "a new smartphone was released today", "les élèves passent le baccalauréat en juin",
-    "the hospital opened a new emergency ward", "la banque a relevé ses taux",
-    "the museum shows paintings of the renaissance", "le chat dort sur le canapé",
-    "stock markets fell sharply on monday", "la recette demande trois oeufs",
-    "the river flooded the village", "le logiciel plante au démarrage",
-    "elections will be held next spring", "le match de rugby est reporté",
-    "the company hired fifty engineers", "la voiture électrique consomme peu",
-    "a concert of classical music in the cathedral", "le médecin prescrit des antibiotiques",
-    "the library lends books for three weeks", "les vacances commencent samedi",
-    "an earthquake struck the coast", "le restaurant ferme le lundi",
-    "the satellite was launched into orbit", "la facture d'électricité augmente",
-    "children play in the park", "le contrat de travail est signé",
-    "a bug in the payment system", "les abeilles disparaissent")
+    "the weather will be sunny tomorrow afternoon",
+    "il pleut souvent en Bretagne en automne",
+    "the train to Paris leaves at eight",
+    "le conseil municipal vote le budget",
+    "a new smartphone was released today",
+    "les élèves passent le baccalauréat en juin",
+    "the hospital opened a new emergency ward",
+    "la banque a relevé ses taux",
+    "the museum shows paintings of the renaissance",
+    "le chat dort sur le canapé",
+    "stock markets fell sharply on monday",
+    "la recette demande trois oeufs",
+    "the river flooded the village",
+    "le logiciel plante au démarrage",
+    "elections will be held next spring",
+    "le match de rugby est reporté",
+    "the company hired fifty engineers",
+    "la voiture électrique consomme peu",
+    "a concert of classical music in the cathedral",
+    "le médecin prescrit des antibiotiques",
+    "the library lends books for three weeks",
+    "les vacances commencent samedi",
+    "an earthquake struck the coast",
+    "le restaurant ferme le lundi",
+    "the satellite was launched into orbit",
+    "la facture d'électricité augmente",
+    "children play in the park",
+    "le contrat de travail est signé",
+    "a bug in the payment system",
+    "les abeilles disparaissent",
+)
 DAY = 86400.0
-SAMPLES_MAX = 256 * 1024   # bytes of context samples before the file is cut to the last 24 h
+SAMPLES_MAX = 256 * 1024  # bytes of context samples before the file is cut to the last 24 h
 CENTROIDS = 64
 
 
@@ -67,8 +89,9 @@ def settings(brain: Brain) -> dict:
     out = dict(DEFAULTS)
     for key, value in raw.items():
         if key not in DEFAULTS:
-            raise BrainError(f"nika-brain.yml: federation.triggers.{key} is not a setting "
-                             f"(known: {', '.join(DEFAULTS)})")
+            raise BrainError(
+                f"nika-brain.yml: federation.triggers.{key} is not a setting (known: {', '.join(DEFAULTS)})"
+            )
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
             raise BrainError(f"nika-brain.yml: federation.triggers.{key} must be a positive number")
         out[key] = value
@@ -77,12 +100,12 @@ def settings(brain: Brain) -> dict:
 
 # ---- saturation -------------------------------------------------------------------------------
 
+
 def _samples_path(brain: Brain, kernel_id: str) -> Path:
     return brain.state_dir / "federation" / kernel_id / "context.jsonl"
 
 
-def record_context(brain: Brain, kernel_id: str, session_id: str, pct: float,
-                   t: float | None = None) -> None:
+def record_context(brain: Brain, kernel_id: str, session_id: str, pct: float, t: float | None = None) -> None:
     path = _samples_path(brain, kernel_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     line = json.dumps({"t": t if t is not None else time.time(), "pct": pct, "session": session_id})
@@ -126,28 +149,42 @@ def saturation(brain: Brain, kernel_id: str, now: float | None = None) -> dict:
 
 def check_saturation(brain: Brain, kernel_id: str, now: float | None = None) -> dict | None:
     from nika_brain.federation import proposals
+
     cfg = settings(brain)
     m = saturation(brain, kernel_id, now)
-    if m["mean"] is None or m["samples"] < cfg["saturation_min_samples"] or m["mean"] <= cfg["saturation_pct"]:
+    if (
+        m["mean"] is None
+        or m["samples"] < cfg["saturation_min_samples"]
+        or m["mean"] <= cfg["saturation_pct"]
+    ):
         return None
     k = _kernel(brain, kernel_id)
     return proposals.propose(
-        brain, "saturation", kernel=kernel_id, goal=k.goal, scope=k.scope,
+        brain,
+        "saturation",
+        kernel=kernel_id,
+        goal=k.goal,
+        scope=k.scope,
         why=f"mean context use of {kernel_id} over 24 h is {m['mean']}% (> {cfg['saturation_pct']:g}%, "
-            f"{m['samples']} samples): a second kernel with the same goal would share the load",
-        measures={**m, "threshold": cfg["saturation_pct"]}, sig=proposals.signature(int(m["mean"] // 5)))
+        f"{m['samples']} samples): a second kernel with the same goal would share the load",
+        measures={**m, "threshold": cfg["saturation_pct"]},
+        sig=proposals.signature(int(m["mean"] // 5)),
+    )
 
 
 def _kernel(brain: Brain, kernel_id: str) -> Any:
     from nika_brain.state import kernels
+
     return kernels.load_kernel(brain, kernel_id)
 
 
 # ---- topic diversity ----------------------------------------------------------------------------
 
+
 def _kmeans(x: Any, k: int, seed: int = 0, iters: int = 10) -> tuple[Any, Any]:
     """Spherical k-means, k-means++ seeded with a fixed generator; (centroids, labels)."""
     import numpy as np
+
     rng = np.random.default_rng(seed)
     n = x.shape[0]
     centres = [int(rng.integers(n))]
@@ -174,6 +211,7 @@ def _average_linkage(items: Any, weights: Any, link: float) -> Any:
     """Merge the two closest groups while their weighted mean similarity is at least `link`;
     returns a group label per item."""
     import numpy as np
+
     m = len(items)
     sim = (items @ items.T).astype(np.float64)
     np.fill_diagonal(sim, -np.inf)
@@ -200,8 +238,14 @@ def reference_mean(embedder: Any) -> Any:
     return embedder.embed(list(REFERENCE), kind="passage").mean(axis=0)
 
 
-def topic_clusters(vectors: Any, reference: Any, *, link: float = DEFAULTS["diversity_link"],
-                   min_share: float = DEFAULTS["diversity_min_share"], seed: int = 0) -> dict:
+def topic_clusters(
+    vectors: Any,
+    reference: Any,
+    *,
+    link: float = DEFAULTS["diversity_link"],
+    min_share: float = DEFAULTS["diversity_min_share"],
+    seed: int = 0,
+) -> dict:
     """{clusters, sizes, records, method}: disjoint topic clusters among the vectors.
 
     The vectors are centred on `reference` (reference_mean: REFERENCE's mean embedding) and
@@ -210,6 +254,7 @@ def topic_clusters(vectors: Any, reference: Any, *, link: float = DEFAULTS["dive
     the records are counted.
     """
     import numpy as np
+
     x = np.asarray(vectors, dtype=np.float32)
     n = len(x)
     if n == 0 or x.ndim != 2:
@@ -242,26 +287,39 @@ def kernel_vectors(brain: Brain, kernel_id: str) -> Any:
 
 def check_diversity(brain: Brain, kernel_id: str, vectors: Any = None) -> dict | None:
     from nika_brain.federation import proposals
+
     cfg = settings(brain)
     from nika_brain.federation.aptitude import open_embedder
+
     vecs = kernel_vectors(brain, kernel_id) if vectors is None else vectors
-    m = topic_clusters(vecs, reference_mean(open_embedder(brain)), link=cfg["diversity_link"],
-                       min_share=cfg["diversity_min_share"])
+    m = topic_clusters(
+        vecs,
+        reference_mean(open_embedder(brain)),
+        link=cfg["diversity_link"],
+        min_share=cfg["diversity_min_share"],
+    )
     if m["clusters"] <= cfg["diversity_clusters"]:
         return None
     k = _kernel(brain, kernel_id)
     return proposals.propose(
-        brain, "diversity", kernel=kernel_id, goal=f"{k.goal} (split: one of its {m['clusters']} topics)",
+        brain,
+        "diversity",
+        kernel=kernel_id,
+        goal=f"{k.goal} (split: one of its {m['clusters']} topics)",
         scope=k.scope,
         why=f"{m['clusters']} disjoint topic clusters in {kernel_id}'s {m['records']} vault records "
-            f"(> {cfg['diversity_clusters']}): a kernel per topic family would keep its RAG actionable",
-        measures={**m, "threshold": cfg["diversity_clusters"]}, sig=proposals.signature(m["clusters"]))
+        f"(> {cfg['diversity_clusters']}): a kernel per topic family would keep its RAG actionable",
+        measures={**m, "threshold": cfg["diversity_clusters"]},
+        sig=proposals.signature(m["clusters"]),
+    )
 
 
 # ---- doctrine conflicts ------------------------------------------------------------------------
 
+
 def doctrines(brain: Brain) -> list[dict]:
     from nika_brain.support.yamlsafe import load_doc
+
     folder = brain.root / "doctrines"
     out = []
     for path in brain.iter_yaml(folder):
@@ -277,7 +335,7 @@ def doctrines(brain: Brain) -> list[dict]:
             raise doc.error("status must be active or inactive", "status")
         ks = d.get("kernels", [])
         if not isinstance(ks, list) or not all(isinstance(x, str) for x in ks):
-            raise doc.error("kernels must be a list of kernel ids (or [\"*\"])", "kernels")
+            raise doc.error('kernels must be a list of kernel ids (or ["*"])', "kernels")
         out.append(d)
     return out
 
@@ -285,49 +343,79 @@ def doctrines(brain: Brain) -> list[dict]:
 def conflicts(brain: Brain, kernel_id: str) -> list[dict]:
     """Pairs of the kernel's active doctrines that assert different values for one invariant."""
     k = _kernel(brain, kernel_id)
-    mine = [d for d in doctrines(brain) if d.get("status", "active") == "active"
-            and (kernel_id in d.get("kernels", []) or "*" in d.get("kernels", []) or d["id"] == k.doctrine)]
+    mine = [
+        d
+        for d in doctrines(brain)
+        if d.get("status", "active") == "active"
+        and (kernel_id in d.get("kernels", []) or "*" in d.get("kernels", []) or d["id"] == k.doctrine)
+    ]
     out = []
     for a_i, a in enumerate(mine):
-        for b in mine[a_i + 1:]:
+        for b in mine[a_i + 1 :]:
             for key in sorted(set(a["invariants"]) & set(b["invariants"])):
                 if a["invariants"][key] != b["invariants"][key]:
-                    out.append({"a": a["id"], "b": b["id"], "invariant": key,
-                                "values": [a["invariants"][key], b["invariants"][key]]})
+                    out.append(
+                        {
+                            "a": a["id"],
+                            "b": b["id"],
+                            "invariant": key,
+                            "values": [a["invariants"][key], b["invariants"][key]],
+                        }
+                    )
     return out
 
 
 def check_doctrine(brain: Brain, kernel_id: str) -> dict | None:
     from nika_brain.federation import proposals
+
     found = conflicts(brain, kernel_id)
     if not found:
         return None
     k = _kernel(brain, kernel_id)
     first = found[0]
     docs = {d["id"]: d for d in doctrines(brain)}
-    sig = proposals.signature([(c["a"], c["b"], c["invariant"]) for c in found]
-                              + [repr(sorted(docs[x]["invariants"].items())) for x in
-                                 sorted({c["a"] for c in found} | {c["b"] for c in found})])
+    sig = proposals.signature(
+        [(c["a"], c["b"], c["invariant"]) for c in found]
+        + [
+            repr(sorted(docs[x]["invariants"].items()))
+            for x in sorted({c["a"] for c in found} | {c["b"] for c in found})
+        ]
+    )
     return proposals.propose(
-        brain, "doctrine", kernel=kernel_id, goal=f"{k.goal} (under doctrine {first['b']})", scope=k.scope,
+        brain,
+        "doctrine",
+        kernel=kernel_id,
+        goal=f"{k.goal} (under doctrine {first['b']})",
+        scope=k.scope,
         why=f"doctrines {first['a']} and {first['b']} of {kernel_id} contradict each other on "
-            f"{first['invariant']} ({first['values'][0]!r} vs {first['values'][1]!r}): one kernel "
-            "cannot honour both",
-        measures={"conflicts": found}, sig=sig)
+        f"{first['invariant']} ({first['values'][0]!r} vs {first['values'][1]!r}): one kernel "
+        "cannot honour both",
+        measures={"conflicts": found},
+        sig=sig,
+    )
 
 
 # ---- explicit -----------------------------------------------------------------------------------
 
+
 def explicit(brain: Brain, goal: str, *, kernel: str | None = None, by: str = "cli") -> dict | None:
     from nika_brain.federation import proposals
-    return proposals.propose(brain, "explicit", kernel=kernel, goal=goal,
-                             why=f"asked explicitly ({by})", measures={"requested_by": by},
-                             sig=proposals.signature(" ".join(goal.lower().split())))
+
+    return proposals.propose(
+        brain,
+        "explicit",
+        kernel=kernel,
+        goal=goal,
+        why=f"asked explicitly ({by})",
+        measures={"requested_by": by},
+        sig=proposals.signature(" ".join(goal.lower().split())),
+    )
 
 
 def run_all(brain: Brain, kernel_ids: list[str] | None = None) -> list[dict]:
     """Evaluate saturation, diversity and doctrine for live kernels; the proposals written."""
     from nika_brain.state import kernels
+
     ids = kernel_ids or [k.id for k in kernels.list_kernels(brain) if k.live]
     out = []
     for kid in ids:
@@ -345,6 +433,7 @@ def run_all(brain: Brain, kernel_ids: list[str] | None = None) -> list[dict]:
 
 # ---- hook: /kernel new <goal> -----------------------------------------------------------------
 
+
 def on_prompt(hook: Any) -> Any:
     """UserPromptSubmit: `/kernel new <goal>` writes an explicit proposal; the prompt is erased."""
     prompt = hook.data.get("prompt")
@@ -353,7 +442,7 @@ def on_prompt(hook: Any) -> Any:
     text = prompt.strip()
     if not text.startswith("/kernel new"):
         return None
-    goal = text[len("/kernel new"):].strip()
+    goal = text[len("/kernel new") :].strip()
     if not goal:
         return {"block": "usage: /kernel new <goal>"}
     try:
@@ -362,5 +451,7 @@ def on_prompt(hook: Any) -> Any:
         return {"block": f"no spawn proposal: {exc}"}
     if p is None:
         return {"block": "a proposal for this request is already pending or was rejected"}
-    return {"block": f"spawn proposal {p['id']} written (goal: {p['goal']}); it waits for a human: "
-                       f"nika-brain kernel approve {p['id']} (or reject). Nothing was spawned."}
+    return {
+        "block": f"spawn proposal {p['id']} written (goal: {p['goal']}); it waits for a human: "
+        f"nika-brain kernel approve {p['id']} (or reject). Nothing was spawned."
+    }

@@ -6,6 +6,7 @@ Every task start is appended to <start-log> ("task kernel pid epoch"), one write
 can check that no task ran in two kernels except after a kill -9. The bus comes from the brain
 (NIKA_BUS / NIKA_REDIS_URL).
 """
+
 from __future__ import annotations
 
 import os

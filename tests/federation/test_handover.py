@@ -2,6 +2,7 @@
 crosses 41 % of the window; a successor kernel is spawned, gets lineage and summary at SessionStart,
 the old session is stopped and refuses prompts; a second crossing does not hand over twice; a spawn
 that fails keeps the old session running. Plus the registry's hierarchy rules."""
+
 from __future__ import annotations
 
 import json
@@ -21,10 +22,17 @@ GOAL = "IT operations: servers, backups, network and user accounts"
 
 def hook(brain, event: str, payload: dict, env: dict | None = None) -> dict:
     import os
+
     full = {**os.environ, "NIKA_BRAIN_DIR": str(brain.root), **(env or {})}
-    p = subprocess.run([sys.executable, "-m", "nika_brain", "hook", event],
-                       input=json.dumps({"hook_event_name": event, **payload}), capture_output=True,
-                       text=True, env=full, timeout=120, check=False)
+    p = subprocess.run(
+        [sys.executable, "-m", "nika_brain", "hook", event],
+        input=json.dumps({"hook_event_name": event, **payload}),
+        capture_output=True,
+        text=True,
+        env=full,
+        timeout=120,
+        check=False,
+    )
     return json.loads(p.stdout) if p.stdout.strip() else {}
 
 
@@ -88,6 +96,7 @@ def test_handover_end_to_end(fbrain, tmp_path):  # noqa: F811
     from nika_brain.federation.vault import (
         summaries,  # the summary is in nika_federation_summaries
     )
+
     stored = summaries.get(brain, "alpha", f"handover:{old}")
     assert stored is not None and "Goal: " + GOAL in stored.text
     assert registry.get_handover(brain, "alpha-s2")["summary_id"] == f"alpha:handover:{old}"
@@ -101,8 +110,11 @@ def test_handover_end_to_end(fbrain, tmp_path):  # noqa: F811
     assert ans["decision"] == "block" and ans["continue"] is False and "alpha-s2" in ans["reason"]
     # a second crossing: no second handover
     tpath = sessions.load(brain, old).transcript_path
-    ans = hook(brain, "Stop", {"session_id": old, "transcript_path": tpath, "stop_hook_active": False,
-                               "cwd": str(brain.root)})
+    ans = hook(
+        brain,
+        "Stop",
+        {"session_id": old, "transcript_path": tpath, "stop_hook_active": False, "cwd": str(brain.root)},
+    )
     assert ans["continue"] is False
     assert not (brain.kernels_dir / "alpha-s3").exists()
     signals = [json.loads(x) for x in (brain.journal_dir / "signals.jsonl").read_text().splitlines()]
@@ -110,18 +122,35 @@ def test_handover_end_to_end(fbrain, tmp_path):  # noqa: F811
 
 
 def test_failed_spawn_keeps_the_old_session(brain, tmp_path):
-    brain = configure(brain, tmp_path, handover={"window": 10000},
-                      agent_command=[str(tmp_path / "no-such-agent")])
+    brain = configure(
+        brain, tmp_path, handover={"window": 10000}, agent_command=[str(tmp_path / "no-such-agent")]
+    )
     k = kernels.new_kernel("beta", GOAL, status="active", runtime="tmux")
     kernels.kernel_dir(brain, "beta").mkdir(parents=True)
     kernels.save_kernel(brain, k)
     transcript = tmp_path / "t.jsonl"
-    transcript.write_text(json.dumps({"type": "assistant", "message": {
-        "id": "m1", "role": "assistant", "model": "stand-in", "content": [{"type": "text", "text": "hi"}],
-        "usage": {"input_tokens": 5000, "output_tokens": 1}}}) + "\n")
+    transcript.write_text(
+        json.dumps(
+            {
+                "type": "assistant",
+                "message": {
+                    "id": "m1",
+                    "role": "assistant",
+                    "model": "stand-in",
+                    "content": [{"type": "text", "text": "hi"}],
+                    "usage": {"input_tokens": 5000, "output_tokens": 1},
+                },
+            }
+        )
+        + "\n"
+    )
     sessions.bind(brain, "s-beta", kernel="beta", claim=None)
-    payload = {"session_id": "s-beta", "transcript_path": str(transcript), "stop_hook_active": False,
-               "cwd": str(brain.root)}
+    payload = {
+        "session_id": "s-beta",
+        "transcript_path": str(transcript),
+        "stop_hook_active": False,
+        "cwd": str(brain.root),
+    }
     ans = hook(brain, "Stop", payload, env={"NIKA_KERNEL_ID": "beta"})
     assert "handover failed" in ans["systemMessage"] and "keeps running" in ans["systemMessage"]
     assert "continue" not in ans
@@ -130,6 +159,10 @@ def test_failed_spawn_keeps_the_old_session(brain, tmp_path):
     assert registry.get_handover(brain, "beta-s2") is None
     # and it is not retried on the next Stop (never twice), nor does the session get stopped
     assert "continue" not in hook(brain, "Stop", payload, env={"NIKA_KERNEL_ID": "beta"})
-    ans = hook(brain, "UserPromptSubmit", {"session_id": "s-beta", "prompt": "go on", "cwd": str(brain.root)},
-               env={"NIKA_KERNEL_ID": "beta"})
+    ans = hook(
+        brain,
+        "UserPromptSubmit",
+        {"session_id": "s-beta", "prompt": "go on", "cwd": str(brain.root)},
+        env={"NIKA_KERNEL_ID": "beta"},
+    )
     assert ans.get("decision") != "block"

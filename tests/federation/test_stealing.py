@@ -6,6 +6,7 @@ random with SIGKILL and restarts them, and checks that every task was committed 
 kernel the task was granted to, that any second start of a task came from a killed process, that
 stealing happened and followed the threshold, and that no queue is left with work.
 """
+
 from __future__ import annotations
 
 import os
@@ -35,15 +36,23 @@ from tests.kit.brain import make_brain
 
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAM = Path(__file__).with_name("steal_kernel.py")
-GOALS = {"alpha": "IT operations: servers, backups, network and user accounts",
-         "beta": "R&D lab: patents, benchmarks and experimental prototypes",
-         "gamma": "Client missions: emails, reports and deliverables for customers"}
-TASKS = ["restore the nightly backup of the file server", "reset the VPN password of a user",
-         "check disk space on the database server", "run the benchmark of the new activation function",
-         "draft the patent claims for the sensor", "compare prototype results with last week",
-         "write the monthly report for the client", "answer the customer's email about the delivery",
-         "prepare the slides of the client deliverable"]
-TASK_MS = {"alpha": 10, "beta": 5, "gamma": 0}   # gamma drains first, then steals
+GOALS = {
+    "alpha": "IT operations: servers, backups, network and user accounts",
+    "beta": "R&D lab: patents, benchmarks and experimental prototypes",
+    "gamma": "Client missions: emails, reports and deliverables for customers",
+}
+TASKS = [
+    "restore the nightly backup of the file server",
+    "reset the VPN password of a user",
+    "check disk space on the database server",
+    "run the benchmark of the new activation function",
+    "draft the patent claims for the sensor",
+    "compare prototype results with last week",
+    "write the monthly report for the client",
+    "answer the customer's email about the delivery",
+    "prepare the slides of the client deliverable",
+]
+TASK_MS = {"alpha": 10, "beta": 5, "gamma": 0}  # gamma drains first, then steals
 STRESS_CONFIG = """version: 1
 lock_poll: 0.01
 federation:
@@ -68,12 +77,14 @@ def use_bus(monkeypatch, kind: str, url: str | None = None) -> None:
 
 def fresh_redis(url: str, db: int) -> str:
     import redis
+
     url = url.rsplit("/", 1)[0] + f"/{db}"
     redis.Redis.from_url(url).flushdb()
     return url
 
 
 # ---- the rule --------------------------------------------------------------------------------
+
 
 def test_rule_keeps_without_a_claim_above_the_threshold():
     assert decide("a", [], 0.8).to == "a"
@@ -105,8 +116,11 @@ def test_enqueue_rejects_bad_input(tmp_path, git_env, monkeypatch):
     brain = fed_brain(tmp_path / "b")
     bus = busmod.open_bus(brain)
     enqueue(bus, "alpha", "x", task_id="t1")
-    for kwargs, match in (({"task_id": "t1"}, "exists already"), ({"priority": 2}, "from 0 to 1"),
-                          ({"task_id": "a/b"}, "not a valid task id")):
+    for kwargs, match in (
+        ({"task_id": "t1"}, "exists already"),
+        ({"priority": 2}, "from 0 to 1"),
+        ({"task_id": "a/b"}, "not a valid task id"),
+    ):
         with pytest.raises(BrainError, match=match):
             enqueue(bus, "alpha", "y", **kwargs)
     with pytest.raises(BrainError, match="needs a summary"):
@@ -119,8 +133,13 @@ FAST = Settings(threshold=0.8, window=0.05, lease=2.0, grant_timeout=0.3, alive_
 
 
 def worker(bus, kernel, ran, score=0.9):
-    return Worker(bus, kernel, lambda t: ran.append((kernel, t["id"])) or {}, aptitude=lambda xs: [score] * len(xs),
-                  config=FAST)
+    return Worker(
+        bus,
+        kernel,
+        lambda t: ran.append((kernel, t["id"])) or {},
+        aptitude=lambda xs: [score] * len(xs),
+        config=FAST,
+    )
 
 
 def spin(*workers, until, limit=10.0):
@@ -172,8 +191,9 @@ def test_racing_claims_give_one_winner(tmp_path, git_env, monkeypatch):
     assert sorted(c[0] for c in g[0]["candidates"]) == ["beta", "gamma"]
 
 
-def test_claimant_dying_after_grant_gives_the_task_back_and_a_zombie_is_refused(tmp_path, git_env,
-                                                                                monkeypatch):
+def test_claimant_dying_after_grant_gives_the_task_back_and_a_zombie_is_refused(
+    tmp_path, git_env, monkeypatch
+):
     use_bus(monkeypatch, "embedded")
     bus = busmod.open_bus(fed_brain(tmp_path / "b"))
     ran: list = []
@@ -182,8 +202,7 @@ def test_claimant_dying_after_grant_gives_the_task_back_and_a_zombie_is_refused(
     enqueue(bus, "alpha", "keep me busy", task_id="t0")
     enqueue(bus, "alpha", "steal me", task_id="t1")
     # Beta claims and is granted t1, then dies before reading its inbox (never steps again).
-    spin(b, a, until=lambda: bool(grants(bus, "t1")) and grants(bus, "t1")[0]["to"] == "beta",
-         limit=5)
+    spin(b, a, until=lambda: bool(grants(bus, "t1")) and grants(bus, "t1")[0]["to"] == "beta", limit=5)
     bus.delete("ws:alive:beta")
     spin(a, until=lambda: len(bus.keys("ws:done:")) == 2)
     g = grants(bus, "t1")
@@ -199,6 +218,7 @@ def test_queue_view_and_cli(tmp_path, git_env, monkeypatch, run_cli=None):
     brain = fed_brain(tmp_path / "b")
     monkeypatch.chdir(brain.root)
     from nika_brain.cli import run
+
     assert run(["kernel", "enqueue", "alpha", "restore the backup", "--priority", "0.9"]) == 0
     bus = busmod.open_bus(brain)
     q = stealing.queue(bus, "alpha")
@@ -210,6 +230,7 @@ def test_queue_view_and_cli(tmp_path, git_env, monkeypatch, run_cli=None):
 
 # ---- 3 kernels x 1,000 tasks, kill -9 at random ------------------------------------------------
 
+
 def stress(brain, env: dict, tmp: Path, n: int = 1000, seed: int = 7, kills: int = 12) -> dict:
     bus = busmod.open_bus(brain)
     rnd = random.Random(seed)
@@ -220,8 +241,11 @@ def stress(brain, env: dict, tmp: Path, n: int = 1000, seed: int = 7, kills: int
     full = {**os.environ, **env, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
 
     def start(k):
-        return subprocess.Popen([sys.executable, str(PROGRAM), str(brain.root), k, str(TASK_MS[k]),
-                                 str(log)], env=full, stderr=subprocess.DEVNULL)
+        return subprocess.Popen(
+            [sys.executable, str(PROGRAM), str(brain.root), k, str(TASK_MS[k]), str(log)],
+            env=full,
+            stderr=subprocess.DEVNULL,
+        )
 
     procs = {k: start(k) for k in GOALS}
     killed: set[int] = set()
@@ -297,10 +321,22 @@ def test_visible_in_observe_journal_and_index(tmp_path, git_env, monkeypatch):
     brain = fed_brain(tmp_path / "b")
     bus = busmod.open_bus(brain)
     ran: list = []
-    a = Worker(bus, "alpha", lambda t: ran.append(t["id"]) or {}, aptitude=lambda xs: [0.9] * len(xs),
-               config=FAST, journal=stealing.brain_journal(brain))
-    b = Worker(bus, "beta", lambda t: ran.append(t["id"]) or {}, aptitude=lambda xs: [0.9] * len(xs),
-               config=FAST, journal=stealing.brain_journal(brain))
+    a = Worker(
+        bus,
+        "alpha",
+        lambda t: ran.append(t["id"]) or {},
+        aptitude=lambda xs: [0.9] * len(xs),
+        config=FAST,
+        journal=stealing.brain_journal(brain),
+    )
+    b = Worker(
+        bus,
+        "beta",
+        lambda t: ran.append(t["id"]) or {},
+        aptitude=lambda xs: [0.9] * len(xs),
+        config=FAST,
+        journal=stealing.brain_journal(brain),
+    )
     b.beat(force=True)
     for i in range(4):
         enqueue(bus, "alpha", f"task {i}", task_id=f"t{i}")
@@ -309,6 +345,7 @@ def test_visible_in_observe_journal_and_index(tmp_path, git_env, monkeypatch):
     from nika_brain.engine import index
     from nika_brain.federation import overview
     from nika_brain.federation.verbs import kernel_observe
+
     rows = {r["kernel"]: r for r in overview.index_rows(brain)["stealing"]}
     assert rows["alpha"]["granted_away"] >= 1 and rows["beta"]["stole"] >= 1
     index.regenerate(brain)
@@ -324,6 +361,7 @@ def test_kernel_work_runs_tasks_through_the_kernel(tmp_path, git_env, monkeypatc
     from nika_brain.federation import verbs
     from tests.federation.fedkit import fed_brain as core_brain
     from tests.federation.fedkit import until
+
     use_bus(monkeypatch, "embedded")
     brain = core_brain(tmp_path)
     try:
@@ -331,8 +369,12 @@ def test_kernel_work_runs_tasks_through_the_kernel(tmp_path, git_env, monkeypatc
         bus = busmod.open_bus(brain)
         enqueue(bus, "alpha", "check the nightly backup", task_id="w1")
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        proc = subprocess.Popen([sys.executable, "-m", "nika_brain", "kernel", "work", "alpha"],
-                                cwd=brain.root, env=env, stderr=subprocess.PIPE)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "nika_brain", "kernel", "work", "alpha"],
+            cwd=brain.root,
+            env=env,
+            stderr=subprocess.PIPE,
+        )
         try:
             done = until(lambda: bus.get("ws:done:w1"), timeout=60)
         finally:
@@ -340,12 +382,14 @@ def test_kernel_work_runs_tasks_through_the_kernel(tmp_path, git_env, monkeypatc
             proc.wait()
         assert "stand-in answer to: check the nightly backup" in done["result"]["answer"]
     finally:
-        subprocess.run(["tmux", "-S", str(tmp_path / "tmux.sock"), "kill-server"], capture_output=True,
-                       check=False)
+        subprocess.run(
+            ["tmux", "-S", str(tmp_path / "tmux.sock"), "kill-server"], capture_output=True, check=False
+        )
 
 
 def test_a_kernel_with_prompts_waiting_is_not_idle(tmp_path, git_env, monkeypatch):
     from nika_brain.federation import queue as prompts
+
     use_bus(monkeypatch, "embedded")
     brain = fed_brain(tmp_path / "b")
     w = stealing.worker_for(brain, "beta", lambda t: {})

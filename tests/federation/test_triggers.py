@@ -1,6 +1,7 @@
 """Spawn triggers behind a human: each trigger writes one proposal and spawns nothing; approving
 spawns (the real kernel_spawn, stand-in agent under tmux); rejecting silences the trigger until its
 measure changes; an agent session cannot approve."""
+
 from __future__ import annotations
 
 import json
@@ -18,26 +19,55 @@ from .fedkit import configure, fbrain, until  # noqa: F401
 
 GOAL = "IT operations: servers, backups, network and user accounts"
 TOPICS = {
-    "backup": ["restore the nightly backup of the file server", "the backup job failed on the NAS last night",
-               "verify the backup retention policy for the file server", "schedule a full backup of the database server",
-               "backup snapshots are missing for the mail server"],
-    "patent": ["draft the patent claims for the humidity sensor", "prior art search for the sensor patent",
-               "file the patent application for the new sensor", "respond to the patent examiner's objections",
-               "patent claims must cover the sensor calibration method"],
-    "invoice": ["send the invoice for the March consulting days", "the client has not paid last month's invoice",
-                "correct the VAT on the invoice", "invoice the client for the extra delivery",
-                "payment reminder for the overdue invoice"],
-    "tender": ["find public tenders for IT maintenance in Lyon", "deadline of the public tender for network cabling",
-               "answer the call for tenders of the city council", "public procurement notice for cloud hosting",
-               "compare the tender requirements with our offer"],
-    "iot": ["the temperature sensor on the edge gateway stopped reporting", "update the firmware of the IoT gateway",
-            "MQTT messages from the field sensors are delayed", "calibrate the edge device's humidity readings",
-            "the gateway reboots when the sensors flood it"],
-    "recipe": ["a recipe for chocolate cake with dark chocolate", "how long to bake a sponge cake",
-               "chocolate mousse recipe without eggs", "bake cookies with brown butter", "the cake recipe needs less sugar"],
-    "football": ["the football match ended two to one", "who scored in the football final",
-                 "the striker was injured in the football match", "football league standings after the weekend",
-                 "the goalkeeper saved a penalty in the match"],
+    "backup": [
+        "restore the nightly backup of the file server",
+        "the backup job failed on the NAS last night",
+        "verify the backup retention policy for the file server",
+        "schedule a full backup of the database server",
+        "backup snapshots are missing for the mail server",
+    ],
+    "patent": [
+        "draft the patent claims for the humidity sensor",
+        "prior art search for the sensor patent",
+        "file the patent application for the new sensor",
+        "respond to the patent examiner's objections",
+        "patent claims must cover the sensor calibration method",
+    ],
+    "invoice": [
+        "send the invoice for the March consulting days",
+        "the client has not paid last month's invoice",
+        "correct the VAT on the invoice",
+        "invoice the client for the extra delivery",
+        "payment reminder for the overdue invoice",
+    ],
+    "tender": [
+        "find public tenders for IT maintenance in Lyon",
+        "deadline of the public tender for network cabling",
+        "answer the call for tenders of the city council",
+        "public procurement notice for cloud hosting",
+        "compare the tender requirements with our offer",
+    ],
+    "iot": [
+        "the temperature sensor on the edge gateway stopped reporting",
+        "update the firmware of the IoT gateway",
+        "MQTT messages from the field sensors are delayed",
+        "calibrate the edge device's humidity readings",
+        "the gateway reboots when the sensors flood it",
+    ],
+    "recipe": [
+        "a recipe for chocolate cake with dark chocolate",
+        "how long to bake a sponge cake",
+        "chocolate mousse recipe without eggs",
+        "bake cookies with brown butter",
+        "the cake recipe needs less sugar",
+    ],
+    "football": [
+        "the football match ended two to one",
+        "who scored in the football final",
+        "the striker was injured in the football match",
+        "football league standings after the weekend",
+        "the goalkeeper saved a penalty in the match",
+    ],
 }
 
 
@@ -53,10 +83,17 @@ def no_spawn(brain, *before):
 
 def hook(brain, event, payload, env=None):
     import os
+
     full = {**os.environ, "NIKA_BRAIN_DIR": str(brain.root), **(env or {})}
-    p = subprocess.run([sys.executable, "-m", "nika_brain", "hook", event], check=False,
-                       input=json.dumps({"hook_event_name": event, **payload}), capture_output=True,
-                       text=True, env=full, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-m", "nika_brain", "hook", event],
+        check=False,
+        input=json.dumps({"hook_event_name": event, **payload}),
+        capture_output=True,
+        text=True,
+        env=full,
+        timeout=120,
+    )
     return json.loads(p.stdout) if p.stdout.strip() else {}
 
 
@@ -64,10 +101,23 @@ def test_saturation_through_the_stop_hook(brain, tmp_path):
     brain = configure(brain, tmp_path, handover={"window": 10000, "threshold": 99})
     add_kernel(brain)
     transcript = tmp_path / "t.jsonl"
-    transcript.write_text(json.dumps({"type": "assistant", "message": {
-        "id": "m1", "role": "assistant", "model": "x", "content": [{"type": "text", "text": "ok"}],
-        "usage": {"input_tokens": 8000, "output_tokens": 1}}}) + "\n")
+    transcript.write_text(
+        json.dumps(
+            {
+                "type": "assistant",
+                "message": {
+                    "id": "m1",
+                    "role": "assistant",
+                    "model": "x",
+                    "content": [{"type": "text", "text": "ok"}],
+                    "usage": {"input_tokens": 8000, "output_tokens": 1},
+                },
+            }
+        )
+        + "\n"
+    )
     from nika_brain.state import sessions
+
     sessions.bind(brain, "s1", kernel="alpha", claim=None)
     for _ in range(3):  # 80 % three times: mean 80 % > 70 %
         hook(brain, "Stop", {"session_id": "s1", "transcript_path": str(transcript), "cwd": str(brain.root)})
@@ -88,22 +138,52 @@ def test_doctrine_conflict(brain):
     add_kernel(brain, doctrine="client-validation")
     folder = brain.root / "doctrines"
     folder.mkdir()
-    (folder / "rnd-exploration.yml").write_text(dumps({
-        "id": "rnd-exploration", "title": "R&D explores", "status": "active", "kernels": ["alpha"],
-        "invariants": {"external_writes": "allowed", "tests": "required"}}))
-    (folder / "client-validation.yml").write_text(dumps({
-        "id": "client-validation", "title": "Client files are validated", "status": "active", "kernels": [],
-        "invariants": {"external_writes": "forbidden", "tests": "required"}}))
+    (folder / "rnd-exploration.yml").write_text(
+        dumps(
+            {
+                "id": "rnd-exploration",
+                "title": "R&D explores",
+                "status": "active",
+                "kernels": ["alpha"],
+                "invariants": {"external_writes": "allowed", "tests": "required"},
+            }
+        )
+    )
+    (folder / "client-validation.yml").write_text(
+        dumps(
+            {
+                "id": "client-validation",
+                "title": "Client files are validated",
+                "status": "active",
+                "kernels": [],
+                "invariants": {"external_writes": "forbidden", "tests": "required"},
+            }
+        )
+    )
     p = triggers.check_doctrine(brain, "alpha")
     assert p["trigger"] == "doctrine" and "external_writes" in p["why"]
-    assert p["measures"]["conflicts"] == [{"a": "client-validation", "b": "rnd-exploration",
-                                           "invariant": "external_writes", "values": ["forbidden", "allowed"]}]
+    assert p["measures"]["conflicts"] == [
+        {
+            "a": "client-validation",
+            "b": "rnd-exploration",
+            "invariant": "external_writes",
+            "values": ["forbidden", "allowed"],
+        }
+    ]
     no_spawn(brain, "alpha")
     proposals.decide(brain, p["id"], "reject")
     assert triggers.check_doctrine(brain, "alpha") is None
-    (folder / "rnd-exploration.yml").write_text(dumps({
-        "id": "rnd-exploration", "title": "R&D explores", "status": "active", "kernels": ["alpha"],
-        "invariants": {"external_writes": "sandbox-only", "tests": "required"}}))
+    (folder / "rnd-exploration.yml").write_text(
+        dumps(
+            {
+                "id": "rnd-exploration",
+                "title": "R&D explores",
+                "status": "active",
+                "kernels": ["alpha"],
+                "invariants": {"external_writes": "sandbox-only", "tests": "required"},
+            }
+        )
+    )
     assert triggers.check_doctrine(brain, "alpha") is not None  # the measure changed
     (folder / "bad.yml").write_text("id: bad\ninvariants: []\n")
     with pytest.raises(BrainError, match="needs invariants"):
@@ -112,6 +192,7 @@ def test_doctrine_conflict(brain):
 
 def test_topic_diversity_on_real_embeddings(brain):
     from nika_brain.federation.aptitude import open_embedder
+
     add_kernel(brain)
     texts = [t for group in TOPICS.values() for t in group]
     vecs = open_embedder(brain).embed(texts, kind="passage")
@@ -125,8 +206,11 @@ def test_topic_diversity_on_real_embeddings(brain):
 
 def test_explicit_from_a_session_and_the_cli(fbrain, cli, tmp_path):  # noqa: F811
     brain = fbrain
-    ans = hook(brain, "UserPromptSubmit", {"session_id": "s9", "prompt": "/kernel new Watch public tenders",
-                                           "cwd": str(brain.root)})
+    ans = hook(
+        brain,
+        "UserPromptSubmit",
+        {"session_id": "s9", "prompt": "/kernel new Watch public tenders", "cwd": str(brain.root)},
+    )
     assert ans["decision"] == "block" and "Nothing was spawned" in ans["reason"]
     [p] = proposals.list_proposals(brain)
     assert p["trigger"] == "explicit" and p["goal"] == "Watch public tenders"
@@ -167,8 +251,11 @@ def test_burst_worker_is_decommissioned_and_its_records_stay(fbrain, cli, monkey
     from nika_brain import bus as busmod
     from nika_brain.federation import registry, stealing, supervisor
     from nika_brain.support import clock
+
     brain = fbrain
-    out = cli("kernel", "spawn", "Ingest the PDF burst of the lab", "--id", "burst", "--temporary", "--ttl", "2h")
+    out = cli(
+        "kernel", "spawn", "Ingest the PDF burst of the lab", "--id", "burst", "--temporary", "--ttl", "2h"
+    )
     assert out.returncode == 0, out.stderr
     k = kernels.load_kernel(brain, "burst")
     assert k.temporary and k.ttl == 7200
@@ -181,7 +268,10 @@ def test_burst_worker_is_decommissioned_and_its_records_stay(fbrain, cli, monkey
     registry.link_session(brain, "burst-session", kernel="burst")
     assert supervisor.check_kernel(brain, k, ttl=60, beat_every=20) != "killed-ttl"  # within its ttl
     monkeypatch.setenv("NIKA_NOW", clock.iso(k.created + timedelta(hours=2, minutes=1)))
-    assert supervisor.check_kernel(brain, kernels.load_kernel(brain, "burst"), ttl=1e9, beat_every=1e9) == "killed-ttl"
+    assert (
+        supervisor.check_kernel(brain, kernels.load_kernel(brain, "burst"), ttl=1e9, beat_every=1e9)
+        == "killed-ttl"
+    )
     monkeypatch.delenv("NIKA_NOW")
     gone = kernels.load_kernel(brain, "burst")
     assert gone.status == "killed" and "ttl" in gone.status_reason
@@ -203,6 +293,7 @@ def test_a_gate_file_edited_by_hand_does_not_spawn(brain):
 
 def test_context_samples_are_cut_to_the_last_day(brain):
     import time
+
     now = time.time()
     for i in range(4000):  # two days of old samples: more than SAMPLES_MAX bytes
         triggers.record_context(brain, "alpha", "s-old", 99.0, t=now - 2 * 86400 + i)
@@ -216,11 +307,17 @@ def test_topic_diversity_reads_the_kernels_vault_records(brain):
     """The trigger on records written into the real vault (embedded Chroma), nothing passed in."""
     from nika_brain.federation.aptitude import open_embedder
     from nika_brain.federation.vault import write as vault_write
+
     add_kernel(brain)
     texts = [t for group in TOPICS.values() for t in group]
     vecs = open_embedder(brain).embed(texts, kind="passage")
-    res = vault_write.add(brain, "alpha", [vault_write.Chunk(t, "topics.txt", i) for i, t in enumerate(texts)],
-                          vecs, threshold=0.999)
+    res = vault_write.add(
+        brain,
+        "alpha",
+        [vault_write.Chunk(t, "topics.txt", i) for i, t in enumerate(texts)],
+        vecs,
+        threshold=0.999,
+    )
     assert len(triggers.kernel_vectors(brain, "alpha")) == 35, res
     p = triggers.check_diversity(brain, "alpha")
     assert p is not None and p["measures"]["records"] == 35 and p["measures"]["clusters"] > 5
