@@ -34,6 +34,7 @@ def rag_ingest(paths: list[str] = typer.Argument(..., help="files and folders (t
                level: str = typer.Option("atomic", "--level"),
                parent: str = typer.Option("", "--parent", help="record id of the parent"),
                as_json: bool = typer.Option(False, "--json")):
+    """Ingest text, Markdown and PDF files and folders into a kernel's vault records."""
     from nika_brain.federation.vault.ingest import ingest
     from nika_brain.federation.vault.query import caller_kernel
     brain = Brain.find()
@@ -76,6 +77,7 @@ def rag_query(text: str, kernel: str | None = typer.Option(None, "--kernel"),
               include_superseded: bool = typer.Option(False, "--all", help="include chunks merged "
                                                       "into super-chunks"),
               as_json: bool = typer.Option(False, "--json")):
+    """Search the records the kernel may read (its own, plus granted kernels with --from)."""
     from nika_brain.federation.vault.query import search
     extra = json_object(where, "--where") if where else None
     recs = search(Brain.find(), text, kernel=kernel, k=k, levels=level, owners=owners, where=extra,
@@ -92,6 +94,7 @@ def rag_grant(owner: str = typer.Argument(..., help="the kernel whose records ar
               reader: str = typer.Argument(..., help="the kernel that may read them"),
               level: list[str] = typer.Option([], "--level", help="only these levels (repeat)"),
               until: str | None = typer.Option(None, "--until", help="ISO time the grant ends")):
+    """Let READER read OWNER's records (a file in grants/, journaled)."""
     from nika_brain.federation.vault import grants
     brain = Brain.find()
     _known_kernel(brain, owner)
@@ -103,6 +106,7 @@ def rag_grant(owner: str = typer.Argument(..., help="the kernel whose records ar
 
 @rag_app.command("revoke")
 def rag_revoke(owner: str, reader: str):
+    """Withdraw READER's access to OWNER's records."""
     from nika_brain.federation.vault import grants
     if not grants.revoke(Brain.find(), owner, reader):
         raise BrainError(f"no grant from {owner} to {reader}")
@@ -111,6 +115,7 @@ def rag_revoke(owner: str, reader: str):
 
 @rag_app.command("grants")
 def rag_grants(as_json: bool = typer.Option(False, "--json")):
+    """List the grants."""
     from nika_brain.federation.vault import grants
     gs = grants.list_grants(Brain.find())
     if as_json:
@@ -123,6 +128,7 @@ def rag_grants(as_json: bool = typer.Option(False, "--json")):
 @rag_app.command("tree")
 def rag_tree(record: str, kernel: str | None = typer.Option(None, "--kernel"),
              as_json: bool = typer.Option(False, "--json")):
+    """A record's ancestors (strategy → atomic) and children."""
     from nika_brain.federation.vault.query import tree
     t = tree(Brain.find(), record, kernel=kernel or record.split(":", 1)[0])
     if as_json:
@@ -153,6 +159,7 @@ def rag_merge(kernel: str = typer.Option(..., "--kernel")):
 def rag_summarize(kernel: str | None = typer.Option(None, "--kernel", help="default: every kernel"),
                   day: str | None = typer.Option(None, "--day", help="YYYY-MM-DD, default today (UTC)"),
                   as_json: bool = typer.Option(False, "--json")):
+    """Write the day's summary per kernel into nika_federation_summaries (replaced on rerun)."""
     from nika_brain.federation.vault import summaries
     from nika_brain.state import kernels
     brain = Brain.find()
@@ -170,6 +177,7 @@ def rag_summarize(kernel: str | None = typer.Option(None, "--kernel", help="defa
 @rag_app.command("stats")
 def rag_stats(kernel: str | None = typer.Option(None, "--kernel"),
               as_json: bool = typer.Option(False, "--json")):
+    """What the vault holds, per kernel."""
     from nika_brain.federation.vault.admin import stats
     s = stats(Brain.find(), kernel)
     if as_json:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from nika_brain.errors import EXIT_BUSY, BrainError
+from nika_brain.errors import BrainError, Busy, Invalid
 
 if TYPE_CHECKING:  # pragma: no cover
     from nika_brain.brain import Brain
@@ -47,7 +47,7 @@ def chroma_url(brain: Brain) -> str | None:
     if url in (None, ""):
         return None
     if not isinstance(url, str):
-        raise BrainError("federation.chroma_url must be a URL string (http://host:port)",
+        raise Invalid("federation.chroma_url must be a URL string (http://host:port)",
                          file="nika-brain.yml", key="federation.chroma_url")
     return url
 
@@ -55,12 +55,12 @@ def chroma_url(brain: Brain) -> str | None:
 def _parse_url(url: str) -> tuple[str, int, bool]:
     parts = urlsplit(url if "://" in url else f"http://{url}")
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise BrainError(f"federation.chroma_url {url!r} is not an http(s)://host:port URL",
+        raise Invalid(f"federation.chroma_url {url!r} is not an http(s)://host:port URL",
                          file="nika-brain.yml", key="federation.chroma_url")
     try:
         port = parts.port or (443 if parts.scheme == "https" else 8000)
     except ValueError as exc:
-        raise BrainError(f"federation.chroma_url {url!r}: bad port", file="nika-brain.yml",
+        raise Invalid(f"federation.chroma_url {url!r}: bad port", file="nika-brain.yml",
                          key="federation.chroma_url") from exc
     return parts.hostname, port, parts.scheme == "https"
 
@@ -68,7 +68,7 @@ def _parse_url(url: str) -> tuple[str, int, bool]:
 def _writer_wait(brain: Brain) -> float:
     value = _fed(brain).get("chroma_writer_wait", DEFAULT_WRITER_WAIT)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise BrainError("federation.chroma_writer_wait must be a number of seconds >= 0",
+        raise Invalid("federation.chroma_writer_wait must be a number of seconds >= 0",
                          file="nika-brain.yml", key="federation.chroma_writer_wait")
     return float(value)
 
@@ -129,11 +129,10 @@ class _WriterLock:
                 if time.monotonic() >= deadline:
                     holder = _read_holder(fd)
                     os.close(fd)
-                    raise BrainError(
+                    raise Busy(
                         f"the embedded Chroma store is being written by another process{holder}; "
                         f"waited {self.wait:g}s (raise federation.chroma_writer_wait, or set "
-                        "federation.chroma_url to use a Chroma server for many writers)",
-                        EXIT_BUSY) from None
+                        "federation.chroma_url to use a Chroma server for many writers)") from None
                 time.sleep(POLL)
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
@@ -187,7 +186,16 @@ class VectorStore:
 
     def collection(self, name: str, *, create: bool = True, metadata: dict | None = None):
         """The named collection, created on first use (cosine space, no embedding function, the
-        given metadata); with create=False, None when it does not exist (a read never creates)."""
+        given metadata); with create=False, None when it does not exist (a read never creates).
+
+        Embedded, what comes back is a handle that resolves the chromadb collection on every use,
+        so that a handle taken before `writer()` still talks to the client that block refreshed."""
+        col = self._handle(name, create=create, metadata=metadata)
+        if col is None or self._make is None:
+            return col
+        return _Collection(self, name)
+
+    def _handle(self, name: str, *, create: bool = False, metadata: dict | None = None):
         self._refresh()
         col = self._cols.get(name)
         if col is not None:
@@ -260,6 +268,24 @@ class VectorStore:
             self.client = self._make()
         self._cols.clear()
         self._gen = gen
+
+
+class _Collection:
+    """A chromadb collection of an embedded store, looked up afresh (cheaply) at each use."""
+
+    def __init__(self, store: VectorStore, name: str):
+        self._store = store
+        self._name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        col = self._store._handle(self._name)
+        if col is None:
+            raise BrainError(f"chroma collection {self._name} no longer exists (dropped by another "
+                             "process?)")
+        return getattr(col, attr)
+
+    def __repr__(self) -> str:
+        return f"<collection {self._name} of {self._store.where}>"
 
 
 def _is_not_found(exc: Exception) -> bool:

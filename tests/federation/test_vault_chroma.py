@@ -152,8 +152,11 @@ def test_a_long_lived_process_sees_and_keeps_another_process_writes(tmp_path, gi
     def other(what: str) -> str:
         return subprocess.run([sys.executable, "-c", OTHER_WRITER, str(vb.root), what], check=True,
                               capture_output=True, text=True).stdout.strip()
+    from nika_brain.federation.vault import store as vstore
     write.add(vb, "alpha", [Chunk("first")], [axis(0)])
+    handle = vstore.collection(vb, "alpha")          # taken before the other process writes
     assert other("add") == "1"
+    assert handle.count() == 2
     texts = {r.text for r in query.search(vb, embedding=axis(1), kernel="alpha", k=10)}
     assert texts == {"first", "second, from another process"}
     write.add(vb, "alpha", [Chunk("third")], [axis(2)])

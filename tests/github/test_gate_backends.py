@@ -1,7 +1,7 @@
 """One contract for every gate backend in the registry: a gate is announced without changing what it
 says, stays pending until its human decides through the backend's own channel, and `gates.sync`
 then records that decision, who made it and via what. The GitHub backend runs against
-tests/github_standin.py, A LOCAL HTTP STAND-IN for GitHub's REST API on a real loopback socket."""
+tests/kit/github_standin.py, A LOCAL HTTP STAND-IN for GitHub's REST API on a real loopback socket."""
 from __future__ import annotations
 
 import pytest

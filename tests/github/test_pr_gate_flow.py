@@ -1,6 +1,6 @@
 """The pull-request review as the human gate, end to end through the real CLI.
 
-GitHub is replaced by tests/github_standin.py, A LOCAL HTTP STAND-IN for its REST API served over a
+GitHub is replaced by tests/kit/github_standin.py, A LOCAL HTTP STAND-IN for its REST API served over a
 real loopback socket; the brain points at it with NIKA_GITHUB_API and authenticates with GITHUB_TOKEN.
 """
 from __future__ import annotations

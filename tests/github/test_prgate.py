@@ -1,5 +1,5 @@
 """The pull-request review gate against a LOCAL HTTP STAND-IN for GitHub's REST API
-(tests/github_standin.py), over a real loopback socket. GitHub itself is not contacted."""
+(tests/kit/github_standin.py), over a real loopback socket. GitHub itself is not contacted."""
 from __future__ import annotations
 
 import socket

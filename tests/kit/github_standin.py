@@ -10,7 +10,7 @@ endpoints nika-brain's pull-request gate uses, with in-memory state and GitHub's
     GET  /repos/{owner}/{repo}/issues/{n}/comments
 
 Every request must carry `Authorization: Bearer <token>` (401 "Bad credentials" otherwise).
-Use the `github_standin` fixture (`from tests.github_standin import github_standin`) or
+Use the `github_standin` fixture (registered in tests/kit/fixtures.py) or
 `with GitHubStandin() as standin:`.
 """
 from __future__ import annotations

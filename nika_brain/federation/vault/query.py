@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from nika_brain.errors import EXIT_REFUSED, BrainError
+from nika_brain.errors import BrainError, Refused
 from nika_brain.federation.vault import grants as vgrants
 from nika_brain.federation.vault import store as vstore
 from nika_brain.federation.vault.records import (
@@ -37,8 +37,8 @@ def caller_kernel(kernel_id: str | None) -> str:
     """The kernel a read is made as: the session's own, or the one asked for outside a session."""
     session_kernel = os.environ.get("NIKA_KERNEL_ID") or None
     if session_kernel and kernel_id and kernel_id != session_kernel:
-        raise BrainError(f"refused: this session belongs to kernel {session_kernel}; it cannot read "
-                         f"as kernel {kernel_id}", EXIT_REFUSED)
+        raise Refused(f"refused: this session belongs to kernel {session_kernel}; it cannot read "
+                         f"as kernel {kernel_id}")
     kernel = kernel_id or session_kernel
     if not kernel:
         raise BrainError("which kernel? give --kernel <id> (or run inside a kernel session)")
@@ -57,8 +57,8 @@ def scope(brain: Brain, kernel: str, owners: Sequence[str] = (), *,
                 continue
             g = active.get(owner)
             if g is None:
-                raise BrainError(f"refused: kernel {kernel} has no grant to read kernel {owner}'s "
-                                 f"records (nika-brain rag grant {owner} {kernel})", EXIT_REFUSED)
+                raise Refused(f"refused: kernel {kernel} has no grant to read kernel {owner}'s "
+                                 f"records (nika-brain rag grant {owner} {kernel})")
             allowed[owner] = g.levels
     return allowed
 

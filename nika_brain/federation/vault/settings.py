@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from nika_brain.errors import BrainError
+from nika_brain.errors import Invalid
 
 if TYPE_CHECKING:  # pragma: no cover
     from nika_brain.brain import Brain
@@ -33,8 +33,8 @@ class VaultSettings:
     max_file_mb: float = 20.0
 
 
-def _bad(key: str, msg: str) -> BrainError:
-    return BrainError(msg, file="nika-brain.yml", key=f"federation.vault.{key}")
+def _bad(key: str, msg: str) -> Invalid:
+    return Invalid(msg, file="nika-brain.yml", key=f"federation.vault.{key}")
 
 
 def _num(raw: dict, key: str, default: float, lo: float, hi: float, *, integer: bool = False) -> Any:
@@ -50,7 +50,7 @@ def load(brain: Brain) -> VaultSettings:
     fed = dict(getattr(brain.config, "federation", None) or {})
     raw = fed.get("vault") or {}
     if not isinstance(raw, dict):
-        raise BrainError("expected a mapping", file="nika-brain.yml", key="federation.vault")
+        raise Invalid("expected a mapping", file="nika-brain.yml", key="federation.vault")
     known = set(VaultSettings.__dataclass_fields__)
     for key in raw:
         if key not in known:
