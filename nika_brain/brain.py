@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Literal, Mapping, TypeVar, get_args
 
-from nika_brain.support import fsio
 from nika_brain.errors import BrainError, NoBrain
+from nika_brain.support import fsio
 from nika_brain.support.schema import F, fields, str_list
 from nika_brain.support.yamlsafe import load_doc
 

@@ -9,10 +9,10 @@ from typing import List, Optional
 
 import typer
 
-from nika_brain.state import kernels
 from nika_brain.brain import Brain
-from nika_brain.errors import BrainError
 from nika_brain.cli import app
+from nika_brain.errors import BrainError
+from nika_brain.state import kernels
 
 kernel_app = typer.Typer(no_args_is_help=True, help="Kernels: one folder per /goal under kernels/<id>/.")
 app.add_typer(kernel_app, name="kernel")

@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from nika_brain import __version__
-from nika_brain.state import breakers, claims, gates, runs, workflows
-from nika_brain.support import clock
 from nika_brain.brain import CONFIG_NAME, Brain
 from nika_brain.errors import BrainError
+from nika_brain.state import breakers, claims, gates, runs, workflows
 from nika_brain.state.validate import load
+from nika_brain.support import clock
 
 TEMPLATE_NAME = "BRAIN-INDEX.md.j2"
 _PACKAGE_TEMPLATES = Path(__file__).parent.parent / "templates"
@@ -216,8 +216,9 @@ def federation_rows(brain: Brain) -> dict:
     """Work stealing (journal), handovers (registry/handovers/) and pending spawn proposals
     (proposals/), read from files; the federation package writes them."""
     steal = [{"kernel": k, **v} for k, v in sorted(stealing_counts(brain).items())]
-    handovers = [{"successor": name, "from_kernel": h.get("from_kernel"), "from_session": h.get("from_session"),
-                  "pct": h.get("pct"), "root": h.get("root"), "successor_session": h.get("successor_session") or ""}
+    handovers = [{"successor": name, "from_kernel": h.get("from_kernel"),
+                  "from_session": h.get("from_session"), "pct": h.get("pct"), "root": h.get("root"),
+                  "successor_session": h.get("successor_session") or ""}
                  for name, h in _yaml_rows(brain, brain.root / "registry" / "handovers")]
     pending = [{"id": p.get("id"), "trigger": p.get("trigger"), "kernel": p.get("kernel") or "",
                 "goal": p.get("goal"), "memory": p.get("memory_estimate"), "gate": p.get("gate")}

@@ -18,12 +18,12 @@ import time
 from datetime import timedelta
 from typing import Any, Mapping
 
-from nika_brain.support import clock
-from nika_brain.state import kernels
 from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
-from nika_brain.state.kernels import Kernel, Limits
 from nika_brain.federation import health, limits, options, queue, runtimes
+from nika_brain.state import kernels
+from nika_brain.state.kernels import Kernel, Limits
+from nika_brain.support import clock
 
 EXIT_NOT_TAKEN = 8   # dead kernel, or the agent did not take the prompt in time: it stays queued
 PASS_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "USER", "LOGNAME", "SHELL",
@@ -341,8 +341,8 @@ def release_held(brain: Brain, kernel_id: str, reason: str) -> dict:
     """Release what a kernel held: its sessions' open claims are closed failed (with the reason, so
     the orchestrator re-queues the step), their locks and the kernel's own are released (and the
     Redis leases with them)."""
-    from nika_brain.state import claims, locks, sessions
     from nika_brain.federation import leases
+    from nika_brain.state import claims, locks, sessions
     owners = {kernel_id}
     closed = []
     sess = [s for s in sessions.list_sessions(brain) if s.kernel == kernel_id]

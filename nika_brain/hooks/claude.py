@@ -116,8 +116,8 @@ class Hook:
         """The session's record (sessions.Session) or None; a broken one sets record_error."""
         if not self._record_loaded:
             self._record_loaded = True
-            from nika_brain.state import sessions
             from nika_brain.errors import BrainError
+            from nika_brain.state import sessions
             if self.brain is not None and sessions.valid_id(self.session_id):
                 try:
                     self._record = sessions.load(self.brain, self.session_id)
@@ -193,9 +193,9 @@ def _locator(brain: Any) -> Callable[[str], Any]:
 
 def _facts(hook: Hook, kind: str) -> Any:
     """Everything policy.decide needs; a write also gets locks, scope and zones, each read once."""
-    from nika_brain.support import clock
-    from nika_brain.errors import BrainError
     from nika_brain.claude.policy import Facts
+    from nika_brain.errors import BrainError
+    from nika_brain.support import clock
     brain = hook.brain
     locate = _locator(brain)
     opdir = _operator_dir()
@@ -325,8 +325,8 @@ def _brief(brain: Any, claim: Any) -> str:
 
 
 def on_session_start(hook: Hook) -> Reply | None:
-    from nika_brain.state import kernels, sessions
     from nika_brain.errors import BrainError
+    from nika_brain.state import kernels, sessions
     brain = hook.brain
     if brain is None:
         return None
@@ -404,9 +404,9 @@ def on_user_prompt_submit(hook: Hook) -> Reply | None:
 # ---- bookkeeping: touched files, context use, end --------------------------------------------
 
 def on_post_tool_use(hook: Hook) -> Reply | None:
-    from nika_brain.state import sessions
-    from nika_brain.errors import BrainError
     from nika_brain.claude.policy import WRITE_TOOLS, canonical_tool
+    from nika_brain.errors import BrainError
+    from nika_brain.state import sessions
     tool, tool_input = canonical_tool(hook.data.get("tool_name") or ""), hook.data.get("tool_input")
     if hook.brain is None or tool not in WRITE_TOOLS or not isinstance(tool_input, dict):
         return None
@@ -430,8 +430,8 @@ def on_post_tool_use(hook: Hook) -> Reply | None:
 
 def on_context_checkpoint(hook: Hook) -> Reply | None:
     """Stop and PreCompact: measure the context use from the transcript, record a heartbeat."""
-    from nika_brain.state import sessions
     from nika_brain.claude import transcript
+    from nika_brain.state import sessions
     if hook.brain is None or not sessions.valid_id(hook.session_id):
         return None
     tpath = hook.data.get("transcript_path")
