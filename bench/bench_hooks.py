@@ -179,7 +179,7 @@ def main() -> int:
         # CPU time (user + system of the hook process) is what the machine's load does not inflate:
         # the figure issue 9 holds PreToolUse to (under 3.5x a bare interpreter).
         base_cpu = median_ms(cpu["baseline python -c pass"])
-        print(f"\nCPU time (user+sys) per process, medians; ratio to `python -c pass`")
+        print("\nCPU time (user+sys) per process, medians; ratio to `python -c pass`")
         for name, xs in cpu.items():
             med = median_ms(xs)
             ratio = med / base_cpu if base_cpu else float("nan")

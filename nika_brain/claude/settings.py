@@ -26,7 +26,6 @@ from typing import Any
 from nika_brain.brain import STATE_FOLDERS
 from nika_brain.errors import BrainError
 
-STATE_DIRS = STATE_FOLDERS
 
 SIDECAR = "nika-brain.json"
 FILE_TOOLS = "Edit|Write|MultiEdit|NotebookEdit"

@@ -165,6 +165,19 @@ def kernel_observe(kernel_id: str, since: str = typer.Option("1h", "--since"),
         print(f"  signal {sg.get('time')} {sg.get('type')} {sg.get('claim') or ''} {sg.get('reason') or ''}")
     for q in o["queue"]:
         print(f"  queued {q['id']} ({q['at']}): {q['prompt'][:80]}")
+    fed = o.get("federation") or {}
+    for t in fed.get("queue", []):
+        if "error" in t:
+            print(f"  work-stealing queue: {t['error']}")
+            continue
+        where = f" -> {t['kernel']}" if t["kernel"] != k["id"] else ""
+        print(f"  task {t['id']} {t['state']}{where}: {t['summary'][:80]}")
+    if fed.get("stealing"):
+        print("  stealing: " + ", ".join(f"{key} {v}" for key, v in fed["stealing"].items() if key != "kernel"))
+    for h in fed.get("handovers", []):
+        print(f"  handover {h['from_kernel']} -> {h['successor']} at {h['pct']}% (root {h['root']})")
+    for p in fed.get("proposals", []):
+        print(f"  spawn proposal {p['id']} ({p['trigger']}) pending: {p['goal']}")
     if "vault" in o:
         print(f"  vault: {json.dumps(o['vault'], default=str)[:2000]}")
 

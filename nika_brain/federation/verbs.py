@@ -323,6 +323,8 @@ def kernel_observe(brain: Brain, kernel_id: str, since: str | float = "1h",
     }
     if query:
         out["vault"] = _vault_query(brain, k.id, query)
+    from nika_brain.federation import overview  # work stealing, handovers, spawn proposals
+    out["federation"] = overview.observe(brain, k.id)
     return out
 
 

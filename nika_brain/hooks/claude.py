@@ -22,7 +22,8 @@ Fail closed or open:
 
 Handlers sit in a dispatch table, `HANDLERS[event] -> [handler, ...]`; `register()` adds one (the
 federation layer adds handover and spawn behaviour this way). Every handler gets the same `Hook`
-and may return a `Reply`; replies merge (a deny wins, contexts add up).
+and may return a `Reply`, or a dict of Reply's fields (handlers in lower layers, which may not import
+this module); replies merge (a deny wins, contexts add up).
 
 The module imports only the standard library at load time; each handler imports the core modules it
 needs, so a Read pays for less than an Edit.
@@ -56,6 +57,7 @@ class Reply(NamedTuple):  # a NamedTuple: a frozen dataclass costs ~0.7 ms to cr
     context: str | None = None    # additionalContext for Claude
     block: str | None = None      # decision "block" with this reason (Stop, PreCompact, ...)
     message: str | None = None    # systemMessage shown to the user
+    stop: str | None = None       # `continue: false` with this stopReason: the session stops
 
 
 class Hook:
@@ -458,11 +460,19 @@ HANDLERS: dict[str, list[Handler | str]] = {
     "PostToolUse": [on_post_tool_use],
     # federation.health:on_hook records the agent's own acknowledgements (session, prompt taken, turn
     # answered) and publishes the kernel's heartbeat; it does nothing outside a kernel's session.
-    "UserPromptSubmit": [on_user_prompt_submit, "nika_brain.federation.hint:on_user_prompt_submit",
-                         "nika_brain.federation.health:on_hook"],
-    "SessionStart": [on_session_start, "nika_brain.federation.health:on_hook"],
-    "Stop": [on_context_checkpoint, "nika_brain.federation.health:on_hook"],
-    "PreCompact": [on_context_checkpoint],
+    # federation.hint flags a prompt typed into the wrong kernel (triage).
+    # federation.handover: auto-handover past the kernel's context threshold (Stop, PreCompact), a
+    # handed-over session refusing prompts, and the successor's lineage and summary at SessionStart;
+    # federation.triggers: `/kernel new <goal>` typed in a session writes a spawn proposal.
+    "UserPromptSubmit": [on_user_prompt_submit, "nika_brain.federation.health:on_hook",
+                         "nika_brain.federation.hint:on_user_prompt_submit",
+                         "nika_brain.federation.handover:on_prompt",
+                         "nika_brain.federation.triggers:on_prompt"],
+    "SessionStart": [on_session_start, "nika_brain.federation.health:on_hook",
+                     "nika_brain.federation.handover:on_session_start"],
+    "Stop": [on_context_checkpoint, "nika_brain.federation.health:on_hook",
+             "nika_brain.federation.handover:on_checkpoint"],
+    "PreCompact": [on_context_checkpoint, "nika_brain.federation.handover:on_checkpoint"],
     "SessionEnd": [on_session_end],
 }
 
@@ -493,6 +503,9 @@ def output(event: str, replies: list[Reply]) -> dict[str, Any] | None:
     block = next((r.block for r in replies if r.block), None)
     if block and event in _BLOCK_EVENTS:
         out["decision"], out["reason"] = "block", block
+    stop = next((r.stop for r in replies if r.stop), None)
+    if stop:
+        out["continue"], out["stopReason"] = False, stop
     messages = [r.message for r in replies if r.message]
     if messages:
         out["systemMessage"] = "\n".join(messages)
@@ -542,6 +555,12 @@ def run(argv: list[str], data: dict[str, Any]) -> tuple[int, dict[str, Any] | No
                 module, _, name = entry.partition(":")
                 handler = getattr(importlib.import_module(module), name)
             reply = handler(hook)
+            # Handlers below the hooks layer cannot import Reply: they answer with its fields, as a
+            # dict or a NamedTuple shaped like it.
+            if isinstance(reply, dict):
+                reply = Reply(**reply)
+            elif reply is not None and not isinstance(reply, Reply) and hasattr(reply, "_asdict"):
+                reply = Reply(**reply._asdict())
         except Exception as exc:  # fail open: bookkeeping must never stop the agent
             _say(f"{event}: {getattr(handler, '__name__', handler)} failed: {type(exc).__name__}: {exc}")
             code = 1

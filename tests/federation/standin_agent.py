@@ -10,10 +10,11 @@ Interactive (tmux runtime): reads prompts from its terminal, one a line, until E
 Headless (headless runtime): `standin_agent.py -p PROMPT --output-format json (--session-id|--resume) ID`
 prints Claude Code's headless JSON result object.
 
-Words in a prompt are instructions: `alloc=MB` allocates and touches MB megabytes (to cross a memory
-limit), `crash` exits 3 at once, `sleep=S` waits S seconds before answering, `env=NAME` says
-whether NAME is in its environment (never its value). The answer is `stand-in answer to: <prompt>`
-followed by any hook context it was given (directives).
+A UserPromptSubmit hook answering `decision: block` erases the prompt (no turn, answer `blocked:
+<reason>`), as Claude Code does. Words in a prompt are instructions: `alloc=MB` allocates and touches MB megabytes (to cross a memory
+limit), `crash` exits 3 at once, `sleep=S` waits S seconds before answering, `env=NAME` says whether NAME
+is in its environment (never its value). The answer is
+`stand-in answer to: <prompt>` followed by any hook context it was given (directives).
 """
 from __future__ import annotations
 
@@ -42,9 +43,13 @@ def hooks(event: str) -> list[str]:
     return out
 
 
+ANSWERS: list[dict] = []   # the hooks' JSON answers of the last run_hooks call
+
+
 def run_hooks(event: str, payload: dict) -> str:
-    """Run the event's hook commands; return their additionalContext, joined."""
+    """Run the event's hook commands; return their additionalContext, joined (answers in ANSWERS)."""
     ctx = []
+    ANSWERS.clear()
     for cmd in hooks(event):
         p = subprocess.run(["sh", "-c", cmd], input=json.dumps({"hook_event_name": event, **payload}),
                            capture_output=True, text=True, timeout=60)
@@ -52,6 +57,7 @@ def run_hooks(event: str, payload: dict) -> str:
             ans = json.loads(p.stdout) if p.stdout.strip() else {}
         except ValueError:
             ans = {}
+        ANSWERS.append(ans)
         extra = (ans.get("hookSpecificOutput") or {}).get("additionalContext")
         if extra:
             ctx.append(extra)
@@ -74,6 +80,9 @@ class Session:
 
     def turn(self, prompt: str) -> str:
         extra = run_hooks("UserPromptSubmit", {**self.base, "prompt": prompt})
+        blocked = next((a.get("reason") for a in ANSWERS if a.get("decision") == "block"), None)
+        if blocked:  # like Claude Code: the prompt is erased, the reason shown to the user
+            return f"blocked: {blocked}"
         self.write({"type": "user", "sessionId": self.sid, "message": {"role": "user", "content": prompt}})
         words = dict(re.findall(r"\b(alloc|sleep)=(\d+(?:\.\d+)?)", prompt))
         if re.search(r"\bcrash\b", prompt):

@@ -126,9 +126,9 @@ def test_spawn_starts_the_supervisor_which_sees_a_death_and_exits(fbrain, tmp_pa
     pid = until(lambda: supervisor.running_pid(brain))
     until(lambda: health.last_heartbeat(brain, "eps"))
     os.kill(runtimes.load_state(brain, "eps")["pid"], 9)
-    # the death message is published once all is done (record, release, cleanup)
-    until(lambda: any(m.get("kind") == "dead" for _, m in bus.open_bus(brain).read(bus.HEALTH)), timeout=30)
-    assert kernels.load_kernel(brain, "eps").status == "dead"
+    until(lambda: kernels.load_kernel(brain, "eps").status == "dead", timeout=30)
+    # the status is written before the supervisor stops what is left and publishes: wait for it
+    until(lambda: any(m.get("kind") == "dead" for _, m in bus.open_bus(brain).read(bus.HEALTH, count=10_000)))
     until(lambda: not runtimes.pid_alive(pid), timeout=30)  # nothing left to watch: it ends
     assert supervisor.running_pid(brain) is None
 
