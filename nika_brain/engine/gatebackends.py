@@ -30,10 +30,10 @@ class CliGate:
     """The human runs `nika-brain gate approve|reject` (or human-gate-ack.sh); nothing to poll."""
     name = "cli"
 
-    def announce(self, brain: Brain, gate: Gate) -> Gate:
+    def announce(self, brain: Brain, gate: Gate) -> Gate:  # noqa: ARG002 (the GateBackend protocol)
         return gate
 
-    def poll(self, brain: Brain, gate: Gate) -> tuple[str | None, str | None]:
+    def poll(self, brain: Brain, gate: Gate) -> tuple[str | None, str | None]:  # noqa: ARG002 (the GateBackend protocol)
         return None, None
 
 
@@ -64,7 +64,7 @@ class PullRequestGate:
                                 "to approve, request changes to reject.")
         return replace(gate, pr=pr)
 
-    def poll(self, brain: Brain, gate: Gate) -> tuple[str | None, str | None]:
+    def poll(self, brain: Brain, gate: Gate) -> tuple[str | None, str | None]:  # noqa: ARG002 (the GateBackend protocol)
         if gate.pr is None:
             return None, None
         # Second precision: GitHub stamps reviews in whole seconds.
@@ -74,7 +74,7 @@ class PullRequestGate:
 
 
 BACKENDS: dict[str, Callable[[Brain], GateBackend]] = {
-    "cli": lambda brain: CliGate(),
+    "cli": lambda _brain: CliGate(),
     "github": PullRequestGate,
 }
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from nika_brain.state import agents, breakers, claims, gates, locks, runs, workflows, zones
+from nika_brain.state import agents, breakers, claims, gates, grants, locks, runs, workflows, zones
 from nika_brain.brain import CONFIG_NAME, KIND_FOLDERS, STATE_FOLDERS, load_config
 from nika_brain.errors import BrainError
 from nika_brain.support.yamlsafe import load_doc
@@ -47,6 +47,7 @@ LOADERS: dict[str, Callable[[Path], Any]] = {
     "gate": gates.load_path,
     "breaker": breakers.load_path,
     "run": runs.load_path,
+    "grant": grants.load_path,
     "kernel": _load_kernel,
     "misnamed": _misnamed,
 }

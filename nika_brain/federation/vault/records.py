@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nika_brain.errors import BrainError
+from nika_brain.state.grants import LEVELS
 from nika_brain.support.schema import name
 
 VAULT = "nika_vault"
 SUMMARIES = "nika_federation_summaries"
-LEVELS = ("strategy", "project", "job", "task", "atomic")
 DEFAULT_LEVEL = "atomic"
 
 
