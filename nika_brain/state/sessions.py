@@ -2,7 +2,7 @@
 
 One small JSON file per session under the brain's git-ignored state folder,
 `.nika/sessions/<session_id>.json`. It changes on every heartbeat and touched file, so it stays out
-of git (DESIGN.md: runtime data lives in the state folder). Each change is a read-modify-write under
+of git (docs/ARCHITECTURE.md: runtime state lives in .nika/). Each change is a read-modify-write under
 the brain's "sessions" mutex, written atomically: hooks of one session run in parallel (several
 PostToolUse at once) and must not lose each other's updates.
 
