@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Literal, Mapping, TypeVar, get_args
 
-from nika_brain.support import fsio
 from nika_brain.errors import BrainError, NoBrain
+from nika_brain.support import fsio
 from nika_brain.support.schema import F, fields, str_list
 from nika_brain.support.yamlsafe import load_doc
 
@@ -44,6 +44,11 @@ LAYOUT: tuple[Folder, ...] = (
     Folder("journal", None, state=True, what="journal/signals.jsonl: BSI signals"),
     Folder("grants", "grant", state=True, index=True, what="vault grants: who may read whose records"),
     Folder("kernels", "kernel", index=True, what="one folder per kernel: kernel.yml, memory/, .claude/"),
+    Folder("registry", None, state=True, index=True,
+           what="session_registry: entities (strategy -> atomic), sessions, handovers (federation)"),
+    Folder("proposals", None, state=True, index=True,
+           what="spawn proposals written by the federation's triggers, each behind a human gate"),
+    Folder("doctrines", None, what="doctrines: YAML invariants per kernel (the doctrine-conflict trigger)"),
     Folder("scripts", None, what="the seed's shell entry points"),
     Folder("hooks", None, what="git hook and Claude Code hook templates"),
     Folder(".nika", None, state=True, tracked=False,
@@ -84,6 +89,8 @@ class Config:
     satellite_timeout: float = 3600.0  # seconds a swarm satellite may run before its claim fails
     index_template: str | None = None  # a brain may override the BRAIN-INDEX.md template
     default_agent: str = "satellite-boot"
+    context_window: int | None = None  # tokens; what Claude Code reports wins over this
+    sandbox: str = "auto"             # Claude Code's OS sandbox: auto | required | off
     # The federation's own settings (triage, vault, runtimes...), validated by nika_brain.federation.
     federation: Mapping[str, Any] = field(default_factory=dict)
 
@@ -110,6 +117,8 @@ _CONFIG_SPEC = {
     "satellite_timeout": F(float, check=_positive),
     "index_template": F(str),
     "default_agent": F(str),
+    "context_window": F(int, check=lambda v: None if v >= 1000 else "must be at least 1000 tokens"),
+    "sandbox": F(str, choices=("auto", "required", "off")),
     "federation": F(dict),
 }
 _CONVERT = {"lock_ttl": float, "lock_poll": float, "satellite_timeout": float, "satellite_command": tuple,

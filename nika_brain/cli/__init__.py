@@ -51,8 +51,9 @@ def _main(show_version: bool = typer.Option(False, "--version", callback=_versio
 
 def _register() -> None:
     # Command modules attach themselves to `app` (and its sub-apps) on import.
-    from nika_brain.cli import bus, claude, index, kernel, state, triage, workflow  # noqa: F401
-    from nika_brain.cli import rag  # noqa: F401
+    from nika_brain.cli import bus, claude, index, kernel, operator, state, triage, workflow  # noqa: F401
+    from nika_brain.cli import federation  # noqa: F401
+    from nika_brain.cli import proposals, rag, registry, stealing  # noqa: F401
 
 
 def run(argv: list[str]) -> int:

@@ -48,24 +48,39 @@ def lock_acquire(scope: str, owner: Optional[str] = typer.Option(None, help="cla
     """Acquire a lock on SCOPE; exit 3 with the holder named when it is busy."""
     brain = Brain.find()
     holder = None if no_pid else (pid if pid is not None else os.getppid())
-    lk = locks.acquire(brain, scope, _owner(owner), mode="shared" if shared else "exclusive",
-                       ttl=ttl, wait=wait, pid=holder)
+    from nika_brain.federation import leases  # a Redis lease too when federation.redis_url is set
+    lk = leases.lock_acquire(brain, scope, _owner(owner), mode="shared" if shared else "exclusive",
+                             ttl=ttl, wait=wait, pid=holder)
     print(json.dumps(_lock_dict(lk)) if as_json else f"acquired {lk.scope} (token {lk.token}, "
           f"expires {clock.iso(lk.expires)})")
 
 
 @lock_app.command("release")
 def lock_release(scope: str, owner: Optional[str] = typer.Option(None)):
-    """Release SCOPE; refused unless you are its owner."""
+    """Release SCOPE; refused unless you are its owner (or the operator releasing another's)."""
+    from nika_brain.federation import leases  # the Redis lease goes with the YAML lock
     brain = Brain.find()
-    locks.release(brain, scope, _owner(owner))
+    who = _owner(owner)
+    if who != os.environ.get("NIKA_CLAIM"):
+        # Not the calling session's own claim: releasing someone else's lock is the operator's
+        # decision, recorded with the operator's signature in the journal.
+        from nika_brain.engine import signals
+        from nika_brain.state import authority
+        fields = {"scope": scopes.normalize_scope(scope), "owner": who, "at": clock.iso(clock.now())}
+        sig = authority.sign(brain, "lock-release", fields, what=f"releasing {who}'s lock on {scope}")
+        leases.lock_release(brain, scope, who)
+        signals.emit(brain, "INFO", reason=f"lock on {fields['scope']} of {who} released by the operator",
+                     payload={**fields, "signature": sig}, publish=False)
+    else:
+        leases.lock_release(brain, scope, who)
     print(f"released {scopes.normalize_scope(scope)}")
 
 
 @lock_app.command("renew")
 def lock_renew(scope: str, owner: Optional[str] = typer.Option(None), ttl: Optional[float] = None):
     """Push back the expiry of a lock you own."""
-    lk = locks.renew(Brain.find(), scope, _owner(owner), ttl=ttl)
+    from nika_brain.federation import leases
+    lk = leases.lock_renew(Brain.find(), scope, _owner(owner), ttl=ttl)
     print(f"renewed {lk.scope} until {clock.iso(lk.expires)}")
 
 
@@ -81,7 +96,11 @@ def lock_status(scope: str, as_json: bool = typer.Option(False, "--json")):
         print(f"{scopes.normalize_scope(scope)}: free")
     for lk in held if not as_json else ():
         print(locks.describe(lk) + (" [expired]" if lk.expired(now) else ""))
-    raise typer.Exit(3 if held else 0)
+    from nika_brain.federation import leases  # with federation.redis_url: other machines' leases too
+    remote = leases.held_elsewhere(brain, scope, {lk.owner for lk in held})
+    for v in remote if not as_json else ():
+        print(f"{v['scope']} held by {v['owner']} on {v.get('host', '?')} (redis lease, token {v['token']})")
+    raise typer.Exit(3 if held or remote else 0)
 
 
 @lock_app.command("list")

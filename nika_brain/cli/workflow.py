@@ -28,6 +28,9 @@ def _print(out: orchestrator.Outcome) -> None:
     Blocked and refused outcomes are results, not errors: stdout like the others."""
     if out.brief and out.status == "waiting":
         print(out.brief)
+        hint = launch.assisted_hint(Brain.find(), out.workflow)
+        if hint:
+            print(hint)
     tag = {"waiting": "WAITING", "gated": "GATE_PENDING", "blocked": "BLOCKED_ON", "halted": "BLOCKED_ON",
            "breaker": "CIRCUIT_BREAK", "done": "DONE", "aborted": "ABORT"}.get(out.status, out.status.upper())
     extra = f" (claim {out.claim})" if out.claim else ""
@@ -35,7 +38,7 @@ def _print(out: orchestrator.Outcome) -> None:
     print(nextstep.line(Brain.find(), out))
 
 
-def _finish(out: orchestrator.Outcome, as_json: bool = typer.Option(False, "--as-json")) -> None:
+def _finish(out: orchestrator.Outcome, as_json: bool = False) -> None:
     if as_json:
         print(json.dumps({**out.to_dict(), "next": nextstep.line(Brain.find(), out)}))
     raise typer.Exit(out.exit_code)

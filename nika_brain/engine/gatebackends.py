@@ -48,7 +48,10 @@ class PullRequestGate:
         from nika_brain.github.client import GitHubReviewGate
         env = dict(os.environ)
         env.setdefault("NIKA_GITHUB_API", brain.config.github_api)
-        self.client = GitHubReviewGate.from_env(repo=brain.config.github_repo, env=env)
+        # The environment wins over the brain's config: in the Actions workflow the brain files
+        # come from the branch under review, which must not choose where its review is read.
+        repo = env.get("NIKA_GITHUB_REPO") or brain.config.github_repo
+        self.client = GitHubReviewGate.from_env(repo=repo, env=env)
 
     def _branches(self, brain: Brain, gate: Gate) -> tuple[str, str]:
         from nika_brain.state.workflows import find_workflow
@@ -104,3 +107,10 @@ def sync(brain: Brain, name: str | None = None, now: datetime | None = None,
                          payload={"gate": d.id, "status": d.status, "by": d.decided_by, "via": d.via})
             decided.append(d)
     return decided
+
+
+def review_check(brain: Brain):
+    """For gates.effective: the pull request's review decision of a gate, read from GitHub."""
+    def review(gate: Gate) -> str | None:
+        return backend(brain, "github").poll(brain, gate)[0]
+    return review

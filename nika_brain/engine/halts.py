@@ -7,7 +7,7 @@ from datetime import datetime
 
 from nika_brain.brain import Brain
 from nika_brain.engine import orchestrator as orch
-from nika_brain.engine import signals
+from nika_brain.engine import gatebackends, signals
 from nika_brain.errors import Invalid
 from nika_brain.state import breakers, gates, runs
 from nika_brain.state.runs import END, Run
@@ -44,11 +44,15 @@ def after_breaker(brain: Brain, wf: Workflow, run: Run, now: datetime) -> orch.O
     """A tripped breaker holds the run until its gate is decided or the breaker is reset by a human.
     Approving the gate is the reset (one transition, one signal); rejecting it aborts the run."""
     step = wf.step(run.cursor)
-    g = gates.load_gate(brain, run.gate) if run.gate and gates.gate_path(brain, run.gate).exists() else None
+    g = None
+    if run.gate and gates.gate_path(brain, run.gate).exists():
+        # Only an authentic decision counts (the operator's signature, or the pull-request review):
+        # a breaker file deleted by hand, or a gate edited by hand, is not a reset.
+        g = gates.effective(brain, gates.load_gate(brain, run.gate), review=gatebackends.review_check(brain))
     if g is not None and g.status == "rejected":
         return orch.abort_run(brain, run, f"gate {g.id} rejected by {g.decided_by}", now)
     tripped = breakers.tripped_for(brain, step.scope)
-    if tripped and (g is None or g.pending):
+    if (g is None and tripped) or (g is not None and g.status != "approved"):
         return orch.Outcome(wf.name, "breaker", run.reason, gate=run.gate, step=step.id)
     for b in tripped:
         reset_breaker_state(brain, b.scope, why=f"gate {g.id} approved by {g.decided_by}" if g else "")

@@ -258,9 +258,12 @@ def _announce(brain: Brain, g: gates.Gate) -> None:
 
 
 def _after_gate(brain: Brain, wf: Workflow, run: Run, now: datetime) -> Outcome:
-    g = gates.load_gate(brain, run.gate)
+    stored = gates.load_gate(brain, run.gate)
+    # A decision that is not authentic (hand-edited, or unconfirmed by the review) counts as pending.
+    g = gates.effective(brain, stored, review=gatebackends.review_check(brain))
     if g.pending:
-        _announce(brain, g)
+        if stored.pending:
+            _announce(brain, stored)
         return Outcome(wf.name, "gated", g.message, gate=g.id, step=g.step and str(g.step))
     if g.status == "rejected":
         return abort_run(brain, run, f"gate {g.id} rejected by {g.decided_by}", now)
@@ -349,7 +352,7 @@ def _pre_gate(brain: Brain, wf: Workflow, run: Run, step: Step) -> Outcome | Non
     gid = gate_id(wf, run, step.id, None, "go")
     path = gates.gate_path(brain, gid)
     if path.exists():
-        g = gates.load_path(path)
+        g = gates.effective(brain, gates.load_path(path), review=gatebackends.review_check(brain))
         if g.status == "approved":
             return None
         if g.status == "rejected":
