@@ -444,8 +444,8 @@ def _segment(words: list[str], redirected: list[str], depth: int,
                 # The command find runs on each file: judged with the roots standing for `{}`.
                 end = next((j for j in range(i + 1, len(args)) if args[j] in (";", "+", "\\;")),
                            len(args))
-                inner = [w for w in args[i + 1:end] if w != "{}"] + roots
-                for part in _segment(inner, [], depth + 1):
+                run = [w for w in args[i + 1:end] if w != "{}"] + roots
+                for part in _segment(run, [], depth + 1):
                     writes += list(part.writes)
                 searches += roots
     if verb in ("grep", "egrep", "fgrep", "zgrep") and any(
