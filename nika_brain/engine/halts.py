@@ -6,8 +6,8 @@ from __future__ import annotations
 from datetime import datetime
 
 from nika_brain.brain import Brain
-from nika_brain.engine import orchestrator as orch
 from nika_brain.engine import gatebackends, signals
+from nika_brain.engine import orchestrator as orch
 from nika_brain.errors import Invalid
 from nika_brain.state import breakers, gates, runs
 from nika_brain.state.runs import END, Run
