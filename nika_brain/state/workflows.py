@@ -215,7 +215,7 @@ def check_routes(wf: Workflow, doc: Doc | None = None) -> None:
     ids = {s.id for s in wf.chain}
     edges: dict[str, set] = {}
     for i, s in enumerate(wf.chain):
-        outs = set()
+        outs: set[str | None] = set()
         for key, action in (("on_done", s.on_done), ("on_partial", s.partial_action), ("on_fail", s.on_fail)):
             if action.kind != "trigger":
                 outs.add(None)  # halts, gates or notifies: a way out of any loop
