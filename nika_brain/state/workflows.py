@@ -229,7 +229,7 @@ def check_routes(wf: Workflow, doc: Doc | None = None) -> None:
             outs.add(target if target is None or "/" not in target else None)
         edges[s.id] = outs
     # A chain can never end when, from some step, every path loops without reaching an exit (None).
-    can_end = {None}
+    can_end: set[str | None] = {None}
     changed = True
     while changed:
         changed = False
