@@ -53,6 +53,11 @@ def run(argv: list[str]) -> int:
     except typer.Abort:
         print("nika-brain: aborted", file=sys.stderr)
         return 130
+    except OSError as exc:  # a path the file system refuses (name too long, permission...): one line
+        name = str(exc.filename or "")
+        name = name if len(name) <= 120 else name[:117] + "..."
+        print(f"nika-brain: {name + ': ' if name else ''}{exc.strerror or exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("nika-brain: interrupted", file=sys.stderr)
         return 130

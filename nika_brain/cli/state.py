@@ -105,7 +105,7 @@ def claim_open(workflow: str = typer.Option(...), step: str = typer.Option(...),
                story_angle: str = "", parent: Optional[str] = None, theme: Optional[str] = None,
                as_json: bool = typer.Option(False, "--json")):
     """Open a claim by hand (the orchestrator opens its own)."""
-    c = claims.open_claim(Brain.find(), workflow=workflow, step=int(step) if step.isdigit() else step,
+    c = claims.open_claim(Brain.find(), workflow=workflow, step=step,
                           satellite_type=type, scope=scope, zone=zone, satellite_level=level,
                           story_angle=story_angle, parent=parent, theme=theme)
     print(json.dumps(_claim_dict(c)) if as_json else c.id)

@@ -8,6 +8,7 @@ running a step twice or leaking a lock.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from dataclasses import dataclass, replace
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from nika_brain.gitrepo import branches, git
 from nika_brain.state import breakers, claims, gates, locks, runs
-from nika_brain.support import clock, faults
+from nika_brain.support import clock, faults, fsio
 from nika_brain.engine import gatebackends, preflight, satellites, signals
 from nika_brain.brain import Brain
 from nika_brain.errors import EXIT_BLOCKED, EXIT_GATE_PENDING, EXIT_REFUSED, BrainError, DirtyCheckout
@@ -26,6 +27,7 @@ from nika_brain.state.workflows import Action, Step, Workflow, find_workflow, pa
 from nika_brain.state import zones as zones_mod
 
 STATE_PATHS = ("claims", "locks", "gates", "breakers", "runs", "journal", "BRAIN-INDEX.md")
+NO_TEMP = ":(exclude,glob)**/.*.tmp"
 
 
 @dataclass(frozen=True)
@@ -282,20 +284,26 @@ def _start_step(brain: Brain, wf: Workflow, run: Run, step: Step, now: datetime)
     claim_id = claims.next_id(brain, wf.name, step.id, now)
     holder = os.getpid() if run.mode == "swarm" else None
     taken: list[str] = []
+    # Locks and claim are one transaction: a lock is only ever handed to a written claim. Any error
+    # (not only a busy scope) releases what was taken; a kill -9 in between leaves locks owned by a
+    # claim id that does not exist, which _release_orphans frees on the next step.
     try:
         for s in step.scope:
             locks.acquire(brain, s, claim_id, pid=holder, now=now)
             taken.append(s)
-    except BrainError as exc:
+        faults.point("after-lock")
+        c = claims.open_claim(brain, workflow=wf.name, step=step.id, satellite_type=step.type,
+                              scope=step.scope, satellite_level=wf.level_of(step), zone=step.zone,
+                              story_angle=step.story_angle, agent=agent, on_done=str(step.on_done),
+                              on_partial=str(step.partial_action), on_fail=str(step.on_fail),
+                              claim_id=claim_id, now=now)
+    except BaseException as exc:
         for s in taken:
-            locks.release(brain, s, claim_id, missing_ok=True)
-        return _block(brain, run, step.id, f"lock: {exc.message}")
-    faults.point("after-lock")
-    c = claims.open_claim(brain, workflow=wf.name, step=int(step.id) if step.id.isdigit() else step.id,
-                          satellite_type=step.type, scope=step.scope, satellite_level=wf.level_of(step),
-                          zone=step.zone, story_angle=step.story_angle, agent=agent,
-                          on_done=str(step.on_done), on_partial=str(step.partial_action),
-                          on_fail=str(step.on_fail), claim_id=claim_id, now=now)
+            with contextlib.suppress(BrainError, OSError):
+                locks.release(brain, s, claim_id, missing_ok=True)
+        if isinstance(exc, BrainError) and len(taken) < len(step.scope):  # a scope could not be locked
+            return _block(brain, run, step.id, f"lock: {exc.message}")
+        raise
     faults.point("after-claim-open")
     run = runs.update(brain, run, claim=c.id, status="running")
     _reindex(brain)
@@ -527,11 +535,11 @@ def _commit_state(brain: Brain, message: str, attempts: int = 5) -> bool:
 
 def _commit_state_once(brain: Brain, message: str) -> bool:
     present = [p for p in STATE_PATHS if (brain.root / p).exists()]
-    if present:
-        git.run(brain.root, "add", "-A", "--", *present)
+    if present:  # never a writer's temp file, even where .gitignore lacks the `.*.tmp` line
+        git.run(brain.root, "add", "-A", "--", *present, NO_TEMP)
     staged = git.run(brain.root, "diff", "--cached", "--name-only", "-z", "--", *STATE_PATHS,
                      check=False).stdout.split("\0")
-    staged = [p for p in staged if p]
+    staged = [p for p in staged if p and fsio.temp_pid(p.rsplit("/", 1)[-1]) is None]
     if not staged:
         return False
     git.run(brain.root, "commit", "-q", "-m", message, "--", *staged)

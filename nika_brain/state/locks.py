@@ -17,8 +17,8 @@ from pathlib import Path
 
 from nika_brain.support import clock
 from nika_brain.brain import Brain
-from nika_brain.errors import BrainError, Busy, EXIT_REFUSED, Refused
-from nika_brain.support.schema import F, fields
+from nika_brain.errors import BrainError, Busy, EXIT_REFUSED, Invalid, Refused
+from nika_brain.support.schema import MAX_PID, MAX_TTL, MAX_WAIT, F, fields, in_range, short_text
 from nika_brain.state.scopes import check_scope, normalize_scope, scope_slug, scopes_overlap
 from nika_brain.support.yamlsafe import dumps_fast, load_doc, plain_scalar
 
@@ -170,7 +170,8 @@ def _next_token(brain: Brain, seen: int) -> int:
             current = int(raw or 0)
         except ValueError as exc:
             raise BrainError(f"fencing counter {counter} is corrupt") from exc
-        token = max(current, seen) + 1
+        floor = seen if raw else max(seen, _git_floor(brain))  # no counter: the folder was wiped
+        token = max(current, floor) + 1
         if raw and raw == str(current).encode():
             # No fsync: the counter only has to survive a killed process (the page cache does);
             # after a power loss every holder is dead anyway, and `seen` keeps tokens above disk.
@@ -180,6 +181,23 @@ def _next_token(brain: Brain, seen: int) -> int:
         os.close(fd)
     brain.write(counter, str(token))
     return token
+
+
+def _git_floor(brain: Brain) -> int:
+    """The highest fencing token git has ever seen in locks/ (0 when none, or no git).
+
+    Read only when the local counter is missing (a new clone, a wiped state folder): lock files are
+    committed with the state, so their history bounds every token handed out before the wipe.
+    """
+    import re
+    import subprocess
+    try:
+        out = subprocess.run(["git", "-C", str(brain.root), "log", "--all", "-p", "--format=",
+                              "--no-color", "--no-ext-diff", "--", "locks/"],
+                             check=False, capture_output=True, timeout=60).stdout.decode("utf-8", "replace")
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return max((int(m) for m in re.findall(r"^[-+]token: (\d{1,18})\s*$", out, re.MULTILINE)), default=0)
 
 
 # ---- operations -------------------------------------------------------------------------------
@@ -222,8 +240,10 @@ def _try_acquire(brain: Brain, scope: str, owner: str, mode: str, ttl: float, pi
         token = mine.token if mine else _next_token(brain, seen)
         acquired = mine.acquired if mine else now
         path = mine.path if mine and mine.path else lock_path(brain, scope, owner)
-        lock = Lock(scope, owner, mode, token, acquired, now + timedelta(seconds=ttl), holder_for(pid),
-                    path)
+        # Re-acquiring without a pid keeps the holder's process: a lock a live process protects must
+        # not silently become TTL-only.
+        holder = mine.holder if mine is not None and pid is None else holder_for(pid)
+        lock = Lock(scope, owner, mode, token, acquired, now + timedelta(seconds=ttl), holder, path)
         brain.write(lock.path, _dump(lock))
         return lock
 
@@ -242,13 +262,17 @@ def acquire(brain: Brain, scope: str, owner: str, *, mode: str = "exclusive", tt
     Re-acquiring a scope one already holds renews it and keeps its token.
     """
     if mode not in MODES:
-        raise BrainError(f"lock mode must be one of {', '.join(MODES)}")
+        raise Invalid(f"lock mode must be one of {', '.join(MODES)}")
     if not owner or not owner.strip():
-        raise BrainError("a lock needs an owner (a claim id)")
+        raise Invalid("a lock needs an owner (a claim id)")
+    short_text(owner, "lock owner")
     scope = normalize_scope(scope)
-    ttl = brain.config.lock_ttl if ttl is None else ttl
-    poll = brain.config.lock_poll if poll is None else poll
+    ttl = in_range(brain.config.lock_ttl if ttl is None else ttl, "ttl", 0, MAX_TTL, lo_open=True)
+    poll = in_range(brain.config.lock_poll if poll is None else poll, "poll", 0, 3600, lo_open=True)
+    wait = in_range(wait, "wait", 0, MAX_WAIT)
     pid = os.getpid() if pid == -1 else pid
+    if pid is not None:
+        in_range(pid, "pid", 1, MAX_PID)
     deadline = time.monotonic() + wait
     while True:
         result = _try_acquire(brain, scope, owner, mode, ttl, pid, now or clock.now())
@@ -293,6 +317,7 @@ def _plainly_owned(path: Path, scope: str, owner: str) -> bool:
 
 def release(brain: Brain, scope: str, owner: str, *, missing_ok: bool = False) -> bool:
     scope = normalize_scope(scope)
+    short_text(owner, "lock owner")
     with brain.mutex("locks"):
         path = lock_path(brain, scope, owner)
         if _plainly_owned(path, scope, owner):
@@ -312,7 +337,8 @@ def renew(brain: Brain, scope: str, owner: str, *, ttl: float | None = None,
           now: datetime | None = None) -> Lock:
     scope = normalize_scope(scope)
     now = now or clock.now()
-    ttl = brain.config.lock_ttl if ttl is None else ttl
+    ttl = in_range(brain.config.lock_ttl if ttl is None else ttl, "ttl", 0, MAX_TTL, lo_open=True)
+    short_text(owner, "lock owner")
     with brain.mutex("locks"):
         lk = _owned(brain, scope, owner)
         new = Lock(lk.scope, lk.owner, lk.mode, lk.token, lk.acquired, now + timedelta(seconds=ttl),
