@@ -22,6 +22,12 @@ LEAKY = ("NIKA_BRAIN_DIR", "NIKA_CLAIM", "NIKA_NOW", "NIKA_AGENT", "CLAUDECODE",
          "GIT_WORK_TREE", "GIT_INDEX_FILE")
 MINIMAL_CONFIG = "version: 1\nlock_poll: 0.01\n"
 
+# Every `python -m nika_brain` a test starts (the CLI, git hooks, satellites) must import the checkout
+# under test, not whatever nika-brain is installed: the checkout goes first on PYTHONPATH.
+CHECKOUT = str(Path(__file__).resolve().parent.parent)
+if os.environ.get("PYTHONPATH", "").split(os.pathsep)[0] != CHECKOUT:
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (CHECKOUT, os.environ.get("PYTHONPATH")) if p)
+
 
 def git(repo: Path | str, *args: str) -> str:
     """Run git in `repo`; stdout stripped; a failure raises CalledProcessError with git's stderr."""

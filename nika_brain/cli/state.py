@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from typing import Optional
 
 import typer
 
 from nika_brain.engine import gatebackends
-from nika_brain.state import claims, gates, locks
+from nika_brain.state import claims, gates, listing, locks
 from nika_brain.state import scopes
 from nika_brain.support import clock
 from nika_brain.brain import Brain
@@ -20,6 +21,17 @@ gate_app = typer.Typer(no_args_is_help=True, help="Human gates.")
 app.add_typer(lock_app, name="lock")
 app.add_typer(claim_app, name="claim")
 app.add_typer(gate_app, name="gate")
+
+
+STRICT = typer.Option(False, "--strict", help="exit 1 when an invalid record was found")
+
+
+def _invalid(bad: list, strict: bool) -> None:
+    """Name each invalid record on stderr, one line each; exit 1 for them only with --strict."""
+    for exc in bad:
+        print(f"nika-brain: invalid: {exc}", file=sys.stderr)
+    if bad and strict:
+        raise typer.Exit(1)
 
 
 def _owner(owner: Optional[str]) -> str:
@@ -83,14 +95,16 @@ def lock_status(scope: str, as_json: bool = typer.Option(False, "--json")):
 
 
 @lock_app.command("list")
-def lock_list(as_json: bool = typer.Option(False, "--json")):
-    """All held locks."""
-    held = locks.list_locks(Brain.find())
+def lock_list(as_json: bool = typer.Option(False, "--json"), strict: bool = STRICT):
+    """All held locks (an invalid lock file is named on stderr: treat its scope as held)."""
+    brain = Brain.find()
+    held, bad = listing.load_each(brain, brain.locks_dir, locks.load_lock)
     if as_json:
         print(json.dumps([_lock_dict(lk) for lk in held]))
-        return
-    for lk in held:
-        print(locks.describe(lk))
+    else:
+        for lk in held:
+            print(locks.describe(lk))
+    _invalid(bad, strict)
 
 
 def _claim_dict(c: claims.Claim) -> dict:
@@ -133,14 +147,17 @@ def claim_show(claim_id: str, as_json: bool = typer.Option(False, "--json")):
 
 @claim_app.command("list")
 def claim_list(status: Optional[str] = typer.Option(None, help="open | closed"),
-               as_json: bool = typer.Option(False, "--json")):
-    cs = claims.list_claims(Brain.find(), status)
+               as_json: bool = typer.Option(False, "--json"), strict: bool = STRICT):
+    brain = Brain.find()
+    cs, bad = listing.load_each(brain, brain.claims_dir, claims.load_path)
+    cs = [c for c in cs if status is None or c.status == status]
     if as_json:
         print(json.dumps([_claim_dict(c) for c in cs]))
-        return
-    for c in cs:
-        res = f" {c.result.status}" if c.result else ""
-        print(f"{c.id}\t{c.status}{res}\t{' '.join(c.scope)}")
+    else:
+        for c in cs:
+            res = f" {c.result.status}" if c.result else ""
+            print(f"{c.id}\t{c.status}{res}\t{' '.join(c.scope)}")
+    _invalid(bad, strict)
 
 
 @gate_app.command("open")
@@ -169,13 +186,17 @@ def gate_reject(gate_id: str, note: str = ""):
 
 
 @gate_app.command("list")
-def gate_list(status: Optional[str] = typer.Option(None), as_json: bool = typer.Option(False, "--json")):
-    gs = gates.list_gates(Brain.find(), status)
+def gate_list(status: Optional[str] = typer.Option(None), as_json: bool = typer.Option(False, "--json"),
+              strict: bool = STRICT):
+    brain = Brain.find()
+    gs, bad = listing.load_each(brain, brain.gates_dir, gates.load_path)
+    gs = [g for g in gs if status is None or g.status == status]
     if as_json:
         print(json.dumps([gates.to_dict(g) for g in gs]))
-        return
-    for g in gs:
-        print(f"{g.id}\t{g.status}\t{g.message}")
+    else:
+        for g in gs:
+            print(f"{g.id}\t{g.status}\t{g.message}")
+    _invalid(bad, strict)
 
 
 @gate_app.command("sync")
