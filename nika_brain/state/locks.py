@@ -9,8 +9,11 @@ be alive. A holder on another host is never judged by a local pid check: there, 
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -20,9 +23,11 @@ from nika_brain.brain import Brain
 from nika_brain.errors import BrainError, Busy, EXIT_REFUSED, Invalid, Refused
 from nika_brain.support.schema import MAX_PID, MAX_TTL, MAX_WAIT, F, fields, in_range, short_text
 from nika_brain.state.scopes import check_scope, normalize_scope, scope_slug, scopes_overlap
+from nika_brain.support.fsio import atomic_write
 from nika_brain.support.yamlsafe import dumps_fast, load_doc, plain_scalar
 
 MODES = ("exclusive", "shared")
+_WILD_CHARS = re.compile(r"[*?\[]")
 
 
 def _hostname() -> str:
@@ -153,6 +158,125 @@ def list_locks(brain: Brain) -> list[Lock]:
     return brain.load_all(brain.locks_dir, load_lock)
 
 
+# ---- the scope index: lookups that do not read every lock --------------------------------------------
+# .nika/locks.index maps each lock file to its scope, under a header holding the locks folder's mtime
+# when the index was last true. Every change to locks/ by nika-brain is a create, rename or unlink,
+# all of which move that mtime, and every writer rewrites the index under the locks mutex; a change by
+# anyone else (a hand edit, a git checkout) moves the mtime too, and the next reader rebuilds the index
+# from a full parse — which raises on an unreadable file, as list_locks does. A lookup then parses only
+# the lock files whose scope may overlap the target.
+_INDEX_HEADER = "nika-locks-index 1 "
+
+
+def _index_path(brain: Brain) -> Path:
+    return brain.state_dir / "locks.index"
+
+
+def _folder_mtime(brain: Brain) -> int | None:
+    try:
+        return os.stat(brain.locks_dir).st_mtime_ns
+    except FileNotFoundError:
+        return None
+
+
+def _read_index(brain: Brain) -> dict[str, str] | None:
+    """{file name: scope} when the index matches the folder, else None (missing, stale, foreign)."""
+    mtime = _folder_mtime(brain)
+    if mtime is None:
+        return {}
+    try:
+        with open(_index_path(brain), encoding="utf-8") as fh:
+            text = fh.read()
+    except (OSError, UnicodeDecodeError):
+        return None
+    header, _, body = text.partition("\n")
+    if header != f"{_INDEX_HEADER}{mtime}":
+        return None
+    out = {}
+    for line in body.splitlines():
+        name, sep, scope = line.partition("\t")
+        if not sep:
+            return None
+        out[name] = scope
+    return out
+
+
+def _write_index(brain: Brain, entries: dict[str, str], mtime: int | None) -> None:
+    if mtime is None:
+        return
+    lines = "".join(f"{n}\t{s}\n" for n, s in sorted(entries.items()))
+    with contextlib.suppress(OSError):  # only a cache: the next reader rebuilds it
+        atomic_write(_index_path(brain), f"{_INDEX_HEADER}{mtime}\n{lines}", fsync=False)
+
+
+def _index(brain: Brain) -> dict[str, str]:
+    """The index, rebuilt from every lock file when it is not current (raises on an unreadable one)."""
+    entries = _read_index(brain)
+    if entries is None:
+        mtime = _folder_mtime(brain)  # before the scan: a change during it leaves the index stale
+        entries = {lk.path.name: lk.scope for lk in list_locks(brain) if lk.path is not None}
+        _write_index(brain, entries, mtime)
+    return entries
+
+
+def _reindex(brain: Brain, entries: dict[str, str], add: dict[str, str] | None = None,
+             remove: Iterable[str] = ()) -> None:
+    """After a writer's own change to locks/ (under the locks mutex)."""
+    entries = dict(entries)
+    for n in remove:
+        entries.pop(n, None)
+    entries.update(add or {})
+    _write_index(brain, entries, _folder_mtime(brain))
+
+
+def _may_overlap(scope: str, target: str) -> bool:
+    """Cheap pre-filter of scopes_overlap on normalized scopes: False only when they cannot overlap."""
+    if scope == "." or target == "." or "*" in scope or "?" in scope or "[" in scope:
+        return True
+    a, b = scope.rstrip("/"), target.rstrip("/")
+    return a == b or b.startswith(a + "/") or a.startswith(b + "/") or _WILD_CHARS.search(b) is not None
+
+
+def overlapping(brain: Brain, target: str, entries: dict[str, str] | None = None) -> list[Lock]:
+    """The locks whose scope overlaps `target`, parsing only those (an unreadable one raises)."""
+    target = normalize_scope(target)
+    entries = _index(brain) if entries is None else entries
+    out = []
+    for name, scope in entries.items():
+        if not _may_overlap(scope, target):
+            continue
+        path = brain.locks_dir / name
+        try:
+            lk = load_lock(path)
+        except BrainError:
+            if path.exists():
+                raise
+            continue  # released since the index was read
+        if scopes_overlap(lk.scope, target):
+            out.append(lk)
+    return out
+
+
+class LockView:
+    """The locks for a Claude Code hook: the index checked up front (an unreadable lock file found
+    while rebuilding it raises there, so the hook fails closed), then per-path lookups."""
+
+    def __init__(self, brain: Brain):
+        self.brain = brain
+        self.entries = _index(brain)
+
+    def covering(self, rel: str) -> list[Lock]:
+        try:
+            return overlapping(self.brain, rel, self.entries)
+        except BrainError as exc:  # fail closed: an unreadable record that may cover rel holds it
+            far = clock.now() + timedelta(days=3650)
+            return [Lock(normalize_scope(rel), f"<unreadable lock file: {exc}>", "exclusive", 0, far, far,
+                         Holder("?"))]
+
+    def __iter__(self):
+        return iter(list_locks(self.brain))
+
+
 def _next_token(brain: Brain, seen: int) -> int:
     """Next fencing token, above the counter and above `seen` (the highest token on disk).
 
@@ -170,7 +294,9 @@ def _next_token(brain: Brain, seen: int) -> int:
             current = int(raw or 0)
         except ValueError as exc:
             raise BrainError(f"fencing counter {counter} is corrupt") from exc
-        floor = seen if raw else max(seen, _git_floor(brain))  # no counter: the folder was wiped
+        # No counter: a new clone or a wiped state folder. Every token on disk and in git bounds it.
+        floor = seen if raw else max(seen, _git_floor(brain),
+                                     max((lk.token for lk in list_locks(brain)), default=0))
         token = max(current, floor) + 1
         if raw and raw == str(current).encode():
             # No fsync: the counter only has to survive a killed process (the page cache does);
@@ -221,10 +347,9 @@ def _try_acquire(brain: Brain, scope: str, owner: str, mode: str, ttl: float, pi
                  now: datetime) -> Lock | list[Lock]:
     with brain.mutex("locks"):
         blocking, stale, mine, seen = [], [], None, 0
-        for lk in list_locks(brain):
+        entries = _index(brain)
+        for lk in overlapping(brain, scope, entries):   # not every lock: those that may overlap
             seen = max(seen, lk.token)
-            if not scopes_overlap(lk.scope, scope):
-                continue
             if lk.owner == owner:
                 if lk.scope == scope:
                     mine = lk
@@ -234,9 +359,11 @@ def _try_acquire(brain: Brain, scope: str, owner: str, mode: str, ttl: float, pi
             (stale if may_take_over(lk, now) else blocking).append(lk)
         if blocking:
             return blocking
+        removed = []
         for lk in stale:
             if lk.path is not None:
                 os.unlink(lk.path)
+                removed.append(lk.path.name)
         token = mine.token if mine else _next_token(brain, seen)
         acquired = mine.acquired if mine else now
         path = mine.path if mine and mine.path else lock_path(brain, scope, owner)
@@ -245,6 +372,7 @@ def _try_acquire(brain: Brain, scope: str, owner: str, mode: str, ttl: float, pi
         holder = mine.holder if mine is not None and pid is None else holder_for(pid)
         lock = Lock(scope, owner, mode, token, acquired, now + timedelta(seconds=ttl), holder, path)
         brain.write(lock.path, _dump(lock))
+        _reindex(brain, entries, {lock.path.name: scope}, removed)
         return lock
 
 
@@ -291,7 +419,7 @@ def _owned(brain: Brain, scope: str, owner: str) -> Lock:
         if lk.owner == owner and lk.scope == scope:
             return lk
     # Not under its usual name (written by hand, or by an older version): look at every lock.
-    held = [lk for lk in list_locks(brain) if lk.scope == scope]
+    held = [lk for lk in overlapping(brain, scope) if lk.scope == scope]
     for lk in held:
         if lk.owner == owner:
             return lk
@@ -320,16 +448,20 @@ def release(brain: Brain, scope: str, owner: str, *, missing_ok: bool = False) -
     short_text(owner, "lock owner")
     with brain.mutex("locks"):
         path = lock_path(brain, scope, owner)
+        before = _read_index(brain)  # current before our change: then it stays current after it
         if _plainly_owned(path, scope, owner):
             os.unlink(path)
-            return True
-        try:
-            lk = _owned(brain, scope, owner)
-        except BrainError as exc:
-            if missing_ok and exc.exit_code != EXIT_REFUSED:
-                return False
-            raise
-        os.unlink(lk.path)
+        else:
+            try:
+                lk = _owned(brain, scope, owner)
+            except BrainError as exc:
+                if missing_ok and exc.exit_code != EXIT_REFUSED:
+                    return False
+                raise
+            os.unlink(lk.path)
+            path = lk.path
+        if before is not None:
+            _reindex(brain, before, remove=[path.name])
         return True
 
 
@@ -340,10 +472,13 @@ def renew(brain: Brain, scope: str, owner: str, *, ttl: float | None = None,
     ttl = in_range(brain.config.lock_ttl if ttl is None else ttl, "ttl", 0, MAX_TTL, lo_open=True)
     short_text(owner, "lock owner")
     with brain.mutex("locks"):
+        before = _read_index(brain)
         lk = _owned(brain, scope, owner)
         new = Lock(lk.scope, lk.owner, lk.mode, lk.token, lk.acquired, now + timedelta(seconds=ttl),
                    lk.holder, lk.path)
         brain.write(new.path, _dump(new))
+        if before is not None:
+            _reindex(brain, before)  # same files: only the folder's mtime moved
         return new
 
 
@@ -351,8 +486,13 @@ def release_all(brain: Brain, owner: str) -> list[str]:
     """Release every lock of `owner` (used when a step ends or on crash recovery)."""
     released = []
     with brain.mutex("locks"):
+        before = _read_index(brain)
+        gone = []
         for lk in list_locks(brain):
             if lk.owner == owner and lk.path is not None:
                 os.unlink(lk.path)
                 released.append(lk.scope)
+                gone.append(lk.path.name)
+        if before is not None:
+            _reindex(brain, before, remove=gone)
     return released
