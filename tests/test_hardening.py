@@ -222,3 +222,59 @@ def test_the_cli_under_test_is_this_checkout(cli):
                            capture_output=True, text=True, cwd="/")
     assert proc.returncode == 0
     assert probe.stdout.strip() == str(Path(__file__).resolve().parent.parent / "nika_brain" / "__init__.py")
+
+
+# ---- 7. lookups through the scope index ------------------------------------------------------------
+
+def test_the_index_finds_exactly_the_overlapping_locks_a_full_scan_finds(brain):
+    import random
+    from nika_brain.state.scopes import scopes_overlap
+    rng = random.Random(7)
+    segs = ["src", "a", "b", "lib", "x.py", "*.py", "docs", "a b", "é"]
+    made = []
+    for i in range(150):
+        scope = "/".join(rng.choice(segs) for _ in range(rng.randrange(1, 4))) + rng.choice(["", "/"])
+        if rng.random() < 0.03:
+            scope = "."
+        made.append(locks.acquire(brain, scope, f"sess-{i}", pid=None, mode="shared"))
+        if rng.random() < 0.2:
+            victim = made.pop(rng.randrange(len(made)))
+            locks.release(brain, victim.scope, victim.owner)
+    for _ in range(200):
+        target = "/".join(rng.choice(segs) for _ in range(rng.randrange(1, 5))) + rng.choice(["", "/"])
+        want = sorted((lk.scope, lk.owner) for lk in locks.list_locks(brain) if scopes_overlap(lk.scope, target))
+        got = sorted((lk.scope, lk.owner) for lk in locks.overlapping(brain, target))
+        assert got == want, target
+
+
+def test_a_lock_file_written_by_someone_else_is_seen_and_an_unreadable_one_fails_closed(cli, brain):
+    locks.acquire(brain, "src/a/", "sess-a", pid=None)
+    # Another tool (a merge, a hand edit) adds a lock file: the folder changed, the index is rebuilt.
+    held = locks.acquire(brain, "src/b/", "sess-b", pid=None)
+    text = held.path.read_text()
+    locks.release(brain, "src/b/", "sess-b")
+    (brain.locks_dir / "by-hand.yml").write_text(text)
+    with pytest.raises(BrainError) as busy:
+        locks.acquire(brain, "src/b/x.py", "sess-c", pid=None)
+    assert busy.value.exit_code == 3
+    # An unreadable lock file: acquire refuses, and the hook denies a write (fail closed).
+    (brain.locks_dir / "broken.yml").write_text("scope: [\n")
+    with pytest.raises(BrainError) as bad:
+        locks.acquire(brain, "docs/", "sess-c", pid=None)
+    assert bad.value.exit_code == 1 and "broken.yml" in str(bad.value)
+    view_error = None
+    try:
+        locks.LockView(brain)
+    except BrainError as exc:
+        view_error = exc
+    assert view_error is not None and "broken.yml" in str(view_error)
+
+
+def test_a_lock_file_broken_in_place_blocks_the_paths_it_may_cover(brain):
+    lk = locks.acquire(brain, "src/a/", "sess-a", pid=None)
+    view = locks.LockView(brain)
+    with open(lk.path, "r+") as fh:   # in place: the folder's mtime does not move
+        fh.write("scope: [\n")
+    (blocked,) = view.covering("src/a/x.py")
+    assert blocked.mode == "exclusive" and "unreadable" in blocked.owner
+    assert view.covering("docs/x.md") == []

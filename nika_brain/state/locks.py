@@ -165,7 +165,68 @@ def list_locks(brain: Brain) -> list[Lock]:
 # anyone else (a hand edit, a git checkout) moves the mtime too, and the next reader rebuilds the index
 # from a full parse — which raises on an unreadable file, as list_locks does. A lookup then parses only
 # the lock files whose scope may overlap the target.
-_INDEX_HEADER = "nika-locks-index 1 "
+_INDEX_HEADER = "nika-locks-index 2 "
+_SEP = "\t--\n"   # between the glob scopes and the plain ones (a scope holds no control character)
+
+
+class _Index:
+    """Lines `scope<TAB>file name`, glob scopes first: lookups are str.find over the text (C speed),
+    never a Python loop over every lock."""
+
+    def __init__(self, wild: str = "", plain: str = ""):
+        self.wild, self.plain = wild, "\n" + plain.lstrip("\n") if plain else "\n"
+
+    @classmethod
+    def of(cls, pairs: Iterable[tuple[str, str]]) -> "_Index":
+        idx = cls()
+        for name, scope in pairs:
+            idx.add(name, scope)
+        return idx
+
+    def text(self) -> str:
+        return self.wild + _SEP + self.plain[1:]
+
+    def add(self, name: str, scope: str) -> None:
+        self.remove(name)
+        line = f"{scope}\t{name}\n"
+        if _WILD_CHARS.search(scope):
+            self.wild += line
+        else:
+            self.plain += line
+
+    def remove(self, name: str) -> None:
+        for attr in ("wild", "plain"):
+            text = getattr(self, attr)
+            at = text.find(f"\t{name}\n")
+            if at >= 0:
+                begin = text.rfind("\n", 0, at) + 1
+                setattr(self, attr, text[:begin] + text[at + len(name) + 2:])
+
+    def _names_at(self, needle: str, out: set[str]) -> None:
+        text, at = self.plain, self.plain.find(needle)
+        while at >= 0:
+            end = text.find("\n", at + 1)
+            out.add(text[text.rfind("\t", at, end) + 1:end])
+            at = text.find(needle, end)
+
+    def candidates(self, target: str) -> set[str]:
+        """File names of the locks whose scope may overlap `target` (a superset)."""
+        out: set[str] = set()
+        for line in self.wild.splitlines():
+            out.add(line.rpartition("\t")[2])
+        if target == "." or _WILD_CHARS.search(target):
+            for line in self.plain.splitlines():
+                if line:
+                    out.add(line.rpartition("\t")[2])
+            return out
+        self._names_at("\n.\t", out)
+        parts = target.rstrip("/").split("/")
+        for i in range(1, len(parts) + 1):   # ancestors and the scope itself, file or folder form
+            prefix = "/".join(parts[:i])
+            self._names_at(f"\n{prefix}\t", out)
+            self._names_at(f"\n{prefix}/\t", out)
+        self._names_at("\n" + "/".join(parts) + "/", out)   # everything below it
+        return out
 
 
 def _index_path(brain: Brain) -> Path:
@@ -179,72 +240,56 @@ def _folder_mtime(brain: Brain) -> int | None:
         return None
 
 
-def _read_index(brain: Brain) -> dict[str, str] | None:
-    """{file name: scope} when the index matches the folder, else None (missing, stale, foreign)."""
+def _read_index(brain: Brain) -> _Index | None:
+    """The index when it matches the locks folder, else None (missing, stale, changed by others)."""
     mtime = _folder_mtime(brain)
     if mtime is None:
-        return {}
+        return _Index()
     try:
         with open(_index_path(brain), encoding="utf-8") as fh:
             text = fh.read()
     except (OSError, UnicodeDecodeError):
         return None
     header, _, body = text.partition("\n")
-    if header != f"{_INDEX_HEADER}{mtime}":
+    wild, sep, plain = body.partition(_SEP)
+    if header != f"{_INDEX_HEADER}{mtime}" or not sep:
         return None
-    out = {}
-    for line in body.splitlines():
-        name, sep, scope = line.partition("\t")
-        if not sep:
-            return None
-        out[name] = scope
-    return out
+    return _Index(wild, plain)
 
 
-def _write_index(brain: Brain, entries: dict[str, str], mtime: int | None) -> None:
+def _write_index(brain: Brain, idx: _Index, mtime: int | None) -> None:
     if mtime is None:
         return
-    lines = "".join(f"{n}\t{s}\n" for n, s in sorted(entries.items()))
     with contextlib.suppress(OSError):  # only a cache: the next reader rebuilds it
-        atomic_write(_index_path(brain), f"{_INDEX_HEADER}{mtime}\n{lines}", fsync=False)
+        atomic_write(_index_path(brain), f"{_INDEX_HEADER}{mtime}\n{idx.text()}", fsync=False)
 
 
-def _index(brain: Brain) -> dict[str, str]:
+def _index(brain: Brain) -> _Index:
     """The index, rebuilt from every lock file when it is not current (raises on an unreadable one)."""
-    entries = _read_index(brain)
-    if entries is None:
+    idx = _read_index(brain)
+    if idx is None:
         mtime = _folder_mtime(brain)  # before the scan: a change during it leaves the index stale
-        entries = {lk.path.name: lk.scope for lk in list_locks(brain) if lk.path is not None}
-        _write_index(brain, entries, mtime)
-    return entries
+        idx = _Index.of((lk.path.name, lk.scope) for lk in list_locks(brain) if lk.path is not None)
+        _write_index(brain, idx, mtime)
+    return idx
 
 
-def _reindex(brain: Brain, entries: dict[str, str], add: dict[str, str] | None = None,
+def _reindex(brain: Brain, idx: _Index, add: dict[str, str] | None = None,
              remove: Iterable[str] = ()) -> None:
     """After a writer's own change to locks/ (under the locks mutex)."""
-    entries = dict(entries)
     for n in remove:
-        entries.pop(n, None)
-    entries.update(add or {})
-    _write_index(brain, entries, _folder_mtime(brain))
+        idx.remove(n)
+    for n, scope in (add or {}).items():
+        idx.add(n, scope)
+    _write_index(brain, idx, _folder_mtime(brain))
 
 
-def _may_overlap(scope: str, target: str) -> bool:
-    """Cheap pre-filter of scopes_overlap on normalized scopes: False only when they cannot overlap."""
-    if scope == "." or target == "." or "*" in scope or "?" in scope or "[" in scope:
-        return True
-    a, b = scope.rstrip("/"), target.rstrip("/")
-    return a == b or b.startswith(a + "/") or a.startswith(b + "/") or _WILD_CHARS.search(b) is not None
-
-
-def overlapping(brain: Brain, target: str, entries: dict[str, str] | None = None) -> list[Lock]:
+def overlapping(brain: Brain, target: str, idx: _Index | None = None) -> list[Lock]:
     """The locks whose scope overlaps `target`, parsing only those (an unreadable one raises)."""
     target = normalize_scope(target)
-    entries = _index(brain) if entries is None else entries
+    idx = _index(brain) if idx is None else idx
     out = []
-    for name, scope in entries.items():
-        if not _may_overlap(scope, target):
-            continue
+    for name in sorted(idx.candidates(target)):
         path = brain.locks_dir / name
         try:
             lk = load_lock(path)
