@@ -278,3 +278,56 @@ def test_a_lock_file_broken_in_place_blocks_the_paths_it_may_cover(brain):
     (blocked,) = view.covering("src/a/x.py")
     assert blocked.mode == "exclusive" and "unreadable" in blocked.owner
     assert view.covering("docs/x.md") == []
+
+
+# ---- 6. lock and claim commands without the CLI framework ---------------------------------------------
+
+FAST_SEQUENCE = [
+    ["lock", "acquire", "src/a/", "--owner", "sess-1", "--no-pid", "--ttl", "60"],
+    ["lock", "acquire", "src/a/", "--owner", "sess-1", "--no-pid", "--json"],
+    ["lock", "acquire", "src/a/b.py", "--owner", "sess-2", "--no-pid"],
+    ["lock", "acquire", "src/", "--owner", "sess-2", "--shared", "--no-pid"],
+    ["lock", "status", "src/"],
+    ["lock", "status", "docs/", "--json"],
+    ["lock", "renew", "src/a/", "--owner", "sess-1", "--ttl", "120"],
+    ["lock", "renew", "src/a/", "--owner", "sess-1", "--ttl", "nan"],
+    ["lock", "release", "src/a/", "--owner", "sess-2"],
+    ["lock", "release", "src/a/", "--owner", "sess-1"],
+    ["lock", "release", "src/a/", "--owner", "sess-1"],
+    ["lock", "acquire", "src/x/", "--ttl", "1e309", "--owner", "sess-1"],
+    ["lock", "acquire", "src/x/", "--ttl", "soon", "--owner", "sess-1"],
+    ["lock", "acquire", "src/x/"],
+    ["lock", "acquire", "src/x/", "--bogus"],
+    ["lock", "acquire", "/etc/", "--owner", "sess-1"],
+    ["claim", "close", "sess-20310506-0708-w-step-1", "--status", "ok"],
+    ["claim", "close", "sess-nope", "--status", "ok"],
+    ["claim", "close", "sess-nope"],
+]
+
+
+def test_the_fast_lock_and_claim_path_answers_like_the_typer_path(tmp_path, git_env):
+    import re
+    from .conftest import make_brain
+    said = {}
+    for path, env in (("fast", {}), ("typer", {"NIKA_NO_FAST_CLI": "1"})):
+        brain = make_brain(tmp_path / path)
+        claims.open_claim(brain, workflow="w", step=1, satellite_type="search", scope="notes/",
+                          now=datetime(2031, 5, 6, 7, 8, tzinfo=timezone.utc))
+        out = []
+        for args in FAST_SEQUENCE:
+            p = subprocess.run([sys.executable, "-m", "nika_brain", *args], cwd=brain.root, capture_output=True,
+                               text=True, env={**os.environ, **env}, timeout=120)
+            text = re.sub(r"\d{4}-\d\d-\d\dT[\d:.]+Z", "<time>", p.stdout + "|" + p.stderr)
+            out.append((args, p.returncode, text.replace(str(brain.root), "<root>")))
+        said[path] = out
+    for fast, slow in zip(said["fast"], said["typer"]):
+        assert fast == slow
+    assert {code for _, code, _ in said["fast"]} >= {0, 1, 2, 3}
+
+
+def test_the_fast_path_does_not_import_typer(brain):
+    code = ("import sys; from nika_brain.__main__ import main; "
+            "rc = main(['lock', 'acquire', 'src/', '--owner', 'sess-1', '--no-pid']); "
+            "assert rc == 0 and 'typer' not in sys.modules and 'click' not in sys.modules, sorted(sys.modules)")
+    p = subprocess.run([sys.executable, "-c", code], cwd=brain.root, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr

@@ -6,18 +6,21 @@ reaches the user for bad input.
 from __future__ import annotations
 
 import sys
-
-import typer
-
-try:  # typer >= 0.24 vendors its own click; its exceptions are not click's
-    from typer._click import exceptions as click_exc
-except ImportError:  # pragma: no cover - older typer uses click itself
-    from click import exceptions as click_exc
+from typing import Any
 
 from nika_brain.errors import BrainError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="nika-brain: run many coding-agent sessions from one git-native brain.")
+
+def __getattr__(name: str) -> Any:
+    """`app` is built on first use: `nika_brain.cli.fast` (the lock and claim commands in loops) lives
+    in this package and must not pay for importing typer."""
+    if name != "app":
+        raise AttributeError(name)
+    import typer
+    app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                      help="nika-brain: run many coding-agent sessions from one git-native brain.")
+    globals()["app"] = app
+    return app
 
 
 def json_object(text: str, what: str) -> dict:
@@ -38,6 +41,12 @@ def _register() -> None:
 
 
 def run(argv: list[str]) -> int:
+    import typer
+    try:  # typer >= 0.24 vendors its own click; its exceptions are not click's
+        from typer._click import exceptions as click_exc
+    except ImportError:  # pragma: no cover - older typer uses click itself
+        from click import exceptions as click_exc
+    app = __getattr__("app") if "app" not in globals() else globals()["app"]
     _register()
     try:
         # Without standalone mode click returns (not raises) a typer.Exit's code.

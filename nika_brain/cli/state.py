@@ -13,7 +13,7 @@ from nika_brain.state import claims, gates, listing, locks
 from nika_brain.state import scopes
 from nika_brain.support import clock
 from nika_brain.brain import Brain
-from nika_brain.cli import app
+from nika_brain.cli import app, fast
 
 lock_app = typer.Typer(no_args_is_help=True, help="Path locks on scopes (paths, folders, globs).")
 claim_app = typer.Typer(no_args_is_help=True, help="Claims: one per step execution.")
@@ -56,42 +56,25 @@ def lock_acquire(scope: str, owner: Optional[str] = typer.Option(None, help="cla
                  no_pid: bool = typer.Option(False, help="record no holder process: only the TTL protects"),
                  as_json: bool = typer.Option(False, "--json")):
     """Acquire a lock on SCOPE; exit 3 with the holder named when it is busy."""
-    brain = Brain.find()
-    holder = None if no_pid else (pid if pid is not None else os.getppid())
-    lk = locks.acquire(brain, scope, _owner(owner), mode="shared" if shared else "exclusive",
-                       ttl=ttl, wait=wait, pid=holder)
-    print(json.dumps(_lock_dict(lk)) if as_json else f"acquired {lk.scope} (token {lk.token}, "
-          f"expires {clock.iso(lk.expires)})")
+    fast.lock_acquire(scope, _owner(owner), ttl, wait, shared, pid, no_pid, as_json)
 
 
 @lock_app.command("release")
 def lock_release(scope: str, owner: Optional[str] = typer.Option(None)):
     """Release SCOPE; refused unless you are its owner."""
-    brain = Brain.find()
-    locks.release(brain, scope, _owner(owner))
-    print(f"released {scopes.normalize_scope(scope)}")
+    fast.lock_release(scope, _owner(owner))
 
 
 @lock_app.command("renew")
 def lock_renew(scope: str, owner: Optional[str] = typer.Option(None), ttl: Optional[float] = None):
     """Push back the expiry of a lock you own."""
-    lk = locks.renew(Brain.find(), scope, _owner(owner), ttl=ttl)
-    print(f"renewed {lk.scope} until {clock.iso(lk.expires)}")
+    fast.lock_renew(scope, _owner(owner), ttl)
 
 
 @lock_app.command("status")
 def lock_status(scope: str, as_json: bool = typer.Option(False, "--json")):
     """Who holds SCOPE or anything overlapping it (exit 3 when something does)."""
-    brain = Brain.find()
-    held = [lk for lk in locks.list_locks(brain) if scopes.scopes_overlap(lk.scope, scope)]
-    now = clock.now()
-    if as_json:
-        print(json.dumps([dict(_lock_dict(lk), expired=lk.expired(now)) for lk in held]))
-    elif not held:
-        print(f"{scopes.normalize_scope(scope)}: free")
-    for lk in held if not as_json else ():
-        print(locks.describe(lk) + (" [expired]" if lk.expired(now) else ""))
-    raise typer.Exit(3 if held else 0)
+    raise typer.Exit(fast.lock_status(scope, as_json))
 
 
 @lock_app.command("list")
@@ -130,10 +113,7 @@ def claim_close(claim_id: str, status: str = typer.Option(..., help="ok | partia
                 summary: str = typer.Option(""), tests_passed: Optional[int] = None,
                 tests_failed: Optional[int] = None):
     """Close a claim with its result; the orchestrator routes the exit action next."""
-    from nika_brain.engine import service as launch
-    c = launch.report(Brain.find(), claim_id, status, summary, tests_passed=tests_passed,
-                      tests_failed=tests_failed)
-    print(f"closed {c.id}: {c.result.status if c.result else status}")
+    fast.claim_close(claim_id, status, summary, tests_passed, tests_failed)
 
 
 @claim_app.command("show")
