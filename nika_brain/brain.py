@@ -18,6 +18,51 @@ STATE_DIR = ".nika"
 
 
 @dataclass(frozen=True)
+class Folder:
+    """One folder of the brain layout. Every fact about the layout comes from LAYOUT below: which
+    folders hold state that only nika-brain writes (guarded by the PreToolUse policy, the Claude Code
+    deny rules and the sandbox; never covered by a path lock; committed by the orchestrator), which
+    feed BRAIN-INDEX.md, and which kind of file each holds (the state layer maps kinds to loaders)."""
+    path: str                  # brain-relative, no trailing slash
+    kind: str | None = None    # the file kind of its *.yml (or *.md) files, validated by state.validate
+    state: bool = False        # written only by nika-brain
+    index: bool = False        # an input of BRAIN-INDEX.md
+    kept: bool = False         # created empty (with .gitkeep) by `nika-brain init`
+    tracked: bool = True       # in git (False: runtime data, git-ignored)
+    what: str = ""
+
+
+LAYOUT: tuple[Folder, ...] = (
+    Folder("agents", "card", what="agent cards (Markdown + YAML front matter)"),
+    Folder("brain", None, what="brain/KERNEL.md: zones and their protection level"),
+    Folder("workflows", "workflow", index=True, what="declared chains of steps"),
+    Folder("claims", "claim", state=True, index=True, kept=True, what="one YAML per step execution"),
+    Folder("locks", "lock", state=True, index=True, kept=True, what="one YAML per held scope and owner"),
+    Folder("gates", "gate", state=True, index=True, kept=True, what="one YAML per human gate"),
+    Folder("breakers", "breaker", state=True, index=True, what="circuit breakers per scope"),
+    Folder("runs", "run", state=True, index=True, what="the orchestrator's cursor through a workflow run"),
+    Folder("journal", None, state=True, what="journal/signals.jsonl: BSI signals"),
+    Folder("grants", "grant", state=True, index=True, what="vault grants: who may read whose records"),
+    Folder("kernels", "kernel", index=True, what="one folder per kernel: kernel.yml, memory/, .claude/"),
+    Folder("scripts", None, what="the seed's shell entry points"),
+    Folder("hooks", None, what="git hook and Claude Code hook templates"),
+    Folder(".nika", None, state=True, tracked=False,
+           what="runtime state: mutexes, caches, worktrees, embedded bus and stores"),
+)
+INDEX_FILE = "BRAIN-INDEX.md"
+STATE_FOLDERS: tuple[str, ...] = tuple(f.path for f in LAYOUT if f.state)
+TRACKED_STATE_FOLDERS: tuple[str, ...] = tuple(f.path for f in LAYOUT if f.state and f.tracked)
+INDEX_INPUTS: tuple[str, ...] = tuple(f.path for f in LAYOUT if f.index)
+KIND_FOLDERS: dict[str, str] = {f.path: f.kind for f in LAYOUT if f.kind}
+
+
+def is_state_path(rel: str) -> bool:
+    """True for a brain-relative posix path that lies in a state folder, or is the generated index."""
+    head = rel.split("/", 1)[0]
+    return head in STATE_FOLDERS or rel == INDEX_FILE
+
+
+@dataclass(frozen=True)
 class Config:
     version: int = 1
     base_branch: str = "main"
@@ -109,7 +154,7 @@ class Brain:
                 return cls.at(_main_worktree(folder))
         raise NoBrain(f"no brain found at or above {here} (no {CONFIG_NAME}; run `nika-brain init`)")
 
-    # Folders of the brain layout (see DESIGN.md).
+    # Folders of the brain layout (LAYOUT above; docs/ARCHITECTURE.md).
     @property
     def agents_dir(self) -> Path: return self.root / "agents"
     @property
@@ -125,9 +170,15 @@ class Brain:
     @property
     def journal_dir(self) -> Path: return self.root / "journal"
     @property
+    def breakers_dir(self) -> Path: return self.root / "breakers"
+    @property
+    def runs_dir(self) -> Path: return self.root / "runs"
+    @property
+    def grants_dir(self) -> Path: return self.root / "grants"
+    @property
     def kernel_md(self) -> Path: return self.root / "brain" / "KERNEL.md"
     @property
-    def index_path(self) -> Path: return self.root / "BRAIN-INDEX.md"
+    def index_path(self) -> Path: return self.root / INDEX_FILE
     @property
     def state_dir(self) -> Path: return self.root / STATE_DIR
     @property

@@ -27,11 +27,13 @@ import re
 from datetime import datetime
 from typing import Any, Callable, NamedTuple
 
+from nika_brain.brain import STATE_FOLDERS
+
 WRITE_TOOLS = {"Edit": "file_path", "Write": "file_path", "MultiEdit": "file_path",
                "NotebookEdit": "notebook_path"}
 READ_TOOLS = {"Read": "file_path", "NotebookRead": "notebook_path", "Grep": "path", "Glob": "path",
               "LS": "path"}
-STATE_DIRS = ("claims", "locks", "gates", "breakers", "runs", "journal", ".nika")
+STATE_DIRS = STATE_FOLDERS
 _STATE_HINT = ("it is written only by nika-brain; use `nika-brain claim|lock|gate ...` (a human "
                "decides gates)")
 

@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from nika_brain.brain import STATE_FOLDERS
 from nika_brain.errors import BrainError
 
 SIDECAR = "nika-brain.json"
@@ -64,7 +65,7 @@ def kernel_deny_rules(root: Path, kernel_id: str) -> list[str]:
         if kernels_dir.is_dir() else []
     rules = [_abs_rule(tool, kernels_dir / other, "**") for other in others for tool in ("Read", "Edit")]
     rules += [_abs_rule("Read", root, g) for g in SECRET_GLOBS]
-    rules += [_abs_rule("Edit", root / d, "**") for d in ("gates", "locks", "claims", ".nika", ".git")]
+    rules += [_abs_rule("Edit", root / d, "**") for d in (*STATE_FOLDERS, ".git")]
     return rules
 
 

@@ -37,7 +37,8 @@ def json_object(text: str, what: str) -> dict:
 
 def _register() -> None:
     # Command modules attach themselves to `app` (and its sub-apps) on import.
-    from nika_brain.cli import bus, claude, index, kernel, state, workflow  # noqa: F401
+    from nika_brain.cli import bus, claude, index, kernel, state, triage, workflow  # noqa: F401
+    from nika_brain.cli import rag  # noqa: F401
 
 
 def run(argv: list[str]) -> int:

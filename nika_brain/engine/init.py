@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nika_brain.gitrepo import git
-from nika_brain.brain import CONFIG_NAME, Brain, load_config
+from nika_brain.brain import CONFIG_NAME, LAYOUT, Brain, load_config
 from nika_brain.errors import BrainError
 
 TEMPLATE_ROOT = Path(__file__).parent.parent / "templates" / "brain"
-EMPTY_DIRS = ("claims", "locks", "gates")
+EMPTY_DIRS = tuple(f.path for f in LAYOUT if f.kept)
 EXECUTABLE_DIRS = ("scripts", "hooks/git")
 IGNORE_LINE = ".nika/"
 TEMP_IGNORE = ".*.tmp"

@@ -20,13 +20,13 @@ from nika_brain.gitrepo import branches, git
 from nika_brain.state import breakers, claims, gates, locks, runs
 from nika_brain.support import clock, faults, fsio
 from nika_brain.engine import gatebackends, preflight, satellites, signals
-from nika_brain.brain import Brain
+from nika_brain.brain import INDEX_FILE, TRACKED_STATE_FOLDERS, Brain
 from nika_brain.errors import EXIT_BLOCKED, EXIT_GATE_PENDING, EXIT_REFUSED, BrainError, DirtyCheckout
 from nika_brain.state.runs import END, Run
 from nika_brain.state.workflows import Action, Step, Workflow, find_workflow, parse_action, resolve_target
 from nika_brain.state import zones as zones_mod
 
-STATE_PATHS = ("claims", "locks", "gates", "breakers", "runs", "journal", "BRAIN-INDEX.md")
+STATE_PATHS = (*TRACKED_STATE_FOLDERS, INDEX_FILE)
 NO_TEMP = ":(exclude,glob)**/.*.tmp"
 
 

@@ -446,7 +446,7 @@ def on_session_end(hook: Hook) -> Reply | None:
 HANDLERS: dict[str, list[Handler | str]] = {
     "PreToolUse": [on_pre_tool_use],
     "PostToolUse": [on_post_tool_use],
-    "UserPromptSubmit": [on_user_prompt_submit],
+    "UserPromptSubmit": [on_user_prompt_submit, "nika_brain.federation.hint:on_user_prompt_submit"],
     "SessionStart": [on_session_start],
     "Stop": [on_context_checkpoint],
     "PreCompact": [on_context_checkpoint],

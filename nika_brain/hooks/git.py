@@ -18,14 +18,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from nika_brain.brain import CONFIG_NAME, Brain
+from nika_brain.brain import CONFIG_NAME, INDEX_FILE, INDEX_INPUTS, Brain, is_state_path
 from nika_brain.errors import BrainError
 from nika_brain.gitrepo.githooks import HOOKS
 
-STATE_PREFIXES = ("claims/", "locks/", "gates/", "breakers/", "runs/", "journal/")
-STATE_FILES = ("BRAIN-INDEX.md",)
-INDEX_INPUTS = ("claims/", "locks/", "gates/", "breakers/", "runs/", "workflows/", "kernels/")
-INDEX_FILES = (CONFIG_NAME, "BRAIN-INDEX.md")
+INDEX_PREFIXES = tuple(f"{d}/" for d in INDEX_INPUTS)
+INDEX_FILES = (CONFIG_NAME, INDEX_FILE)
 
 
 def _err(message: str) -> None:
@@ -70,11 +68,13 @@ def staged_blobs(paths: list[str]) -> list[tuple[str, bytes]]:
 
 
 def _is_state(path: str) -> bool:
-    return path.startswith(STATE_PREFIXES) or path in STATE_FILES
+    # A lock on a scope never applies to the state folders: the tools that update state while a
+    # scope is locked must still be able to commit it.
+    return is_state_path(path)
 
 
 def _feeds_index(path: str, brain: Brain) -> bool:
-    if path.startswith(INDEX_INPUTS) or path in INDEX_FILES:
+    if path.startswith(INDEX_PREFIXES) or path in INDEX_FILES:
         return True
     return bool(brain.config.index_template) and path == brain.config.index_template
 

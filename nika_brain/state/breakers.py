@@ -35,7 +35,7 @@ _SPEC = {"scope": F(str, required=True, check=check_scope), "fails": F(int, requ
 
 
 def breakers_dir(brain: Brain) -> Path:
-    return brain.root / "breakers"
+    return brain.breakers_dir
 
 
 def breaker_path(brain: Brain, scope: str) -> Path:

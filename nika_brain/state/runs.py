@@ -60,7 +60,7 @@ _SPEC = {
 
 
 def runs_dir(brain: Brain) -> Path:
-    return brain.root / "runs"
+    return brain.runs_dir
 
 
 def run_path(brain: Brain, workflow: str) -> Path:

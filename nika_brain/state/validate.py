@@ -15,19 +15,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from nika_brain.state import agents, breakers, claims, gates, locks, runs, workflows, zones
-from nika_brain.brain import CONFIG_NAME, load_config
+from nika_brain.state import agents, breakers, claims, gates, grants, locks, runs, workflows, zones
+from nika_brain.brain import CONFIG_NAME, KIND_FOLDERS, STATE_FOLDERS, load_config
 from nika_brain.errors import BrainError
 from nika_brain.support import fsio
 from nika_brain.support.schema import name as schema_name
 from nika_brain.support.yamlsafe import load_doc
 
-STATE_DIRS = {"claims": "claim", "locks": "lock", "gates": "gate", "breakers": "breaker", "runs": "run"}
-_YAML_DIRS = dict(STATE_DIRS, workflows="workflow")
-# Walk order of a whole-brain validation: the files others refer to come first.
-_WALK = ("agents", "workflows", "claims", "locks", "gates", "breakers", "runs")
-KNOWN = ("nika-brain.yml, brain/KERNEL.md, agents/*.md, workflows/*.yml, kernels/*/kernel.yml and "
-         "*.yml in claims/, locks/, gates/, breakers/, runs/")
+# Folders of *.yml files of one kind, in LAYOUT order: the files others refer to come first.
+STATE_DIRS = {d: k for d, k in KIND_FOLDERS.items() if d in STATE_FOLDERS}
+_YAML_DIRS = {d: k for d, k in KIND_FOLDERS.items() if k not in ("card", "kernel")}
+_WALK = tuple(d for d in KIND_FOLDERS if d != "kernels")
+KNOWN = ("nika-brain.yml, brain/KERNEL.md, agents/*.md, kernels/*/kernel.yml and *.yml in "
+         + ", ".join(f"{d}/" for d in _YAML_DIRS))
 
 
 def _load_kernel(path: Path) -> Any:
@@ -49,6 +49,7 @@ LOADERS: dict[str, Callable[[Path], Any]] = {
     "gate": gates.load_path,
     "breaker": breakers.load_path,
     "run": runs.load_path,
+    "grant": grants.load_path,
     "kernel": _load_kernel,
     "misnamed": _misnamed,
 }

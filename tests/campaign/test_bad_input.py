@@ -24,7 +24,7 @@ from nika_brain.state import claims, locks
 from nika_brain.state.validate import load
 from nika_brain.support.yamlsafe import dumps
 
-from ..test_malformed_corpus import BASES, TEXT_BREAKERS, WRONG_VALUES, _load_yaml_base, _wrap
+from tests.state.test_malformed_corpus import BASES, TEXT_BREAKERS, WRONG_VALUES, _load_yaml_base, _wrap
 from .corpus import PER_KIND, SEED, bus_messages, cli_args, hook_stdins
 
 CASE_SECONDS = 10.0   # per case: far above any honest run, far below a hang

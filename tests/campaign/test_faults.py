@@ -15,8 +15,8 @@ from nika_brain.engine import orchestrator
 from nika_brain.state import claims, locks, validate
 from nika_brain.support import fsio
 
-from ..conftest import git
-from ..orchkit import nb, orch_brain, run_file, worktree
+from tests.kit.brain import git_out as git
+from tests.kit.orch import nb, orch_brain, run_file, worktree
 from .corpus import SCALE, SEED
 
 WRITER = r"""

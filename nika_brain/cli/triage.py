@@ -1,0 +1,80 @@
+"""`nika-brain triage`: route a prompt, recalibrate the goals index, run the benchmark contract.
+
+    nika-brain triage "<prompt>" [--json] [--kernel-context ID] [--data-class NAME]
+    nika-brain triage calibrate [--labelled CAL.jsonl] [--json]
+    nika-brain triage bench --routes ROUTES.yml --queries QUERIES.jsonl [--calibration CAL.jsonl] --json
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from nika_brain.brain import Brain
+from nika_brain.cli import app
+from nika_brain.errors import Invalid
+
+
+def _print_decision(d) -> None:
+    print(f"{d.decision}: {', '.join(d.kernels)}")
+    print(f"  reason: {d.reason}")
+    if d.data_class:
+        print(f"  data class: {d.data_class}")
+    for p in d.parts:
+        print(f"  part -> {p.kernel} ({p.score:.3f} >= {p.threshold:.3f}): {p.text}")
+    if d.context:
+        print(f"  typed in {d.context}: " + ("WRONG KERNEL, it belongs to " + ", ".join(d.kernels)
+                                              if d.wrong_kernel else "fine"))
+    for s in d.scores:
+        mark = "" if s.allowed else f"   not allowed: {s.why_not}"
+        print(f"  {s.kernel:<32} {s.score:7.3f}  threshold {s.threshold:.3f}{mark}")
+
+
+@app.command("triage", context_settings={"help_option_names": ["-h", "--help"]})
+def triage_cmd(
+    words: list[str] = typer.Argument(None, help='"<prompt>", or: calibrate | bench'),
+    as_json: bool = typer.Option(False, "--json", help="one JSON object"),
+    kernel_context: str = typer.Option(None, "--kernel-context", help="the kernel the prompt was typed in"),
+    data_class: str = typer.Option(None, "--data-class", help="state the prompt's data class"),
+    routes: Path = typer.Option(None, "--routes", help="bench: ROUTES.yml"),
+    queries: Path = typer.Option(None, "--queries", help="bench: QUERIES.jsonl"),
+    calibration: Path = typer.Option(None, "--calibration", help="bench: labelled CAL.jsonl"),
+    labelled: Path = typer.Option(None, "--labelled", help="calibrate: labelled JSONL refining thresholds"),
+):
+    """Route a prompt to a kernel (scores, thresholds and the reason), or calibrate / bench."""
+    words = words or []
+    if words[:1] == ["bench"] and len(words) == 1:
+        from nika_brain.federation import bench
+        if routes is None or queries is None:
+            raise Invalid("triage bench needs --routes ROUTES.yml and --queries QUERIES.jsonl")
+        out = bench.run(routes, queries, calibration)
+        if as_json:
+            print(json.dumps(out, ensure_ascii=False))
+        else:
+            for k in ("in_scope_accuracy", "oos_recall", "oos_precision", "split_accuracy",
+                      "p50_ms", "p95_ms", "n"):
+                print(f"{k}: {out[k]}")
+        return
+    if words[:1] == ["calibrate"] and len(words) == 1:
+        from nika_brain.federation import goals
+        index = goals.refresh(Brain.find(), force=True, labelled=labelled)
+        rep = index.report
+        if as_json:
+            print(json.dumps({"digest": index.digest, "model_id": index.model_id, **rep}, ensure_ascii=False))
+            return
+        print(f"goals index: {len(index.entries)} kernels, model {index.model_id}, "
+              f"lexical weight {rep.get('lex_weight', 0):.3f}"
+              + (f", refined by {rep['labelled']} labelled prompts" if rep.get("labelled") else ""))
+        for kid, r in rep.get("kernels", {}).items():
+            print(f"  {kid:<32} threshold {r['threshold']:.3f}  examples {r['examples']}  "
+                  f"sub-topics {r['subtopics']}")
+        return
+    if not words:
+        raise Invalid('triage needs a prompt: nika-brain triage "<prompt>"')
+    from nika_brain.federation.triage import triage
+    d = triage(Brain.find(), " ".join(words), context=kernel_context, data_class=data_class)
+    if as_json:
+        print(json.dumps(d.as_dict(), ensure_ascii=False))
+    else:
+        _print_decision(d)

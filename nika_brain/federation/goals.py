@@ -1,0 +1,380 @@
+"""The registry of active /goals: the `nika_federation_goals` collection and the compact goals index.
+
+One entry per kernel: its /goal, its domains (kernel.yml `tags`), its canonical example prompts, and
+its policy (region, data class). Two copies:
+
+- the Chroma collection `nika_federation_goals` (one record per kernel, the goal line's embedding,
+  the text and the policy as metadata), for other tools and other machines;
+- the compact index `<brain>/.nika/federation/goals-index.npz`: the routing model of router.py
+  (vectors, sub-topic centroids, thresholds, lexical tables) in one file, replaced atomically. The
+  triage's hot path reads only this file (numpy), never chromadb.
+
+`refresh(brain)` rebuilds both when the goals changed (a digest of every entry, the model id and the
+calibration settings), under one inter-process mutex so two writers never interleave, and announces
+the new registry on `nika:federation:goals`. `kernel spawn`, `kill` and `triage calibrate` call it;
+`current(brain)` notices an edited kernel.yml by the digest and rebuilds the index (not the
+collection: that would import chromadb on the hot path; the next refresh syncs it).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from nika_brain.errors import BrainError, Invalid
+from nika_brain.federation.embedding import Kind
+from nika_brain.federation.router import MISS_RATE, Model
+
+if TYPE_CHECKING:  # pragma: no cover
+    from nika_brain.brain import Brain
+    from nika_brain.federation.embedding import Embedder
+
+COLLECTION = "nika_federation_goals"
+INDEX_NAME = "goals-index.npz"
+FORMAT = 1
+ROUTED_STATUSES = ("starting", "active", "paused", "dead")  # a dead kernel's prompts queue for it
+DEFAULT_KERNEL = "generalist"
+EMBED_KIND: Kind = "query"  # prompts and examples embedded alike: measured best for routing (bench_triage)
+
+
+@dataclass(frozen=True)
+class Entry:
+    id: str
+    goal: str
+    domains: tuple[str, ...] = ()
+    examples: tuple[str, ...] = ()
+    region: str | None = None
+    data_class: str | None = None
+
+    def goal_line(self) -> str:
+        return f"{self.goal} ({', '.join(self.domains)})" if self.domains else self.goal
+
+
+@dataclass(frozen=True)
+class DataClass:
+    name: str
+    patterns: tuple[str, ...] = ()        # regexes that put a prompt in this class
+    regions: tuple[str, ...] | None = None  # regions allowed to receive it (None: any)
+
+
+DEFAULT_CLASSES = (DataClass("public"), DataClass("internal"), DataClass("sensitive"))
+
+
+@dataclass(frozen=True)
+class Settings:
+    default: str = DEFAULT_KERNEL
+    miss_rate: float = MISS_RATE
+    split: bool = True
+    calibration: str | None = None        # labelled JSONL refining the thresholds
+    data_classes: tuple[DataClass, ...] = DEFAULT_CLASSES
+
+
+def _bad(key: str, msg: str) -> BrainError:
+    return Invalid(msg, file="nika-brain.yml", key=f"federation.triage.{key}")
+
+
+def settings(brain: Brain | None) -> Settings:
+    raw = (brain.config.federation.get("triage") if brain is not None else None) or {}
+    if not isinstance(raw, dict):
+        raise Invalid("must be a mapping", file="nika-brain.yml", key="federation.triage")
+    known = ("default", "miss_rate", "split", "calibration", "data_classes")
+    for key in raw:
+        if key not in known:
+            raise _bad(str(key), f"unknown key (expected one of: {', '.join(known)})")
+    default = raw.get("default", DEFAULT_KERNEL)
+    if not isinstance(default, str) or not default:
+        raise _bad("default", "must be a kernel id")
+    miss = raw.get("miss_rate", MISS_RATE)
+    if isinstance(miss, bool) or not isinstance(miss, (int, float)) or not 0 < miss < 0.5:
+        raise _bad("miss_rate", "must be a number between 0 and 0.5 (share of in-scope prompts "
+                   "allowed to fall back)")
+    split = raw.get("split", True)
+    if not isinstance(split, bool):
+        raise _bad("split", "must be true or false")
+    cal = raw.get("calibration")
+    if cal is not None and not isinstance(cal, str):
+        raise _bad("calibration", "must be a path to a JSONL file")
+    classes: tuple[DataClass, ...] = DEFAULT_CLASSES
+    if "data_classes" in raw:
+        import re
+        items = raw["data_classes"]
+        if not isinstance(items, list) or not items:
+            raise _bad("data_classes", "must be a non-empty list, least sensitive first")
+        out = []
+        for i, item in enumerate(items):
+            if isinstance(item, str):
+                item = {"name": item}
+            if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+                raise _bad(f"data_classes[{i}]", "each class is a name or {name, patterns, regions}")
+            pats, regions = item.get("patterns", []), item.get("regions")
+            if not isinstance(pats, list) or not all(isinstance(p, str) for p in pats):
+                raise _bad(f"data_classes[{i}].patterns", "must be a list of regular expressions")
+            for p in pats:
+                try:
+                    re.compile(p)
+                except re.error as exc:
+                    raise _bad(f"data_classes[{i}].patterns", f"bad regular expression {p!r}: {exc}")
+            if regions is not None and (not isinstance(regions, list)
+                                        or not all(isinstance(r, str) for r in regions)):
+                raise _bad(f"data_classes[{i}].regions", "must be a list of region names")
+            out.append(DataClass(item["name"], tuple(pats), None if regions is None else tuple(regions)))
+        classes = tuple(out)
+    return Settings(default, float(miss), split, cal, classes)
+
+
+def entries_from_kernels(brain: Brain) -> list[Entry]:
+    from nika_brain.state.kernels import list_kernels
+    out = []
+    for k in list_kernels(brain):
+        if k.status not in ROUTED_STATUSES:
+            continue
+        out.append(Entry(k.id, k.goal, tuple(k.tags), tuple(getattr(k, "examples", ()) or ()),
+                         getattr(k, "region", None), getattr(k, "data_class", None)))
+    return out
+
+
+# ---- the index ------------------------------------------------------------------------------------
+
+@dataclass
+class Index:
+    model: Model
+    entries: list[Entry]
+    default: str
+    model_id: str
+    digest: str
+    report: dict[str, Any] = field(default_factory=dict)
+    path: Path | None = None
+
+    def entry(self, kernel_id: str) -> Entry | None:
+        return next((e for e in self.entries if e.id == kernel_id), None)
+
+
+def _file_digest(path: str | None, root: Path | None) -> str | None:
+    if not path:
+        return None
+    p = Path(path)
+    if not p.is_absolute() and root is not None:
+        p = root / p
+    try:
+        return hashlib.sha256(p.read_bytes()).hexdigest()
+    except OSError as exc:
+        raise _bad("calibration", f"cannot read {p}: {exc.strerror}") from exc
+
+
+def digest(entries: list[Entry], model_id: str, st: Settings, cal_digest: str | None) -> str:
+    doc = {"format": FORMAT, "model": model_id, "miss_rate": st.miss_rate, "default": st.default,
+           "calibration": cal_digest, "entries": [asdict(e) for e in sorted(entries, key=lambda e: e.id)]}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+def build(entries: list[Entry], embedder: Embedder, st: Settings, *,
+          labelled: list[tuple[str, str | None]] | None = None, digest_: str = "") -> Index:
+    """Embed every entry's texts (cached), fit and calibrate the routing model."""
+    import numpy as np
+
+    from nika_brain.federation import router
+    entries = sorted(entries, key=lambda e: e.id)
+    ids = [e.id for e in entries]
+    if len(set(ids)) != len(ids):
+        raise BrainError("two goals entries share one kernel id")
+    texts: list[str] = []
+    owner: list[int] = []
+    calib: list[bool] = []
+    for k, e in enumerate(entries):
+        texts.append(e.goal_line())
+        owner.append(k)
+        calib.append(False)
+        for ex in e.examples:
+            texts.append(ex)
+            owner.append(k)
+            calib.append(True)
+    dim = embedder.dim
+    vecs = embedder.embed(texts, kind=EMBED_KIND) if texts else np.zeros((0, dim), np.float32)
+    if not entries:
+        model = router.Model([], np.zeros(dim, np.float32), np.zeros((0, dim), np.float32),
+                             np.zeros(0, int), np.zeros((0, dim), np.float32), np.zeros(0),
+                             np.zeros(0, int), np.zeros(0), np.zeros(0), [], {}, 1.0,
+                             router.DEFAULT_LEX_WEIGHT, st.miss_rate, False)
+        report: dict[str, Any] = {"calibrated": False, "kernels": {}}
+    else:
+        model, report = router.fit(ids, vecs, np.array(owner), texts, np.array(calib),
+                                   miss_rate=st.miss_rate)
+    if labelled and entries:
+        index = {k: i for i, k in enumerate(ids)}
+        known = [(t, e) for t, e in labelled if e is None or e in index or e == st.default]
+        qv = embedder.embed([t for t, _ in known], kind=EMBED_KIND)
+        order, conf = model.score(qv, [t for t, _ in known])
+        exp = [index.get(e) if e is not None else None for _, e in known]
+        # a labelled prompt for the default kernel counts as out of scope
+        report["refined_offset"] = router.refine(model, order, conf, exp)
+        report["labelled"] = len(known)
+        for k, kid in enumerate(ids):
+            report["kernels"][kid]["threshold"] = round(float(model.thresholds[k]), 4)
+    return Index(model, entries, st.default, embedder.model_id, digest_, report)
+
+
+def index_path(brain: Brain) -> Path:
+    return brain.state_dir / "federation" / INDEX_NAME
+
+
+def save(index: Index, path: Path) -> None:
+    import numpy as np
+    m = index.model
+    meta = {
+        "format": FORMAT, "kernels": m.kernels, "default": index.default, "model_id": index.model_id,
+        "digest": index.digest, "entries": [asdict(e) for e in index.entries],
+        "vocab": [sorted(v) for v in m.vocab], "idf": m.idf, "unknown_idf": m.unknown_idf,
+        "lex_weight": m.lex_weight, "miss_rate": m.miss_rate, "calibrated": m.calibrated,
+        "report": index.report,
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".goals-", suffix=".npz")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            np.savez(fh, mean=m.mean, examples=m.examples, owner=m.owner, pmu=m.pmu, pconst=m.pconst,
+                     sub_owner=m.sub_owner, thresholds=m.thresholds, medians=m.medians,
+                     meta=np.array(json.dumps(meta, ensure_ascii=False)))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    index.path = path
+
+
+def load(path: Path) -> Index | None:
+    """The saved index, or None when there is none; a damaged file is one clear error."""
+    import numpy as np
+    if not path.is_file():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            meta = json.loads(str(z["meta"]))
+            arrays = {k: z[k] for k in ("mean", "examples", "owner", "pmu", "pconst", "sub_owner",
+                                        "thresholds", "medians")}
+    except (OSError, ValueError, KeyError) as exc:
+        raise BrainError(f"{path}: damaged goals index ({exc}); run `nika-brain triage calibrate`") from exc
+    if meta.get("format") != FORMAT:
+        return None  # an older layout: rebuilt on the next refresh
+    model = Model(meta["kernels"], arrays["mean"], arrays["examples"], arrays["owner"], arrays["pmu"],
+                  arrays["pconst"], arrays["sub_owner"], arrays["thresholds"], arrays["medians"],
+                  [frozenset(v) for v in meta["vocab"]], meta["idf"], meta["unknown_idf"],
+                  meta["lex_weight"], meta["miss_rate"], meta["calibrated"])
+    entries = [Entry(e["id"], e["goal"], tuple(e["domains"]), tuple(e["examples"]), e["region"],
+                     e["data_class"]) for e in meta["entries"]]
+    return Index(model, entries, meta["default"], meta["model_id"], meta["digest"],
+                 meta.get("report", {}), path)
+
+
+def read_labelled(path: Path) -> list[tuple[str, str | None]]:
+    """A labelled calibration file: JSONL lines {"text": ..., "expected": <kernel id> | null}."""
+    from nika_brain.federation.bench import read_queries
+    return [(q.text, q.expected[0] if q.expected else None) for q in read_queries(path)
+            if q.expected is None or len(q.expected) == 1]
+
+
+# ---- refresh: build, save, sync, announce ----------------------------------------------------------
+
+def _state(brain: Brain, embedder: Embedder) -> tuple[list[Entry], Settings, str, Path | None]:
+    st = settings(brain)
+    entries = entries_from_kernels(brain)
+    cal_path = None
+    if st.calibration:
+        cal_path = Path(st.calibration)
+        if not cal_path.is_absolute():
+            cal_path = brain.root / cal_path
+    return entries, st, digest(entries, embedder.model_id, st, _file_digest(st.calibration, brain.root)), cal_path
+
+
+def refresh(brain: Brain, *, force: bool = False, store: bool = True, publish: bool = True,
+            labelled: Path | None = None) -> Index:
+    """Rebuild the goals index (and the collection) when the goals changed; returns the index."""
+    from nika_brain.federation.embedding import open_embedder
+    embedder = open_embedder(brain)
+    path = index_path(brain)
+    with brain.mutex("federation-goals"):
+        entries, st, dig, cal_path = _state(brain, embedder)
+        if labelled is not None:
+            # a one-off refinement (`triage calibrate --labelled`): kept until the goals change;
+            # `federation.triage.calibration` makes it permanent
+            cal_path = labelled
+        old = load(path)
+        changed = force or old is None or old.digest != dig
+        if changed or old is None:
+            lab = read_labelled(cal_path) if cal_path else None
+            index = build(entries, embedder, st, labelled=lab, digest_=dig)
+            save(index, path)
+        else:
+            index = old
+        if store:
+            sync_store(brain, index, embedder)
+    if changed and publish:
+        announce(brain, index)
+    return index
+
+
+def current(brain: Brain, *, rebuild: bool = True) -> Index:
+    """The index to route with; rebuilt (without touching Chroma) when a kernel.yml changed."""
+    path = index_path(brain)
+    index = load(path)
+    if index is not None and not rebuild:
+        return index
+    if index is not None:
+        from nika_brain.federation.embedding import embedder_config
+        cfg = embedder_config(brain)
+        # the model id needs the model; only compare when it is already known to match the config
+        entries, st = entries_from_kernels(brain), settings(brain)
+        dig = digest(entries, index.model_id, st, _file_digest(st.calibration, brain.root))
+        if dig == index.digest and cfg.get("backend", "e5") == _backend_of(index.model_id):
+            return index
+    return refresh(brain, store=False)
+
+
+def _backend_of(model_id: str) -> str:
+    return "onnx" if model_id.startswith("onnx/") else "e5"
+
+
+def sync_store(brain: Brain, index: Index, embedder: Embedder) -> None:
+    """Make `nika_federation_goals` hold exactly one record per indexed kernel."""
+    from nika_brain.federation.chroma import open_store
+    st = open_store(brain)
+    ids = [e.id for e in index.entries]
+    with st.errors(f"chroma collection {COLLECTION}"), st.writer():
+        col = st.collection(COLLECTION)  # taken under the writer lock, never from a stale client
+        existing = set(col.get(include=[])["ids"])
+        gone = sorted(existing - set(ids))
+        if gone:
+            col.delete(ids=gone)
+        if not ids:
+            return
+        vecs = embedder.embed([e.goal_line() for e in index.entries], kind=EMBED_KIND)
+        metas = []
+        for k, e in enumerate(index.entries):
+            meta: dict[str, Any] = {"kernel_id": e.id, "goal": e.goal, "domains": ", ".join(e.domains),
+                                    "examples": len(e.examples),
+                                    "threshold": float(index.model.thresholds[k]),
+                                    "model_id": index.model_id, "digest": index.digest}
+            if e.region:
+                meta["region"] = e.region
+            if e.data_class:
+                meta["data_class"] = e.data_class
+            metas.append(meta)
+        docs = ["\n".join([e.goal_line(), *e.examples]) for e in index.entries]
+        col.upsert(ids=ids, embeddings=[v.tolist() for v in vecs], documents=docs, metadatas=metas)
+
+
+def announce(brain: Brain, index: Index) -> None:
+    """Publish the registry of active goals on nika:federation:goals (best effort)."""
+    from nika_brain.bus import GOALS, open_bus
+    try:
+        open_bus(brain).publish(GOALS, {
+            "event": "goals", "digest": index.digest, "model_id": index.model_id,
+            "kernels": [{"id": e.id, "goal": e.goal, "threshold": round(float(index.model.thresholds[k]), 4)}
+                        for k, e in enumerate(index.entries)]})
+    except BrainError:
+        pass  # the index is rebuilt and saved; a bus that is down must not undo that

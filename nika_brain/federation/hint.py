@@ -1,0 +1,56 @@
+"""UserPromptSubmit: flag a prompt typed into the wrong kernel (additional context, never a block).
+
+Registered in nika_brain.hooks.claude's dispatch table as "nika_brain.federation.hint:on_user_prompt_submit",
+so only UserPromptSubmit imports it; PreToolUse never pays for numpy or the model. It reads the goals
+index as saved (no rebuild, no chromadb: a stale index is good enough for a hint), embeds the prompt
+once, and says something only when the prompt belongs to another kernel *and* the session's own
+kernel would not take it (its confidence is below its threshold). Out-of-scope prompts, prompts for
+the generalist, and sessions without a kernel stay silent. Any failure stays silent too (fail open):
+a hint must never stand between the user and the agent.
+"""
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+MAX_HINT_PROMPT = 4000  # characters looked at; longer prompts are documents, not requests
+
+
+class Hint(NamedTuple):
+    """Shaped like nika_brain.hooks.claude.Reply (the hooks layer sits above this one: no import)."""
+    deny: str | None = None
+    context: str | None = None
+    block: str | None = None
+    message: str | None = None
+
+
+def hint_text(d: Any) -> str:
+    best = d.kernels[0] if d.decision == "kernel" else ", ".join(d.kernels)
+    why = d.reason
+    return (f"nika-brain triage: this prompt looks like it belongs to kernel {best}, not to this "
+            f"kernel ({d.context}) [{why}]. Do what the user asks if it is within this kernel's "
+            f"goal; otherwise say so and suggest `nika-brain kernel invoke {d.kernels[0]} \"...\"`.")
+
+
+def on_user_prompt_submit(hook: Any) -> Hint | None:
+    brain = hook.brain
+    prompt = hook.data.get("prompt")
+    if brain is None or not isinstance(prompt, str) or not prompt.strip():
+        return None
+    kernel = hook.kernel()
+    if not kernel:
+        return None
+    from nika_brain.federation import goals
+    path = goals.index_path(brain)
+    if not path.is_file():
+        return None  # no federation index yet: nothing to compare with
+    index = goals.load(path)
+    if index is None or kernel not in index.model.kernels:
+        return None
+    from nika_brain.federation.embedding import open_embedder
+    from nika_brain.federation.triage import Triage
+    emb = open_embedder(brain)
+    tri = Triage(index, getattr(emb, "inner", emb), goals.settings(brain))
+    d = tri.decide(prompt[:MAX_HINT_PROMPT], context=kernel)
+    if not d.wrong_kernel:
+        return None
+    return Hint(context=hint_text(d))

@@ -1,0 +1,155 @@
+"""Reading files into chunks, on their structure: Markdown headings, then paragraphs, then sentences.
+
+Text and Markdown files are read as UTF-8; PDF files through pypdf, page by page. Each chunk keeps
+the heading it sits under (so a chunk read alone still says what it is about) and its source
+(`path#n`, `path#p<page>` for PDFs). Bad files raise one BrainError naming the file: empty, binary,
+not UTF-8, too large, or a PDF pypdf cannot read.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+from nika_brain.errors import BrainError
+from nika_brain.federation.vault.write import Chunk
+
+TEXT_SUFFIXES = (".txt", ".md", ".markdown", ".rst", ".text")
+PDF_SUFFIXES = (".pdf",)
+SUFFIXES = TEXT_SUFFIXES + PDF_SUFFIXES
+_HEADING = re.compile(r"^(#{1,6})\s+\S")
+_SENTENCE = re.compile(r"(?<=[.!?…])\s+")
+
+
+def discover(paths: list[str]) -> tuple[list[Path], list[tuple[str, str]]]:
+    """Files to read (folders walked, sorted; only known suffixes inside folders) and the paths that
+    do not exist."""
+    files: list[Path] = []
+    missing: list[tuple[str, str]] = []
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir():
+            files += sorted(f for f in p.rglob("*") if f.is_file() and f.suffix.lower() in SUFFIXES
+                            and not any(part.startswith(".") for part in f.relative_to(p).parts))
+        elif p.is_file():
+            files.append(p)
+        else:
+            missing.append((raw, "no such file or folder"))
+    return list(dict.fromkeys(files)), missing
+
+
+def read_chunks(path: Path, *, chunk_chars: int, max_bytes: int) -> list[Chunk]:
+    size = path.stat().st_size
+    if size == 0:
+        raise BrainError("empty file, nothing to ingest", file=str(path))
+    if size > max_bytes:
+        raise BrainError(f"file too large ({size / 1e6:.1f} MB, the limit is {max_bytes / 1e6:g} MB: "
+                         "federation.vault.max_file_mb)", file=str(path))
+    if path.suffix.lower() in PDF_SUFFIXES:
+        return _pdf_chunks(path, chunk_chars)
+    data = path.read_bytes()
+    if b"\0" in data[:8192]:
+        raise BrainError("binary file, not text, Markdown or PDF", file=str(path))
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BrainError(f"not valid UTF-8 (byte {exc.start})", file=str(path)) from exc
+    chunks = [Chunk(t, f"{path}#{i}", i) for i, t in enumerate(chunk_text(text, chunk_chars))]
+    if not chunks:
+        raise BrainError("no text in the file (only blanks)", file=str(path))
+    return chunks
+
+
+def _pdf_chunks(path: Path, chunk_chars: int) -> list[Chunk]:
+    try:
+        from pypdf import PdfReader
+        from pypdf.errors import PyPdfError
+    except ImportError as exc:  # pragma: no cover - pypdf is a federation dependency
+        raise BrainError("reading PDF needs pypdf (pip install pypdf)", file=str(path)) from exc
+    import logging
+    logging.getLogger("pypdf").setLevel(logging.ERROR)  # its warnings would print per page
+    out: list[Chunk] = []
+    try:
+        reader = PdfReader(str(path), strict=False)
+        if reader.is_encrypted:
+            raise BrainError("encrypted PDF, cannot read it", file=str(path))
+        for pno, page in enumerate(reader.pages, 1):
+            for t in chunk_text(page.extract_text() or "", chunk_chars):
+                out.append(Chunk(t, f"{path}#p{pno}", len(out)))
+    except BrainError:
+        raise
+    except (PyPdfError, ValueError, KeyError, TypeError, OSError, RecursionError, AttributeError) as exc:
+        raise BrainError(f"not a readable PDF ({type(exc).__name__}: {str(exc)[:120]})",
+                         file=str(path)) from exc
+    if not out:
+        raise BrainError("the PDF has no extractable text (scanned images?)", file=str(path))
+    return out
+
+
+def chunk_text(text: str, chunk_chars: int) -> list[str]:
+    return [c for c in _pack(_sections(text), chunk_chars) if c.strip()]
+
+
+def _sections(text: str) -> Iterator[tuple[str, list[str]]]:
+    """(heading, paragraphs) for each Markdown section; text before any heading has heading ""."""
+    heading, paras, cur = "", [], []  # type: ignore[var-annotated]
+    for line in text.replace("\r\n", "\n").split("\n"):
+        if _HEADING.match(line):
+            if cur:
+                paras.append("\n".join(cur))
+                cur = []
+            if paras:
+                yield heading, paras
+            heading, paras = line.strip(), []
+        elif not line.strip():
+            if cur:
+                paras.append("\n".join(cur))
+                cur = []
+        else:
+            cur.append(line.rstrip())
+    if cur:
+        paras.append("\n".join(cur))
+    if paras:
+        yield heading, paras
+
+
+def _pieces(para: str, limit: int) -> Iterator[str]:
+    if len(para) <= limit:
+        yield para
+        return
+    buf = ""
+    for sent in _SENTENCE.split(para):
+        while len(sent) > limit:  # a sentence longer than a chunk: hard cut
+            if buf:
+                yield buf
+                buf = ""
+            yield sent[:limit]
+            sent = sent[limit:]
+        if buf and len(buf) + 1 + len(sent) > limit:
+            yield buf
+            buf = sent
+        else:
+            buf = f"{buf} {sent}" if buf else sent
+    if buf:
+        yield buf
+
+
+def _pack(sections: Iterator[tuple[str, list[str]]], limit: int) -> Iterator[str]:
+    for heading, paras in sections:
+        room = max(limit - len(heading) - 1, limit // 2)
+        buf: list[str] = []
+        size = 0
+        for para in paras:
+            for piece in _pieces(para, room):
+                if buf and size + len(piece) + 2 > room:
+                    yield _with_heading(heading, buf)
+                    buf, size = [], 0
+                buf.append(piece)
+                size += len(piece) + 2
+        if buf:
+            yield _with_heading(heading, buf)
+
+
+def _with_heading(heading: str, paras: list[str]) -> str:
+    body = "\n\n".join(paras)
+    return f"{heading}\n{body}" if heading else body

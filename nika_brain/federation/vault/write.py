@@ -1,0 +1,184 @@
+"""Writing records: the one path into `nika_vault`, with deduplication at write.
+
+`add()` takes chunks already embedded (ingest embeds them; tests build vectors directly). Within one
+writer hold (see chroma.VectorStore.writer), it
+1. skips chunks whose id exists already (same kernel, same text: a resumed ingest),
+2. drops a chunk whose cosine similarity to an earlier chunk of the same batch, or to an existing
+   record of the same kernel, is above the threshold (strictly: 0.95 keeps 0.95), and counts the drop
+   on the record it duplicates (`dups`, how frequent that record is: super-chunks start there),
+3. adds the rest.
+Only the kernel's own records are compared: a kernel never learns, by a dropped chunk, what another
+kernel holds.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from nika_brain.errors import BrainError
+from nika_brain.federation.vault import settings as vsettings
+from nika_brain.federation.vault import store as vstore
+from nika_brain.federation.vault.records import (
+    DEFAULT_LEVEL,
+    Record,
+    check_kernel,
+    check_level,
+    kernel_of,
+    rank,
+    record_id,
+)
+from nika_brain.support import clock
+
+if TYPE_CHECKING:  # pragma: no cover
+    from nika_brain.brain import Brain
+
+
+@dataclass
+class AddResult:
+    added: list[str] = field(default_factory=list)
+    already: list[str] = field(default_factory=list)
+    dropped: list[tuple[int, str, float]] = field(default_factory=list)  # (input index, kept id, cosine)
+
+    def merge(self, other: AddResult, offset: int = 0) -> None:
+        self.added += other.added
+        self.already += other.already
+        self.dropped += [(i + offset, rid, s) for i, rid, s in other.dropped]
+
+
+@dataclass(frozen=True)
+class Chunk:
+    text: str
+    source: str = ""
+    chunk: int = 0
+
+
+def check_parent(brain: Brain, kernel_id: str, level: str, parent: str) -> None:
+    if not parent:
+        return
+    if kernel_of(parent) != kernel_id:
+        raise BrainError(f"parent {parent} is not a record of kernel {kernel_id}")
+    meta = None
+    with vstore.store(brain).errors():
+        for role in vstore.ROLES:
+            col = vstore.collection(brain, kernel_id, role, create=False)
+            res = col.get(ids=[parent], include=["metadatas"]) if col is not None else {"ids": []}
+            if res["ids"]:
+                meta = res["metadatas"][0]
+                break
+    if meta is None or meta.get("kernel_id") != kernel_id:
+        raise BrainError(f"no such parent record in kernel {kernel_id}: {parent}")
+    plevel = str(meta.get("level", DEFAULT_LEVEL))
+    if rank(plevel) >= rank(level):
+        raise BrainError(f"a {level} record cannot have a {plevel} parent (strategy → project → job "
+                         "→ task → atomic: the parent must be higher)")
+
+
+def existing_ids(brain: Brain, kernel_id: str, ids: Sequence[str]) -> set[str]:
+    """The ids among `ids` stored for the kernel, live or merged into a super-chunk."""
+    if not ids:
+        return set()
+    found: set[str] = set()
+    with vstore.store(brain).errors():
+        for role in vstore.ROLES:
+            col = vstore.collection(brain, kernel_id, role, create=False)
+            if col is not None:
+                found |= set(col.get(ids=list(dict.fromkeys(ids)), include=[])["ids"])
+    return found
+
+
+def add(brain: Brain, kernel_id: str, chunks: Sequence[Chunk], embeddings: Any, *,
+        level: str = DEFAULT_LEVEL, parent: str = "", now: datetime | None = None,
+        threshold: float | None = None, extra_meta: dict | None = None) -> AddResult:
+    import numpy as np
+
+    check_kernel(kernel_id)
+    check_level(level)
+    vecs = np.asarray(embeddings, dtype=np.float32)
+    if vecs.ndim != 2 or vecs.shape[0] != len(chunks):
+        raise BrainError(f"{len(chunks)} chunks but embeddings of shape {vecs.shape}")
+    if threshold is None:
+        threshold = vsettings.load(brain).dedup_threshold
+    now = now or clock.now()
+    st = vstore.store(brain)
+    result = AddResult()
+    with st.errors(), st.writer():
+        col = vstore.collection(brain, kernel_id)
+        if parent:
+            check_parent(brain, kernel_id, level, parent)
+        ids = [record_id(kernel_id, c.text) for c in chunks]
+        have = existing_ids(brain, kernel_id, ids)
+        keep: list[int] = []
+        seen: set[str] = set()
+        for i, rid in enumerate(ids):
+            if rid in have or rid in seen:
+                result.already.append(rid)
+            else:
+                seen.add(rid)
+                keep.append(i)
+        # 1. near-duplicates within the batch (earlier wins)
+        kept: list[int] = []
+        for i in keep:
+            if kept:
+                sims = vecs[kept] @ vecs[i]
+                j = int(np.argmax(sims))
+                if float(sims[j]) > threshold:
+                    result.dropped.append((i, ids[kept[j]], float(sims[j])))
+                    continue
+            kept.append(i)
+        # 2. near-duplicates of the kernel's existing records
+        bumps: dict[str, int] = {}
+        final: list[int] = []
+        if kept:
+            res = col.query(query_embeddings=vecs[kept], n_results=1, include=["distances", "metadatas"])
+            for pos, i in enumerate(kept):
+                hit_ids = res["ids"][pos]
+                if hit_ids:
+                    sim = 1.0 - float(res["distances"][pos][0])
+                    if sim > threshold and kernel_of(hit_ids[0]) == kernel_id:
+                        result.dropped.append((i, hit_ids[0], sim))
+                        bumps[hit_ids[0]] = bumps.get(hit_ids[0], 0) + 1
+                        continue
+                final.append(i)
+        if final:
+            day = clock.iso(now)[:10]
+            drops_in_batch: dict[str, int] = {}  # in-batch drops count on their kept twin
+            for _i, rid, _s in result.dropped:
+                if rid not in bumps:
+                    drops_in_batch[rid] = drops_in_batch.get(rid, 0) + 1
+            records = [Record(id=ids[i], kernel_id=kernel_id, text=chunks[i].text, level=level,
+                              parent=parent, source=chunks[i].source, chunk=chunks[i].chunk,
+                              added=clock.iso(now), day=day, dups=drops_in_batch.get(ids[i], 0))
+                       for i in final]
+            metas = [dict(r.meta(), **(extra_meta or {})) for r in records]
+            col.add(ids=[r.id for r in records], embeddings=vecs[final],
+                    documents=[r.text for r in records], metadatas=metas)
+            result.added = [r.id for r in records]
+        if bumps:
+            got = col.get(ids=list(bumps), include=["metadatas"])
+            metas = [dict(m, dups=int(m.get("dups", 0) or 0) + bumps[rid])
+                     for rid, m in zip(got["ids"], got["metadatas"])]
+            col.update(ids=got["ids"], metadatas=metas)
+    return result
+
+
+def delete(brain: Brain, kernel_id: str, ids: Sequence[str]) -> list[str]:
+    """Delete some of a kernel's own records; ids of other kernels are ignored (not found)."""
+    from nika_brain.federation.vault.query import caller_kernel
+    kernel = caller_kernel(kernel_id)
+    own = [i for i in dict.fromkeys(ids) if kernel_of(i) == kernel]
+    if not own:
+        return []
+    gone: list[str] = []
+    st = vstore.store(brain)
+    with st.errors("vault delete"), st.writer():
+        for role in vstore.ROLES:
+            col = vstore.collection(brain, kernel, role, create=False)
+            if col is None:
+                continue
+            found = col.get(ids=own, include=[])["ids"]
+            if found:
+                col.delete(ids=found)
+                gone += found
+    return gone

@@ -1,0 +1,316 @@
+"""Triage on a real brain with the real e5 model: decisions, calibration, splits, policy, the index."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from nika_brain.bus import GOALS, open_bus
+from nika_brain.errors import BrainError
+from nika_brain.federation import goals, router
+from nika_brain.federation.triage import clauses, triage
+from tests.kit.brain import make_brain
+from tests.federation.triagekit import (
+    ALPHA,
+    BETA,
+    DELTA,
+    EPSILON,
+    GAMMA,
+    GENERALIST,
+    seed_kernels,
+    write_kernel,
+)
+
+CONFIG = "version: 1\nlock_poll: 0.01\nfederation:\n  triage: {default: kernel-generalist}\n"
+
+
+@pytest.fixture(scope="module")
+def fed(tmp_path_factory):
+    """One federation brain for the read-only tests of this module (embedding is the slow part)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GIT_CONFIG_NOSYSTEM", "1")
+        for k, v in {"GIT_AUTHOR_NAME": "T", "GIT_AUTHOR_EMAIL": "t@example.invalid",
+                     "GIT_COMMITTER_NAME": "T", "GIT_COMMITTER_EMAIL": "t@example.invalid"}.items():
+            mp.setenv(k, v)
+        brain = make_brain(tmp_path_factory.mktemp("fed") / "brain", CONFIG)
+    seed_kernels(brain)
+    goals.refresh(brain, store=False)
+    return brain
+
+
+@pytest.mark.parametrize("prompt, kernel", [
+    ("les sauvegardes du serveur de production ont-elles échoué cette nuit ?", ALPHA),
+    ("the mail server is down, restart it", ALPHA),
+    ("relance le benchmark sWELU avec un taux d'apprentissage plus faible", BETA),
+    ("envoie au client le compte rendu de la réunion d'hier", GAMMA),
+    ("write the meeting minutes for the client kickoff", GAMMA),
+    ("mets à jour le firmware des passerelles LoRa", DELTA),
+    ("list the open public tenders on cloud hosting", EPSILON),
+    ("y a-t-il de nouveaux appels d'offres sur la cybersécurité ?", EPSILON),
+])
+def test_in_scope_prompts_go_to_their_kernel(fed, prompt, kernel):
+    d = triage(fed, prompt)
+    assert (d.decision, d.kernels) == ("kernel", (kernel,)), d.reason
+    assert d.reason.startswith("above threshold")
+    assert d.scores[0].kernel == kernel and d.scores[0].score >= d.scores[0].threshold
+
+
+@pytest.mark.parametrize("prompt", [
+    "quelle est la recette de la pâte à crêpes ?",
+    "raconte-moi une blague",
+    "what is the capital of Australia",
+    "combien de calories dans une pomme ?",
+])
+def test_out_of_scope_prompts_fall_back_to_the_generalist(fed, prompt):
+    d = triage(fed, prompt)
+    assert (d.decision, d.kernels) == ("fallback", (GENERALIST,)), d.reason
+    assert "fallback" in d.reason or "generalist" in d.reason
+
+
+def test_decisions_are_deterministic_and_show_every_kernel(fed):
+    a = triage(fed, "vérifie les sauvegardes du NAS").as_dict()
+    b = triage(fed, "vérifie les sauvegardes du NAS").as_dict()
+    assert a == b
+    assert {s["kernel"] for s in a["scores"]} == {ALPHA, BETA, GAMMA, DELTA, EPSILON, GENERALIST}
+
+
+def test_hybrid_prompt_is_split_per_kernel(fed):
+    d = triage(fed, "génère un plan technique ISO pour le client X et vérifie les sauvegardes "
+                    "de son serveur")
+    assert d.decision == "split" and set(d.kernels) == {GAMMA, ALPHA}
+    assert [p.kernel for p in d.parts] == [GAMMA, ALPHA]
+    assert "sauvegardes" in d.parts[1].text and "client X" in d.parts[0].text
+
+
+@pytest.mark.parametrize("prompt, kernel", [
+    ("vérifie les sauvegardes et redémarre le serveur de messagerie", ALPHA),  # two requests, one kernel
+    ("rédige le compte rendu et envoie-le au client avant midi", GAMMA),
+    ("fais une recherche et développement sur les activations sWELU", BETA),   # "et" inside one request
+])
+def test_single_kernel_requests_are_never_split(fed, prompt, kernel):
+    d = triage(fed, prompt)
+    assert (d.decision, d.kernels) == ("kernel", (kernel,)), d.reason
+    assert d.parts == ()
+
+
+def test_clauses_cut_at_request_boundaries_only():
+    assert clauses("vérifie les sauvegardes du serveur et rédige le rapport client") == [
+        "vérifie les sauvegardes du serveur", "rédige le rapport client"]
+    assert clauses("check the backups; then email the client about it") == [
+        "check the backups", "email the client about it"]
+    assert clauses("ping et pong") == ["ping et pong"]          # fragments are not requests
+    assert clauses("une seule demande sans conjonction") == ["une seule demande sans conjonction"]
+
+
+def test_wrong_kernel_is_flagged_only_when_the_context_would_not_take_it(fed):
+    d = triage(fed, "envoie au client le compte rendu de la réunion d'hier", context=ALPHA)
+    assert d.wrong_kernel and d.kernels == (GAMMA,)
+    assert not triage(fed, "le VPN coupe sans arrêt", context=ALPHA).wrong_kernel
+    assert not triage(fed, "raconte-moi une blague", context=ALPHA).wrong_kernel
+
+
+# ---- calibration without out-of-scope data ------------------------------------------------------
+
+def _blobs(rng, centres, n, spread):
+    pts = [c + spread * rng.normal(size=(n, c.size)) for c in centres]
+    x = np.vstack(pts)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def test_calibration_from_canonical_prompts_alone_separates_unseen_topics():
+    """Synthetic 32-d topics: 3 kernels x 2 sub-topics; thresholds come from their examples only,
+    then fresh in-scope points pass and points from topics no kernel has fall back."""
+    rng = np.random.default_rng(3)
+    centres = rng.normal(size=(10, 32))
+    centres /= np.linalg.norm(centres, axis=1, keepdims=True)
+    ex = _blobs(rng, centres[:6], 25, 0.08)
+    owner = np.repeat([0, 0, 1, 1, 2, 2], 25)
+    texts = [f"k{k} topic words" for k in owner]
+    model, report = router.fit(["a", "b", "c"], ex, owner, texts, np.ones(len(ex), bool))
+    assert report["calibrated"] and report["loo_accuracy"] > 0.99
+    assert all(np.isfinite(model.thresholds))
+    fresh = _blobs(rng, centres[:6], 20, 0.08)
+    fresh_owner = np.repeat([0, 0, 1, 1, 2, 2], 20)
+    order, conf = model.score(fresh, [f"k{k} topic words" for k in fresh_owner])
+    top = order[:, 0]
+    accepted = conf[np.arange(len(top)), top] >= model.thresholds[top]
+    assert (top == fresh_owner).mean() > 0.98
+    assert accepted.mean() >= 0.9                     # ~miss_rate of in-scope points fall back
+    oos = _blobs(rng, centres[6:], 20, 0.08)
+    order, conf = model.score(oos, ["unrelated words"] * len(oos))
+    top = order[:, 0]
+    assert (conf[np.arange(len(top)), top] < model.thresholds[top]).mean() >= 0.9
+
+
+def test_calibration_report_of_the_real_index(fed):
+    index = goals.current(fed)
+    rep = index.report
+    assert rep["calibrated"] is True and 0 <= rep["lex_weight"] <= 0.5
+    for kid in (ALPHA, BETA, GAMMA, DELTA, EPSILON):
+        r = rep["kernels"][kid]
+        assert r["examples"] == 12 and r["accepted"] >= 0.5
+    assert rep["kernels"][GENERALIST]["examples"] == 0   # a goal line only: pooled threshold
+
+
+def test_a_single_kernel_and_no_examples_still_route(tmp_path, git_env):
+    brain = make_brain(tmp_path / "b", CONFIG)
+    write_kernel(brain, "solo", "Opérations IT et sauvegardes des serveurs")
+    d = triage(brain, "vérifie les sauvegardes")
+    assert d.kernels in (("solo",), (GENERALIST,)) and d.scores[0].kernel == "solo"
+    empty = make_brain(tmp_path / "e", CONFIG)
+    d = triage(empty, "bonjour")
+    assert (d.decision, d.kernels, d.reason) == ("fallback", (GENERALIST,), "no kernel has a goal yet")
+
+
+# ---- policy: region and data class ---------------------------------------------------------------
+
+POLICY_CONFIG = """version: 1
+lock_poll: 0.01
+federation:
+  triage:
+    default: kernel-generalist
+    data_classes:
+      - public
+      - {name: sensitive, patterns: ["(?i)\\\\bclient\\\\b", "(?i)pulsa"], regions: [fr]}
+"""
+
+
+def test_sensitive_prompts_only_reach_kernels_their_policy_allows(tmp_path, git_env):
+    brain = make_brain(tmp_path / "b", POLICY_CONFIG)
+    seed_kernels(brain, **{GAMMA: {"region": "eu-neutral", "data_class": "sensitive"},
+                           EPSILON: {"region": "eu-neutral", "data_class": "public"}})
+    d = triage(brain, "rédige le rapport mensuel pour le client Pulsa")
+    assert d.data_class == "sensitive"
+    gamma = next(s for s in d.scores if s.kernel == GAMMA)
+    assert not gamma.allowed and "region eu-neutral" in gamma.why_not
+    assert GAMMA not in d.kernels
+    # the same kernel in France receives it
+    seed_kernels(brain, **{GAMMA: {"region": "fr", "data_class": "sensitive"},
+                           EPSILON: {"region": "eu-neutral", "data_class": "public"}})
+    assert triage(brain, "rédige le rapport mensuel pour le client Pulsa").kernels == (GAMMA,)
+    # a public-only kernel never gets a sensitive prompt, even its own topic
+    d = triage(brain, "trouve les appels d'offres du client sur le cloud")
+    eps = next(s for s in d.scores if s.kernel == EPSILON)
+    assert not eps.allowed and "cleared for public" in eps.why_not and EPSILON not in d.kernels
+    # stated explicitly by the caller
+    assert triage(brain, "trouve les appels d'offres cloud", data_class="public").kernels == (EPSILON,)
+    with pytest.raises(BrainError, match="unknown data class"):
+        triage(brain, "x y z", data_class="secret")
+
+
+# ---- the index: rebuilt on change, announced, collection in sync ---------------------------------
+
+def test_refresh_announces_and_syncs_the_goals_collection(tmp_path, git_env):
+    from nika_brain.federation.chroma import open_store, reset_cache
+    reset_cache()
+    brain = make_brain(tmp_path / "b", CONFIG)
+    write_kernel(brain, "ops", "Exploitation IT", tags=["serveurs"],
+                 examples=["redémarre le serveur web", "vérifie les sauvegardes de la nuit"])
+    write_kernel(brain, "lab", "Recherche et brevets", tags=["brevets"],
+                 examples=["rédige le brevet", "lance le benchmark du modèle"])
+    bus = open_bus(brain)
+    index = goals.refresh(brain)
+    assert index.path == goals.index_path(brain) and index.path.is_file()
+    col = open_store(brain).collection(goals.COLLECTION)
+    got = col.get(include=["metadatas", "documents"])
+    assert sorted(got["ids"]) == ["lab", "ops"]
+    meta = dict(zip(got["ids"], got["metadatas"]))
+    assert meta["ops"]["goal"] == "Exploitation IT" and meta["ops"]["examples"] == 2
+    msgs = [m for _, m in bus.read(GOALS)]
+    assert msgs[-1]["event"] == "goals" and [k["id"] for k in msgs[-1]["kernels"]] == ["lab", "ops"]
+    # unchanged goals: nothing rebuilt, nothing announced
+    assert goals.refresh(brain).digest == index.digest
+    assert len(bus.read(GOALS)) == len(msgs)
+    # a killed kernel leaves the registry and the collection
+    write_kernel(brain, "lab", "Recherche et brevets", status="killed")
+    goals.refresh(brain)
+    assert open_store(brain).collection(goals.COLLECTION).get()["ids"] == ["ops"]
+    assert bus.read(GOALS)[-1][1]["kernels"] == [{"id": "ops", "goal": "Exploitation IT",
+                                                   "threshold": bus.read(GOALS)[-1][1]["kernels"][0]["threshold"]}]
+    reset_cache()
+
+
+def test_an_edited_kernel_yml_is_seen_by_the_next_triage(tmp_path, git_env):
+    brain = make_brain(tmp_path / "b", CONFIG)
+    write_kernel(brain, "ops", "Exploitation IT", examples=["redémarre le serveur web"])
+    first = goals.current(brain)
+    write_kernel(brain, "ops", "Exploitation IT", examples=["redémarre le serveur web",
+                                                            "vérifie les sauvegardes"])
+    d = triage(brain, "vérifie les sauvegardes")
+    second = goals.load(goals.index_path(brain))
+    assert second.digest != first.digest and second.entry("ops").examples[-1] == "vérifie les sauvegardes"
+    assert d.scores[0].kernel == "ops"
+
+
+def test_damaged_index_is_one_clear_error(tmp_path, git_env):
+    brain = make_brain(tmp_path / "b", CONFIG)
+    path = goals.index_path(brain)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"not a zip")
+    with pytest.raises(BrainError, match="damaged goals index"):
+        goals.load(path)
+
+
+@pytest.mark.parametrize("conf, key", [
+    ("{default: 3}", "federation.triage.default"),
+    ("{miss_rate: 0.9}", "federation.triage.miss_rate"),
+    ("{colour: red}", "federation.triage.colour"),
+    ("{data_classes: [{name: x, patterns: ['(']}]}", "federation.triage.data_classes[0].patterns"),
+])
+def test_bad_triage_settings_are_one_clear_error(tmp_path, git_env, conf, key):
+    brain = make_brain(tmp_path / "b", f"version: 1\nfederation:\n  triage: {conf}\n")
+    with pytest.raises(BrainError) as err:
+        goals.settings(brain)
+    assert err.value.key == key
+
+
+def test_cli_triage_json_and_text(fed, git_env):
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-m", "nika_brain", "triage", "--json", "--kernel-context", ALPHA,
+                        "prépare le rapport mensuel d'avancement pour le client"],
+                       cwd=fed.root, capture_output=True, text=True, timeout=120, check=False)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["decision"] == "kernel" and out["kernels"] == [GAMMA] and out["wrong_kernel"] is True
+    r = subprocess.run([sys.executable, "-m", "nika_brain", "triage", "raconte-moi une blague"],
+                       cwd=fed.root, capture_output=True, text=True, timeout=120, check=False)
+    assert r.returncode == 0 and r.stdout.startswith(f"fallback: {GENERALIST}")
+    assert "threshold" in r.stdout
+    r = subprocess.run([sys.executable, "-m", "nika_brain", "triage"], cwd=fed.root,
+                       capture_output=True, text=True, timeout=120, check=False)
+    assert r.returncode == 1 and r.stderr.startswith("nika-brain: triage needs a prompt")
+    assert "Traceback" not in r.stderr
+
+
+def test_calibrate_command_with_a_labelled_file(tmp_path, git_env, capsys):
+    from nika_brain.cli import run
+    from nika_brain.federation.chroma import reset_cache
+    reset_cache()
+    brain = make_brain(tmp_path / "b", CONFIG)
+    write_kernel(brain, "ops", "Exploitation IT", examples=[
+        "redémarre le serveur web", "vérifie les sauvegardes de la nuit", "crée un compte utilisateur"])
+    write_kernel(brain, "lab", "Recherche et brevets", examples=[
+        "rédige le brevet", "lance le benchmark du modèle", "résume l'état de l'art"])
+    cal = tmp_path / "cal.jsonl"
+    cal.write_text(json.dumps({"text": "le serveur web est tombé", "expected": "ops"}) + "\n"
+                   + json.dumps({"text": "quelle est la recette des crêpes", "expected": None}) + "\n"
+                   + json.dumps({"text": "a hybrid is ignored here", "expected": ["ops", "lab"]}) + "\n")
+    import os
+    cwd = os.getcwd()
+    os.chdir(brain.root)
+    try:
+        code = run(["triage", "calibrate", "--labelled", str(cal), "--json"])
+    finally:
+        os.chdir(cwd)
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    rep = json.loads(out)
+    assert rep["labelled"] == 2 and "refined_offset" in rep
+    assert set(rep["kernels"]) == {"lab", "ops"}
+    index = goals.load(goals.index_path(brain))
+    assert index.report["labelled"] == 2
+    # the refinement stays until the goals change (the next triage does not rebuild)
+    assert goals.current(brain).digest == index.digest
+    reset_cache()

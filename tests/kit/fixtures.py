@@ -1,0 +1,95 @@
+"""Every shared fixture of the suite, registered once by tests/conftest.py (`pytest_plugins`):
+test modules use them by name and import none of them."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+
+from nika_brain.brain import Brain
+from tests.kit.brain import IDENTITY, LEAKY, make_brain, new_brain
+from tests.kit.claude import hook_brain
+from tests.kit.github_standin import GitHubStandin
+from tests.kit.redis import RedisServer, RedisUnavailable
+
+# Every `python -m nika_brain` a test starts (the CLI, git hooks, satellites) must import the checkout
+# under test, not whatever nika-brain is installed: the checkout goes first on PYTHONPATH.
+CHECKOUT = str(Path(__file__).resolve().parents[2])
+if os.environ.get("PYTHONPATH", "").split(os.pathsep)[0] != CHECKOUT:
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (CHECKOUT, os.environ.get("PYTHONPATH")) if p)
+
+
+@pytest.fixture
+def git_env(tmp_path_factory, monkeypatch) -> dict[str, str]:
+    """Fixed git identity, empty HOME, no system git config, no leaked NIKA_* variables."""
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    for name, value in IDENTITY.items():
+        monkeypatch.setenv(name, value)
+    for name in LEAKY:
+        monkeypatch.delenv(name, raising=False)
+    return dict(os.environ)
+
+
+@pytest.fixture
+def brain(tmp_path, git_env) -> Brain:
+    return make_brain(tmp_path / "brain")
+
+
+@pytest.fixture
+def cli(brain, git_env) -> Callable[..., subprocess.CompletedProcess]:
+    """Run the real `nika-brain` (`python -m nika_brain ARGS`) in the brain; never raises on exit codes.
+
+    `env` adds variables (a value of None removes one); `cwd` defaults to the brain root.
+    """
+    def run(*args: object, env: dict[str, str | None] | None = None, cwd: Path | str | None = None,
+            input: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+        full = dict(os.environ)
+        for name, value in (env or {}).items():
+            if value is None:
+                full.pop(name, None)
+            else:
+                full[name] = str(value)
+        return subprocess.run([sys.executable, "-m", "nika_brain", *map(str, args)],
+                              cwd=str(cwd or brain.root), env=full, input=input,
+                              capture_output=True, text=True, timeout=timeout)
+    return run
+
+
+@pytest.fixture
+def ibrain(tmp_path, git_env) -> Brain:
+    """A brain made by `init` (template, hooks, one commit) in tmp_path/ibrain."""
+    return new_brain(tmp_path / "ibrain")
+
+
+
+@pytest.fixture
+def hb(tmp_path, git_env):
+    brain, claim_id = hook_brain(tmp_path / "brain")
+    return brain, claim_id
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory) -> Iterator[str]:
+    """The URL of a real redis-server for this test session."""
+    server = RedisServer(tmp_path_factory.mktemp("redis"))
+    try:
+        url = server.start()
+    except RedisUnavailable as exc:
+        pytest.fail(str(exc), pytrace=False)
+    try:
+        yield url
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def github_standin():
+    """A started GitHubStandin for one test, stopped afterwards."""
+    with GitHubStandin() as standin:
+        yield standin
