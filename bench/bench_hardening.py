@@ -109,16 +109,18 @@ def hook_and_cli(args, tmp: Path) -> None:
         root.mkdir()
         claim_id = make_brain(root, nl, nc)
         env = dict(env0, NIKA_BRAIN_DIR=str(root), NIKA_CLAIM=claim_id)
-        edit = {"session_id": "bench", "cwd": str(root), "hook_event_name": "PreToolUse", "tool_name": "Edit",
-                "tool_input": {"file_path": str(root / "src/auth/login.py"), "old_string": "a", "new_string": "b"}}
+        edit = {"session_id": "bench", "cwd": str(root), "hook_event_name": "PreToolUse",
+                "tool_name": "Edit", "tool_input": {"file_path": str(root / "src/auth/login.py"),
+                                                    "old_string": "a", "new_string": "b"}}
         brains[name] = (env, json.dumps(edit).encode())
     hook = [sys.executable, "-m", "nika_brain", "hook", "PreToolUse"]
     cli = [sys.executable, "-m", "nika_brain", "lock"]
     env_e = brains["empty"][0]
+    full_name = f"PreToolUse, {args.locks} locks + {args.claims} claims"
     cases = {
         "python -c pass": ([sys.executable, "-c", "pass"], b"", env_e),
         "PreToolUse, empty brain": (hook, brains["empty"][1], brains["empty"][0]),
-        f"PreToolUse, {args.locks} locks + {args.claims} claims": (hook, brains["full"][1], brains["full"][0]),
+        full_name: (hook, brains["full"][1], brains["full"][0]),
         "CLI lock acquire": (cli + ["acquire", "bench/x/", "--owner", "sess-bench", "--no-pid"], b"", env_e),
         "CLI lock release": (cli + ["release", "bench/x/", "--owner", "sess-bench"], b"", env_e),
     }
@@ -135,9 +137,9 @@ def hook_and_cli(args, tmp: Path) -> None:
           f"(python {sys.version.split()[0]}, {os.cpu_count()} cpus)")
     for name, xs in times.items():
         print(f"  {name:44} {med(xs):7.1f} ms  {med(xs) / base:5.2f}x python -c pass")
-    empty, full = (med(times["PreToolUse, empty brain"]),
-                   med(times[f"PreToolUse, {args.locks} locks + {args.claims} claims"]))
-    print(f"  PreToolUse full/empty: {full / empty:.2f}x (target < 1.2x: {'ok' if full / empty < 1.2 else 'MISSED'})")
+    empty, full = med(times["PreToolUse, empty brain"]), med(times[full_name])
+    verdict = "ok" if full / empty < 1.2 else "MISSED"
+    print(f"  PreToolUse full/empty: {full / empty:.2f}x (target < 1.2x: {verdict})")
     for name in ("CLI lock acquire", "CLI lock release"):
         r = med(times[name]) / base
         print(f"  {name} / python -c pass: {r:.2f}x (target < 3x: {'ok' if r < 3 else 'MISSED'})")
@@ -178,17 +180,18 @@ def cycle_ratio(args, tmp: Path) -> None:
     target.parent.mkdir(exist_ok=True)
     for _ in range(max(3, args.runs // 3)):
         t = time.perf_counter()
-        for i in range(n):
+        for _ in range(n):
             locks.acquire(brain, "src/cycle/", "sess-cycle", pid=None)
             locks.release(brain, "src/cycle/", "sess-cycle")
         lock_rates.append(n / (time.perf_counter() - t))
         t = time.perf_counter()
-        for i in range(n):
+        for _ in range(n):
             atomic_write(target, "scope: x\n", fsync=True)
             os.unlink(target)
         base_rates.append(n / (time.perf_counter() - t))
     lr, br = statistics.median(lock_rates), statistics.median(base_rates)
-    print(f"uncontended cycles, fsync on: lock {lr:.0f}/s, atomic write+unlink {br:.0f}/s, ratio {lr / br:.2f}")
+    print(f"uncontended cycles, fsync on: lock {lr:.0f}/s, atomic write+unlink {br:.0f}/s, "
+          f"ratio {lr / br:.2f}")
 
 
 def main() -> int:

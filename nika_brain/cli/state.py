@@ -10,7 +10,6 @@ import typer
 
 from nika_brain.engine import gatebackends
 from nika_brain.state import claims, gates, listing, locks
-from nika_brain.state import scopes
 from nika_brain.support import clock
 from nika_brain.brain import Brain
 from nika_brain.cli import app, fast

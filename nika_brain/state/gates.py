@@ -48,7 +48,8 @@ class Gate:
 _SPEC = {
     "id": F(str, required=True), "message": F(str, required=True),
     "status": F(str, required=True, choices=STATUSES), "created": F(str, required=True),
-    "workflow": F(str), "step": F((int, str), check=step_id_error), "claim": F(str), "reason": F(str, default="human"),
+    "workflow": F(str), "step": F((int, str), check=step_id_error), "claim": F(str),
+    "reason": F(str, default="human"),
     "decided_at": F(str), "decided_by": F(str), "via": F(str), "pr": F(int), "note": F(str, default=""),
 }
 
@@ -69,7 +70,8 @@ def load_path(path: Path) -> Gate:
         decided = clock.parse(v["decided_at"], what="decided_at") if v["decided_at"] else None
     except BrainError as exc:
         raise doc.error(exc.message, "created") from exc
-    return Gate(v["id"], v["message"], v["status"], created, v["workflow"], None if v["step"] is None else step_id(v["step"]), v["claim"],
+    step = None if v["step"] is None else step_id(v["step"])
+    return Gate(v["id"], v["message"], v["status"], created, v["workflow"], step, v["claim"],
                 v["reason"], decided, v["decided_by"], v["via"], v["pr"], v["note"])
 
 

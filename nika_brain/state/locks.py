@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from nika_brain.support import clock
 from nika_brain.brain import Brain
-from nika_brain.errors import BrainError, Busy, EXIT_REFUSED, Invalid, Refused
-from nika_brain.support.schema import MAX_PID, MAX_TTL, MAX_WAIT, F, fields, in_range, short_text
+from nika_brain.errors import EXIT_REFUSED, BrainError, Busy, Invalid, Refused
 from nika_brain.state.scopes import check_scope, normalize_scope, scope_slug, scopes_overlap
+from nika_brain.support import clock
 from nika_brain.support.fsio import atomic_write
+from nika_brain.support.schema import MAX_PID, MAX_TTL, MAX_WAIT, F, fields, in_range, short_text
 from nika_brain.support.yamlsafe import dumps_fast, load_doc, plain_scalar
 
 MODES = ("exclusive", "shared")

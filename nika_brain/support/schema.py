@@ -95,7 +95,8 @@ def step_id_error(value: Any) -> str | None:
         return None if 0 <= value < 10**18 else "a step id number must be between 0 and 10^18"
     if isinstance(value, str) and _STEP_ID.fullmatch(value):
         return None
-    return "a step id must be ASCII letters, digits, '.', '_' or '-' (at most 64, starting with a letter or digit)"
+    return ("a step id must be ASCII letters, digits, '.', '_' or '-' "
+            "(at most 64, starting with a letter or digit)")
 
 
 def step_id(value: Any) -> str:
@@ -134,7 +135,8 @@ def in_range(value: Any, what: str, lo: float, hi: float, *, lo_open: bool = Fal
     if not ok:
         shown = str(value)
         shown = shown if len(shown) <= 30 else shown[:27] + "..."
-        fmt = lambda x: str(int(x)) if float(x).is_integer() else f"{x:g}"
+        def fmt(x: float) -> str:
+            return str(int(x)) if float(x).is_integer() else f"{x:g}"
         bound = f"above {fmt(lo)}" if lo_open else f"at least {fmt(lo)}"
         raise Invalid(f"{what} must be a number {bound} and at most {fmt(hi)}, not {shown}")
     return value

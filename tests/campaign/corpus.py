@@ -20,7 +20,8 @@ TEXTS = ["", " ", "-", "--", ".", "..", "../..", "/", "//", "~", "*", "?", "[", 
          "src/../../etc", "/etc/passwd", "C:\\x", "\\\\server\\s", "%s%n", "$(id)", "`id`", "'", '"', "\\",
          "-h", "--help", "sess-" + "9" * 200, "NUL-free \x01\x02\x7f", "\udcff"[:0] + "ok"]
 
-LOCK_CMDS = [["lock", "acquire"], ["lock", "release"], ["lock", "renew"], ["lock", "status"], ["lock", "list"]]
+LOCK_CMDS = [["lock", "acquire"], ["lock", "release"], ["lock", "renew"], ["lock", "status"],
+             ["lock", "list"]]
 CLAIM_CMDS = [["claim", "open"], ["claim", "close"], ["claim", "show"], ["claim", "list"]]
 OTHER_CMDS = [["gate", "list"], ["gate", "open"], ["gate", "approve"], ["validate"], ["index", "--check"],
               ["workflow-launch"], ["workflow", "resume"], ["bus", "tail"]]
@@ -54,7 +55,8 @@ def cli_args(n: int = PER_KIND, seed: int = SEED) -> list[list[str]]:
 
 EVENTS = ["PreToolUse", "PostToolUse", "UserPromptSubmit", "SessionStart", "Stop", "PreCompact",
           "SessionEnd", "Notification", "SubagentStop"]
-TOOLS = ["Edit", "Write", "MultiEdit", "NotebookEdit", "Read", "Bash", "Glob", "Grep", "Task", "WebFetch", "", 7]
+TOOLS = ["Edit", "Write", "MultiEdit", "NotebookEdit", "Read", "Bash", "Glob", "Grep", "Task", "WebFetch",
+         "", 7]
 
 
 def _junk(rng: random.Random, depth: int = 0) -> Any:
@@ -82,20 +84,22 @@ def hook_stdins(root: str, n: int = PER_KIND, seed: int = SEED) -> list[tuple[st
             payload: dict[str, Any] = {"session_id": rng.choice(["s-1", "", "../x", 5, None, "x" * 400]),
                                        "cwd": rng.choice([root, root + "/src", "/", "", "relative", 3, None,
                                                           root + "/" + "d" * 300]),
-                                       "hook_event_name": rng.choice([event, event, event.lower(), "Bogus", 1]),
+                                       "hook_event_name": rng.choice([event, event, event.lower(),
+                                                                      "Bogus", 1]),
                                        "transcript_path": rng.choice([None, "", "/nonexistent", root, 9])}
             tool = rng.choice(TOOLS)
             payload["tool_name"] = tool
             payload["tool_input"] = rng.choice([
-                {"file_path": rng.choice([root + "/src/a.py", root + "/" + rng.choice(TEXTS), rng.choice(TEXTS),
-                                          "/etc/passwd", 12, None, [root]]),
+                {"file_path": rng.choice([root + "/src/a.py", root + "/" + rng.choice(TEXTS),
+                                          rng.choice(TEXTS), "/etc/passwd", 12, None, [root]]),
                  "content": _junk(rng)},
                 {"command": rng.choice(["ls", "rm -rf /", "cat locks/x.yml > locks/y.yml", rng.choice(TEXTS),
                                         "echo " + "a" * 5000, 3, None])},
                 {"edits": _junk(rng), "notebook_path": _junk(rng)},
                 _junk(rng), None, "text", []])
             if rng.random() < 0.3:
-                payload[rng.choice(["prompt", "tool_response", "source", "message", "stop_hook_active"])] = _junk(rng)
+                key = rng.choice(["prompt", "tool_response", "source", "message", "stop_hook_active"])
+                payload[key] = _junk(rng)
             if rng.random() < 0.1:
                 del payload["hook_event_name"]
             data = json.dumps(payload).encode()

@@ -23,8 +23,8 @@ from nika_brain.errors import BrainError
 from nika_brain.state import claims, locks
 from nika_brain.state.validate import load
 from nika_brain.support.yamlsafe import dumps
-
 from tests.state.test_malformed_corpus import BASES, TEXT_BREAKERS, WRONG_VALUES, _load_yaml_base, _wrap
+
 from .corpus import PER_KIND, SEED, bus_messages, cli_args, hook_stdins
 
 CASE_SECONDS = 10.0   # per case: far above any honest run, far below a hang
@@ -75,7 +75,8 @@ def _mutants(kind: str, n: int) -> list[bytes]:
                 elif r < 0.3:
                     node["k" + str(rng.randrange(99))] = _fresh(rng.choice(WRONG_VALUES))
                 else:
-                    node[key] = _fresh(rng.choice(WRONG_VALUES + ["²", "1\u0661", -10**20, 10**20, 1e308, "nan"]))
+                    edge = ["²", "1\u0661", -10**20, 10**20, 1e308, "nan"]
+                    node[key] = _fresh(rng.choice(WRONG_VALUES + edge))
             elif isinstance(node, list) and node:
                 node[rng.randrange(len(node))] = _fresh(rng.choice(WRONG_VALUES))
         text = _wrap(kind, dumps(data)).encode("utf-8")
@@ -156,7 +157,7 @@ def test_a_sample_of_cli_arguments_through_the_real_process(cli):
         assert "Traceback" not in proc.stderr, (args, proc.stderr)
 
 
-# ---- hook stdin, every event ---------------------------------------------------------------------------------
+# ---- hook stdin, every event ----------------------------------------------------------------------
 
 def _hook_in_process(event: str, data: bytes) -> tuple[int, str, str]:
     from nika_brain.hooks.claude import main as hook_main
@@ -205,7 +206,7 @@ def test_a_sample_of_hook_stdin_through_the_real_process(brain):
         assert b"Traceback" not in proc.stderr and b"internal error" not in proc.stderr, proc.stderr
 
 
-# ---- bus messages ---------------------------------------------------------------------------------------------
+# ---- bus messages ----------------------------------------------------------------------------------
 
 def test_bus_messages(tmp_path):
     bus = EmbeddedBus(tmp_path / "bus.sqlite3")

@@ -14,9 +14,9 @@ from collections import Counter
 from nika_brain.engine import orchestrator
 from nika_brain.state import claims, locks, validate
 from nika_brain.support import fsio
-
 from tests.kit.brain import git_out as git
 from tests.kit.orch import nb, orch_brain, run_file, worktree
+
 from .corpus import SCALE, SEED
 
 WRITER = r"""
@@ -117,7 +117,8 @@ def test_kill_9_of_workflow_launch_at_random_moments_then_validate_index_resume(
     assert kills >= 1
     assert run_file(brain, "crash")["status"] == "done"
     # No step ran twice: one ok claim per step.
-    done = Counter(c.step for c in claims.list_claims(brain, "closed") if c.result and c.result.status == "ok")
+    done = Counter(c.step for c in claims.list_claims(brain, "closed")
+                   if c.result and c.result.status == "ok")
     assert done == Counter({"1": 1, "2": 1, "3": 1}), done
     assert locks.list_locks(brain) == []              # no orphan lock
     assert validate.validate(brain.root).problems == []
