@@ -123,10 +123,12 @@ def load_path(path: Path) -> Claim:
         raise doc.error(exc.message, "scope") from exc
     opened = _time(doc, v, "opened")
     closed = _time(doc, v, "closed") if v["closed"] else None
-    return Claim(v["id"], v["workflow"], v["theme"], step_id(v["step"]), v["satellite_type"],
-                 v["satellite_level"], scope_t, v["zone"], v["status"], opened, v["story_angle"],
-                 v["agent"], v["on_done"], v["on_partial"], v["on_fail"], closed, v["parent"],
-                 tuple(v["children"]), v["session"], tuple(v["touched"]), result)
+    return Claim(id=v["id"], workflow=v["workflow"], theme=v["theme"], step=step_id(v["step"]),
+                 satellite_type=v["satellite_type"], satellite_level=v["satellite_level"], scope=scope_t,
+                 zone=v["zone"], status=v["status"], opened=opened, story_angle=v["story_angle"],
+                 agent=v["agent"], on_done=v["on_done"], on_partial=v["on_partial"], on_fail=v["on_fail"],
+                 closed=closed, parent=v["parent"], children=tuple(v["children"]), session=v["session"],
+                 touched=tuple(v["touched"]), result=result)
 
 
 def to_dict(c: Claim) -> dict:
@@ -200,9 +202,10 @@ def open_claim(brain: Brain, *, workflow: str, step: str, satellite_type: str,
         if parent:
             p = load_claim(brain, parent)
             _save(brain, replace(p, children=p.children + (claim_id,)))
-        c = Claim(claim_id, workflow, theme, step, satellite_type, satellite_level, scopes, zone,
-                  "open", now, story_angle, agent, on_done, on_partial, on_fail, None, parent,
-                  (), session, (), None)
+        c = Claim(id=claim_id, workflow=workflow, theme=theme, step=step, satellite_type=satellite_type,
+                  satellite_level=satellite_level, scope=scopes, zone=zone, status="open", opened=now,
+                  story_angle=story_angle, agent=agent, on_done=on_done, on_partial=on_partial,
+                  on_fail=on_fail, parent=parent, session=session)
         _save(brain, c)
     return c
 

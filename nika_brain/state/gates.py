@@ -71,8 +71,9 @@ def load_path(path: Path) -> Gate:
     except BrainError as exc:
         raise doc.error(exc.message, "created") from exc
     step = None if v["step"] is None else step_id(v["step"])
-    return Gate(v["id"], v["message"], v["status"], created, v["workflow"], step, v["claim"],
-                v["reason"], decided, v["decided_by"], v["via"], v["pr"], v["note"])
+    return Gate(id=v["id"], message=v["message"], status=v["status"], created=created,
+                workflow=v["workflow"], step=step, claim=v["claim"], reason=v["reason"], decided_at=decided,
+                decided_by=v["decided_by"], via=v["via"], pr=v["pr"], note=v["note"])
 
 
 def to_dict(g: Gate) -> dict:
@@ -106,8 +107,9 @@ def open_gate(brain: Brain, gate_id: str, message: str, *, workflow: str | None 
         path = gate_path(brain, gate_id)
         if path.exists():
             return load_path(path)
-        g = Gate(gate_id, message, "pending", now or clock.now(), workflow,
-                 None if step is None else step_id(step), claim, reason)
+        g = Gate(id=gate_id, message=message, status="pending", created=now or clock.now(),
+                 workflow=workflow, step=None if step is None else step_id(step), claim=claim,
+                 reason=reason)
         save(brain, g)
     return g
 

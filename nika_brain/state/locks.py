@@ -130,8 +130,8 @@ def load_lock(path: Path) -> Lock:
         acquired, expires = clock.parse(v["acquired"]), clock.parse(v["expires"])
     except BrainError as exc:
         raise doc.error(exc.message, "expires") from exc
-    return Lock(normalize_scope(v["scope"]), v["owner"], v["mode"], v["token"], acquired, expires,
-                Holder(**h), path)
+    return Lock(scope=normalize_scope(v["scope"]), owner=v["owner"], mode=v["mode"], token=v["token"],
+                acquired=acquired, expires=expires, holder=Holder(**h), path=path)
 
 
 def lock_path(brain: Brain, scope: str, owner: str) -> Path:
