@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -134,6 +135,9 @@ def main() -> int:
             "PreToolUse Edit (allow)": ([sys.executable, "-m", "nika_brain", "hook", "PreToolUse"], edit),
             "PreToolUse Edit (deny, locked)": ([sys.executable, "-m", "nika_brain", "hook", "PreToolUse"],
                                                denied),
+            "PreToolUse Bash (write, allow)": ([sys.executable, "-m", "nika_brain", "hook", "PreToolUse"],
+                                               {**edit, "tool_name": "Bash", "tool_input": {
+                                                   "command": f"echo x > {root}/src/auth/new.py && ls"}}),
             "SessionStart": ([sys.executable, "-m", "nika_brain", "hook", "SessionStart"],
                              {**base, "hook_event_name": "SessionStart", "source": "startup"}),
             "Stop": ([sys.executable, "-m", "nika_brain", "hook", "Stop"],
@@ -150,13 +154,17 @@ def main() -> int:
                 print(f"{name}: expected a deny, got {proc.stdout!r}", file=sys.stderr)
                 return 1
         times: dict[str, list[float]] = {name: [] for name in cases}
+        cpu: dict[str, list[float]] = {name: [] for name in cases}
         for _ in range(args.runs):
             for name, (cmd, payload) in cases.items():
                 data = (json.dumps(payload) if payload else "").encode()
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
                 t = time.perf_counter()
                 subprocess.run(cmd, input=data, env=env, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
                 times[name].append(time.perf_counter() - t)
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                cpu[name].append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
         base_ms = median_ms(times["baseline python -c pass"])
         targets = {"PreToolUse": 80.0, "SessionStart": 150.0, "Stop": 150.0}
         print(f"hook latency, spawn -> exit, {args.runs} interleaved runs each "
@@ -168,6 +176,15 @@ def main() -> int:
                            if name.startswith(k)), "")
             over = f"+{med - base_ms:6.1f} ms" if not name.startswith("baseline") else ""
             print(f"{name:34} {med:6.1f}ms {p90_ms(xs):6.1f}ms {over:>14}  {target}")
+        # CPU time (user + system of the hook process) is what the machine's load does not inflate:
+        # the figure issue 9 holds PreToolUse to (under 3.5x a bare interpreter).
+        base_cpu = median_ms(cpu["baseline python -c pass"])
+        print("\nCPU time (user+sys) per process, medians; ratio to `python -c pass`")
+        for name, xs in cpu.items():
+            med = median_ms(xs)
+            ratio = med / base_cpu if base_cpu else float("nan")
+            target = ("< 3.5x " + ("ok" if ratio < 3.5 else "MISSED")) if name.startswith("PreToolUse") else ""
+            print(f"{name:34} {med:6.1f}ms {ratio:5.2f}x  {target}")
     return 0
 
 

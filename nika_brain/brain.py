@@ -5,10 +5,10 @@ import contextlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, TypeVar
+from typing import Any, Callable, Iterator, Literal, Mapping, TypeVar, get_args
 
-from nika_brain.support import fsio
 from nika_brain.errors import BrainError, NoBrain
+from nika_brain.support import fsio
 from nika_brain.support.schema import F, fields, str_list
 from nika_brain.support.yamlsafe import load_doc
 
@@ -44,6 +44,11 @@ LAYOUT: tuple[Folder, ...] = (
     Folder("journal", None, state=True, what="journal/signals.jsonl: BSI signals"),
     Folder("grants", "grant", state=True, index=True, what="vault grants: who may read whose records"),
     Folder("kernels", "kernel", index=True, what="one folder per kernel: kernel.yml, memory/, .claude/"),
+    Folder("registry", None, state=True, index=True,
+           what="session_registry: entities (strategy -> atomic), sessions, handovers (federation)"),
+    Folder("proposals", None, state=True, index=True,
+           what="spawn proposals written by the federation's triggers, each behind a human gate"),
+    Folder("doctrines", None, what="doctrines: YAML invariants per kernel (the doctrine-conflict trigger)"),
     Folder("scripts", None, what="the seed's shell entry points"),
     Folder("hooks", None, what="git hook and Claude Code hook templates"),
     Folder(".nika", None, state=True, tracked=False,
@@ -62,6 +67,10 @@ def is_state_path(rel: str) -> bool:
     return head in STATE_FOLDERS or rel == INDEX_FILE
 
 
+GateBackendName = Literal["cli", "github"]
+BusName = Literal["embedded", "redis"]
+
+
 @dataclass(frozen=True)
 class Config:
     version: int = 1
@@ -71,47 +80,55 @@ class Config:
     lock_poll: float = 0.2            # seconds between tries while waiting for a lock
     fsync: bool = True                # fsync state files (kill -9 safety needs only rename)
     breaker_threshold: int = 3        # consecutive fails on one scope that trip the breaker
-    gate_backend: str = "cli"         # cli | github
+    gate_backend: GateBackendName = "cli"
     github_repo: str | None = None    # owner/name for the pull-request gate
     github_api: str = "https://api.github.com"
-    bus: str = "embedded"             # embedded | redis
+    bus: BusName = "embedded"
     redis_url: str = "redis://127.0.0.1:6379/0"
     satellite_command: tuple[str, ...] = ()   # swarm mode; empty = Claude Code headless
     index_template: str | None = None  # a brain may override the BRAIN-INDEX.md template
     default_agent: str = "satellite-boot"
+    context_window: int | None = None  # tokens; what Claude Code reports wins over this
+    sandbox: str = "auto"             # Claude Code's OS sandbox: auto | required | off
     # The federation's own settings (triage, vault, runtimes...), validated by nika_brain.federation.
     federation: Mapping[str, Any] = field(default_factory=dict)
 
 
+def _positive(v: float) -> str | None:
+    return None if v > 0 else "must be positive"
+
+
+# Types and checks only: the defaults are Config's own (a key left out keeps the field's default).
 _CONFIG_SPEC = {
-    "version": F(int, default=1, choices=(1,)),
-    "base_branch": F(str, default="main"),
-    "worktrees_dir": F(str, default=".nika/worktrees"),
-    "lock_ttl": F(float, default=1800.0, check=lambda v: None if v > 0 else "must be positive"),
-    "lock_poll": F(float, default=0.2, check=lambda v: None if v > 0 else "must be positive"),
-    "fsync": F(bool, default=True),
-    "breaker_threshold": F(int, default=3, check=lambda v: None if v >= 1 else "must be at least 1"),
-    "gate_backend": F(str, default="cli", choices=("cli", "github")),
+    "version": F(int, choices=(1,)),
+    "base_branch": F(str),
+    "worktrees_dir": F(str),
+    "lock_ttl": F(float, check=_positive),
+    "lock_poll": F(float, check=_positive),
+    "fsync": F(bool),
+    "breaker_threshold": F(int, check=lambda v: None if v >= 1 else "must be at least 1"),
+    "gate_backend": F(str, choices=get_args(GateBackendName)),
     "github_repo": F(str),
-    "github_api": F(str, default="https://api.github.com"),
-    "bus": F(str, default="embedded", choices=("embedded", "redis")),
-    "redis_url": F(str, default="redis://127.0.0.1:6379/0"),
-    "satellite_command": F(list, default=[], check=str_list),
+    "github_api": F(str),
+    "bus": F(str, choices=get_args(BusName)),
+    "redis_url": F(str),
+    "satellite_command": F(list, check=str_list),
     "index_template": F(str),
-    "default_agent": F(str, default="satellite-boot"),
-    "federation": F(dict, default={}),
+    "default_agent": F(str),
+    "context_window": F(int, check=lambda v: None if v >= 1000 else "must be at least 1000 tokens"),
+    "sandbox": F(str, choices=("auto", "required", "off")),
+    "federation": F(dict),
 }
+_CONVERT = {"lock_ttl": float, "lock_poll": float, "satellite_command": tuple, "federation": dict}
 
 
 def load_config(path: Path) -> Config:
     doc = load_doc(path)
     data = {} if doc.data is None else doc.data
     values = fields(doc, data, (), _CONFIG_SPEC)
-    values["lock_ttl"] = float(values["lock_ttl"])
-    values["lock_poll"] = float(values["lock_poll"])
-    values["satellite_command"] = tuple(values["satellite_command"])
-    values["federation"] = dict(values["federation"])
-    return Config(**values)
+    given = {k: _CONVERT.get(k, lambda v: v)(v) for k, v in values.items()
+             if isinstance(data, dict) and data.get(k) is not None}
+    return Config(**given)
 
 
 def _main_worktree(root: Path) -> Path:

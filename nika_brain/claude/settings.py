@@ -26,6 +26,7 @@ from typing import Any
 from nika_brain.brain import STATE_FOLDERS
 from nika_brain.errors import BrainError
 
+
 SIDECAR = "nika-brain.json"
 FILE_TOOLS = "Edit|Write|MultiEdit|NotebookEdit"
 # Event -> (matcher or None for "every", timeout in seconds). Matchers are exact-name lists: a
@@ -33,7 +34,9 @@ FILE_TOOLS = "Edit|Write|MultiEdit|NotebookEdit"
 HOOKS: dict[str, tuple[str | None, int]] = {
     "SessionStart": (None, 15),
     "UserPromptSubmit": (None, 10),
-    "PreToolUse": (FILE_TOOLS + "|Read|Grep|Glob|LS|NotebookRead|Bash", 10),
+    # Monitor and PowerShell run shell commands: the Bash checks apply to them. LS and NotebookRead
+    # are gone from current builds; Grep and Glob remain in builds that still ship them.
+    "PreToolUse": (FILE_TOOLS + "|Read|Grep|Glob|Bash|Monitor|PowerShell", 10),
     "PostToolUse": (FILE_TOOLS, 10),
     "Stop": (None, 15),
     "PreCompact": (None, 15),
@@ -41,8 +44,12 @@ HOOKS: dict[str, tuple[str | None, int]] = {
 }
 _OURS = re.compile(r"(?:-m\s+nika_brain|nika-brain)\s+hook\s+[A-Za-z-]+\s*$")
 _OUR_STATUSLINE = re.compile(r"(?:-m\s+nika_brain|nika-brain)\s+claude\s+statusline\s*$")
-SECRET_GLOBS = ("**/.env", "**/.env.*", "**/secrets/**", "**/*.pem", "**/*.key", "**/id_rsa*",
-                "**/id_ed25519*")
+SANDBOX_MODES = ("auto", "required", "off")
+# Brain files an agent's own nika-brain commands never write: its guard (.claude), git's hooks and
+# config (a core.hooksPath would switch the pre-commit lock check off), the zones, cards, workflows
+# and config that decide what the agent may do.
+_NO_AGENT_WRITE = (".claude", ".git/hooks", ".git/config", "nika-brain.yml", "brain", "agents",
+                   "workflows", "hooks")
 
 
 def default_command() -> str:
@@ -56,17 +63,63 @@ def _abs_rule(tool: str, path: Path | str, glob: str) -> str:
     return f"{tool}(/{Path(path).as_posix()}/{glob})"
 
 
-def kernel_deny_rules(root: Path, kernel_id: str) -> list[str]:
-    """Claude Code deny rules isolating one kernel: the other kernels' folders (as they exist now:
-    a re-install picks up new ones, and the PreToolUse hook covers them meanwhile), secrets, and
-    the folders only nika-brain or git write."""
+def _other_kernels(root: Path, kernel_id: str | None) -> list[str]:
     kernels_dir = root / "kernels"
-    others = sorted(p.name for p in kernels_dir.iterdir() if p.is_dir() and p.name != kernel_id) \
-        if kernels_dir.is_dir() else []
-    rules = [_abs_rule(tool, kernels_dir / other, "**") for other in others for tool in ("Read", "Edit")]
-    rules += [_abs_rule("Read", root, g) for g in SECRET_GLOBS]
-    rules += [_abs_rule("Edit", root / d, "**") for d in (*STATE_FOLDERS, ".git")]
+    if kernel_id is None or not kernels_dir.is_dir():
+        return []
+    return sorted(p.name for p in kernels_dir.iterdir() if p.is_dir() and p.name != kernel_id)
+
+
+def deny_rules(root: Path, kernel_id: str | None = None) -> list[str]:
+    """Claude Code deny rules for a session in this brain: the secret list (secretfiles.py), the
+    operator's private key folder, the folders only nika-brain or git write, and for a kernel the
+    other kernels' folders (as they exist now: a re-install picks up new ones, and the PreToolUse
+    hook covers them meanwhile). They guard Claude's own file tools; the sandbox guards commands."""
+    from nika_brain.claude import secretfiles
+    from nika_brain.state import authority
+    kernels_dir = root / "kernels"
+    rules = [_abs_rule(tool, kernels_dir / other, "**") for other in _other_kernels(root, kernel_id)
+             for tool in ("Read", "Edit")]
+    rules += [_abs_rule("Read", root, g) for g in secretfiles.globs()]
+    rules += [_abs_rule(tool, authority.private_dir(), "**") for tool in ("Read", "Edit")]
+    # Edit rules also become sandbox denyWrite entries in Claude Code, so none for the state
+    # folders and .git: the agent's own `nika-brain claim close` writes claims/, locks/, runs/
+    # (the hook refuses the file tools and hand-written commands there; authority is signed).
+    rules += [_abs_rule("Edit", root / ".claude", "**")]
     return rules
+
+
+def kernel_deny_rules(root: Path, kernel_id: str) -> list[str]:
+    return deny_rules(root, kernel_id)
+
+
+def sandbox_block(root: Path, kernel_id: str | None = None, mode: str = "auto") -> dict[str, Any]:
+    """Claude Code's OS sandbox (bubblewrap + socat on Linux) for every command the agent runs.
+
+    Reads: the secret list, the operator's private key folder and, for a kernel, the other kernels'
+    folders are denied. Writes: only the brain (its own nika-brain commands write claims, locks,
+    runs, gates and commit), minus the files that guard or steer the agent (_NO_AGENT_WRITE) and
+    the other kernels. Authority does not rest on write protection: a decision is valid only with
+    the operator's signature (authority.py), which needs the denied key."""
+    from nika_brain.claude import secretfiles
+    from nika_brain.state import authority
+    others = [str(root / "kernels" / k) for k in _other_kernels(root, kernel_id)]
+    deny_read = others + [str(authority.private_dir())]
+    deny_read += [f"{root}/{g}" for g in secretfiles.globs()] + secretfiles.globs()
+    deny_write = [str(root / d) for d in _NO_AGENT_WRITE] + others
+    if (root / "kernels").is_dir():
+        deny_write += [str(p / ".claude") for p in sorted((root / "kernels").iterdir()) if p.is_dir()]
+    return {"enabled": True, "failIfUnavailable": mode == "required",
+            "autoAllowBashIfSandboxed": True, "allowUnsandboxedCommands": False,
+            "filesystem": {"allowWrite": [str(root)], "denyRead": deny_read, "denyWrite": deny_write}}
+
+
+def sandbox_dependencies() -> list[str]:
+    """What Claude Code's sandbox needs on this platform and is missing (Debian package names)."""
+    import shutil
+    if sys.platform != "linux":
+        return []  # macOS: Seatbelt is built in
+    return [pkg for exe, pkg in (("bwrap", "bubblewrap"), ("socat", "socat")) if not shutil.which(exe)]
 
 
 def _load_json(path: Path) -> dict[str, Any]:
@@ -152,16 +205,22 @@ def _strip_ours(data: dict[str, Any], mine: dict[str, Any]) -> None:
     status = data.get("statusLine")
     if isinstance(status, dict) and _OUR_STATUSLINE.search(str(status.get("command", ""))):
         del data["statusLine"]
+    if mine.get("sandbox") and isinstance(data.get("sandbox"), dict):
+        del data["sandbox"]
 
 
 def install(target_dir: Path, *, command: str | None = None, kernel_id: str | None = None,
-            brain_dir: Path | None = None) -> Path:
-    """Merge nika-brain's hooks (and, for a kernel folder, its isolation rules and env) into
-    `target_dir/.claude/settings.json`; return the settings path.
+            brain_dir: Path | None = None, sandbox: str = "auto") -> Path:
+    """Merge nika-brain's hooks, deny rules and sandbox (and, for a kernel folder, its isolation
+    and env) into `target_dir/.claude/settings.json`; return the settings path.
 
     `command` is how to run nika-brain (default: this interpreter with `-m nika_brain`).
     A kernel install is recognised from `kernels/<id>/` under a brain, or named explicitly.
+    `sandbox`: auto (enabled; Claude Code runs commands unsandboxed where it cannot sandbox),
+    required (failIfUnavailable: Claude Code refuses to start without it), off (no block).
     """
+    if sandbox not in SANDBOX_MODES:
+        raise BrainError(f"sandbox must be one of {', '.join(SANDBOX_MODES)}, not {sandbox!r}")
     target_dir = Path(target_dir).resolve()
     command = (command or default_command()).strip()
     exe = shlex.split(command)[0] if command else ""
@@ -187,18 +246,30 @@ def install(target_dir: Path, *, command: str | None = None, kernel_id: str | No
 
     mine: dict[str, Any] = {"version": 1, "command": command}
     found = _kernel_of(target_dir)
-    if kernel_id or found:
-        kid = kernel_id or found[0]  # type: ignore[index]
-        root = Path(brain_dir).resolve() if brain_dir else (found[1] if found else target_dir.parent.parent)
-        perms = _section(data, "permissions", settings_path)
-        have = perms.setdefault("deny", [])
-        if not isinstance(have, list):
-            raise BrainError("expected a list", file=str(settings_path), key="permissions.deny")
-        added = [r for r in kernel_deny_rules(root, kid) if r not in have]
-        have.extend(added)
+    kid = kernel_id or (found[0] if found else None)
+    if brain_dir:
+        root = Path(brain_dir).resolve()
+    elif found:
+        root = found[1]
+    else:
+        root = target_dir.parent.parent if kid else target_dir
+    perms = _section(data, "permissions", settings_path)
+    have = perms.setdefault("deny", [])
+    if not isinstance(have, list):
+        raise BrainError("expected a list", file=str(settings_path), key="permissions.deny")
+    added = [r for r in deny_rules(root, kid) if r not in have]
+    have.extend(added)
+    mine["permissions"] = {"deny": added}
+    if kid:
         ours_env = {"NIKA_KERNEL_ID": kid, "NIKA_BRAIN_DIR": str(root)}
         _section(data, "env", settings_path).update(ours_env)
-        mine.update(kernel=kid, permissions={"deny": added}, env=ours_env)
+        mine.update(kernel=kid, env=ours_env)
+    if sandbox != "off" and "sandbox" not in data:
+        data["sandbox"] = sandbox_block(root, kid, sandbox)
+        mine["sandbox"] = sandbox
+    if sandbox != "off":
+        from nika_brain.state import authority
+        authority.ensure_key(root)  # the key the sandbox denies must exist before any agent runs
 
     if "statusLine" not in data:
         data["statusLine"] = {"type": "command", "command": f"{command} claude statusline"}
@@ -224,3 +295,4 @@ def uninstall(target_dir: Path) -> Path:
     if sidecar_path.exists():
         sidecar_path.unlink()
     return settings_path
+

@@ -99,9 +99,24 @@ def _usage(row: _Row, window: int | None) -> ContextUsage:
     return ContextUsage(row.used, size, round(row.used * 100.0 / size, 1), row.model, row.message_id)
 
 
+def _open_regular(path: Path):
+    """Open for reading only if it is a regular file: a FIFO (or device) named as the transcript
+    would block the hook forever. O_NONBLOCK makes the open itself return at once, and fstat on the
+    opened descriptor leaves no window for a swap between the check and the open."""
+    import stat
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def _lines_backwards(path: Path):
     """Yield the file's complete lines, last first, reading fixed blocks from the end."""
-    with open(path, "rb") as fh:
+    with _open_regular(path) as fh:
         pos = fh.seek(0, os.SEEK_END)
         carry = b""
         read = 0
@@ -140,7 +155,7 @@ def scan(path: str | Path, window: int | None = None) -> Totals:
     """Whole-transcript totals, de-duplicated by message id (rows without an id count alone)."""
     rows: dict[object, _Row] = {}
     try:
-        with open(path, "rb") as fh:
+        with _open_regular(Path(path)) as fh:
             for n, raw in enumerate(fh):
                 row = _row(raw)
                 if row is None:

@@ -37,8 +37,9 @@ def json_object(text: str, what: str) -> dict:
 
 def _register() -> None:
     # Command modules attach themselves to `app` (and its sub-apps) on import.
-    from nika_brain.cli import bus, claude, index, kernel, state, triage, workflow  # noqa: F401
-    from nika_brain.cli import rag  # noqa: F401
+    from nika_brain.cli import bus, claude, index, kernel, operator, state, triage, workflow  # noqa: F401
+    from nika_brain.cli import federation  # noqa: F401
+    from nika_brain.cli import proposals, rag, registry, stealing  # noqa: F401
 
 
 def run(argv: list[str]) -> int:

@@ -5,15 +5,17 @@ dispatches them before typer is imported, because they run on every tool call.
 """
 from __future__ import annotations
 
+import sys
 from typing import Optional
 
 import typer
 
+from nika_brain.brain import Brain
 from nika_brain.claude import settings as claude_settings
+from nika_brain.cli import app
+from nika_brain.errors import BrainError
 from nika_brain.hooks import statusline
 from nika_brain.state import kernels
-from nika_brain.brain import Brain
-from nika_brain.cli import app
 
 claude_app = typer.Typer(no_args_is_help=True, help="Claude Code integration: hooks, permissions, status line.")
 app.add_typer(claude_app, name="claude")
@@ -29,12 +31,24 @@ def _target(brain: Brain, kernel: Optional[str]):
 @claude_app.command("install")
 def claude_install(kernel: Optional[str] = typer.Option(None, help="the kernel whose folder gets the settings"),
                    command: Optional[str] = typer.Option(None, help="how hooks run nika-brain "
-                                                         "(default: this Python, -m nika_brain)")):
-    """Merge nika-brain's hooks and permission rules into .claude/settings.json (idempotent)."""
+                                                         "(default: this Python, -m nika_brain)"),
+                   sandbox: Optional[str] = typer.Option(None, help="auto | required | off "
+                                                         "(default: nika-brain.yml sandbox)")):
+    """Merge nika-brain's hooks, deny rules and OS sandbox into .claude/settings.json (idempotent)."""
     brain = Brain.find()
+    mode = sandbox or brain.config.sandbox
+    missing = claude_settings.sandbox_dependencies() if mode != "off" else []
+    if missing and mode == "required":
+        raise BrainError("the sandbox is required (failIfUnavailable) and Claude Code needs "
+                         f"{', '.join(missing)} here: apt-get install {' '.join(missing)}")
     path = claude_settings.install(_target(brain, kernel), command=command, kernel_id=kernel,
-                                   brain_dir=brain.root)
-    print(f"installed nika-brain hooks in {path}")
+                                   brain_dir=brain.root, sandbox=mode)
+    print(f"installed nika-brain hooks in {path} (sandbox: {mode})")
+    if missing:
+        print(f"warning: Claude Code's sandbox needs {', '.join(missing)} on this machine "
+              f"(apt-get install {' '.join(missing)}); until then agents' commands run unsandboxed "
+              "and only the hook's tripwire guards secrets and the operator key "
+              "(`nika-brain doctor` checks)", file=sys.stderr)
 
 
 @claude_app.command("uninstall")

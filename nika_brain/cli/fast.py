@@ -80,12 +80,12 @@ def _lock_dict(lk) -> dict:
 def lock_acquire(scope: str, owner: str, ttl: float | None = None, wait: float = 0.0, shared: bool = False,
                  pid: int | None = None, no_pid: bool = False, as_json: bool = False) -> int:
     from nika_brain.brain import Brain
-    from nika_brain.state import locks
+    from nika_brain.federation import leases  # a Redis lease too when federation.redis_url is set
     from nika_brain.support import clock
     brain = Brain.find()
     holder = None if no_pid else (pid if pid is not None else os.getppid())
-    lk = locks.acquire(brain, scope, owner, mode="shared" if shared else "exclusive", ttl=ttl, wait=wait,
-                       pid=holder)
+    lk = leases.lock_acquire(brain, scope, owner, mode="shared" if shared else "exclusive", ttl=ttl,
+                             wait=wait, pid=holder)
     print(json.dumps(_lock_dict(lk)) if as_json else f"acquired {lk.scope} (token {lk.token}, "
           f"expires {clock.iso(lk.expires)})")
     return 0
@@ -93,23 +93,38 @@ def lock_acquire(scope: str, owner: str, ttl: float | None = None, wait: float =
 
 def lock_release(scope: str, owner: str) -> int:
     from nika_brain.brain import Brain
-    from nika_brain.state import locks, scopes
-    locks.release(Brain.find(), scope, owner)
+    from nika_brain.federation import leases  # the Redis lease goes with the YAML lock
+    from nika_brain.state import scopes
+    from nika_brain.support import clock
+    brain = Brain.find()
+    if owner != os.environ.get("NIKA_CLAIM"):
+        # Not the calling session's own claim: releasing someone else's lock is the operator's
+        # decision, recorded with the operator's signature in the journal.
+        from nika_brain.engine import signals
+        from nika_brain.state import authority
+        fields = {"scope": scopes.normalize_scope(scope), "owner": owner, "at": clock.iso(clock.now())}
+        sig = authority.sign(brain, "lock-release", fields, what=f"releasing {owner}'s lock on {scope}")
+        leases.lock_release(brain, scope, owner)
+        signals.emit(brain, "INFO", reason=f"lock on {fields['scope']} of {owner} released by the operator",
+                     payload={**fields, "signature": sig}, publish=False)
+    else:
+        leases.lock_release(brain, scope, owner)
     print(f"released {scopes.normalize_scope(scope)}")
     return 0
 
 
 def lock_renew(scope: str, owner: str, ttl: float | None = None) -> int:
     from nika_brain.brain import Brain
-    from nika_brain.state import locks
+    from nika_brain.federation import leases
     from nika_brain.support import clock
-    lk = locks.renew(Brain.find(), scope, owner, ttl=ttl)
+    lk = leases.lock_renew(Brain.find(), scope, owner, ttl=ttl)
     print(f"renewed {lk.scope} until {clock.iso(lk.expires)}")
     return 0
 
 
 def lock_status(scope: str, as_json: bool = False) -> int:
     from nika_brain.brain import Brain
+    from nika_brain.federation import leases
     from nika_brain.state import locks, scopes
     from nika_brain.support import clock
     brain = Brain.find()
@@ -121,7 +136,11 @@ def lock_status(scope: str, as_json: bool = False) -> int:
         print(f"{scopes.normalize_scope(scope)}: free")
     for lk in held if not as_json else ():
         print(locks.describe(lk) + (" [expired]" if lk.expired(now) else ""))
-    return 3 if held else 0
+    # With federation.redis_url: other machines' leases too.
+    remote = leases.held_elsewhere(brain, scope, {lk.owner for lk in held})
+    for v in remote if not as_json else ():
+        print(f"{v['scope']} held by {v['owner']} on {v.get('host', '?')} (redis lease, token {v['token']})")
+    return 3 if held or remote else 0
 
 
 def claim_close(claim_id: str, status: str, summary: str = "", tests_passed: int | None = None,

@@ -8,11 +8,11 @@ from typing import Optional
 
 import typer
 
+from nika_brain.brain import Brain
+from nika_brain.cli import app, fast
 from nika_brain.engine import gatebackends
 from nika_brain.state import claims, gates, listing, locks
 from nika_brain.support import clock
-from nika_brain.brain import Brain
-from nika_brain.cli import app, fast
 
 lock_app = typer.Typer(no_args_is_help=True, help="Path locks on scopes (paths, folders, globs).")
 claim_app = typer.Typer(no_args_is_help=True, help="Claims: one per step execution.")
@@ -60,7 +60,7 @@ def lock_acquire(scope: str, owner: Optional[str] = typer.Option(None, help="cla
 
 @lock_app.command("release")
 def lock_release(scope: str, owner: Optional[str] = typer.Option(None)):
-    """Release SCOPE; refused unless you are its owner."""
+    """Release SCOPE; refused unless you are its owner (or the operator releasing another's)."""
     fast.lock_release(scope, _owner(owner))
 
 

@@ -27,6 +27,9 @@ app.add_typer(branch_app, name="branch")
 def _print(out: orchestrator.Outcome) -> None:
     if out.brief and out.status == "waiting":
         print(out.brief)
+        hint = launch.assisted_hint(Brain.find(), out.workflow)
+        if hint:
+            print(hint)
     tag = {"waiting": "WAITING", "gated": "GATE_PENDING", "blocked": "BLOCKED_ON", "breaker": "CIRCUIT_BREAK",
            "done": "DONE", "aborted": "ABORT"}.get(out.status, out.status.upper())
     extra = f" (claim {out.claim})" if out.claim else ""
@@ -167,6 +170,8 @@ def preflight_reset(scope: str):
     brain = Brain.find()
     if gates.in_agent_session():
         raise Refused("refused: a circuit breaker is reset by a human, not from an agent session")
+    from nika_brain.state import authority
+    authority.require(brain, f"resetting the circuit breaker on {scope}")
     b = breakers.reset(brain, scope)
     if b is None:
         print(f"no breaker on {scope}")

@@ -30,10 +30,10 @@ class CliGate:
     """The human runs `nika-brain gate approve|reject` (or human-gate-ack.sh); nothing to poll."""
     name = "cli"
 
-    def announce(self, brain: Brain, gate: Gate) -> Gate:
+    def announce(self, brain: Brain, gate: Gate) -> Gate:  # noqa: ARG002 (the GateBackend protocol)
         return gate
 
-    def poll(self, brain: Brain, gate: Gate) -> tuple[str | None, str | None]:
+    def poll(self, brain: Brain, gate: Gate) -> tuple[str | None, str | None]:  # noqa: ARG002 (the GateBackend protocol)
         return None, None
 
 
@@ -47,7 +47,10 @@ class PullRequestGate:
         from nika_brain.github.client import GitHubReviewGate
         env = dict(os.environ)
         env.setdefault("NIKA_GITHUB_API", brain.config.github_api)
-        self.client = GitHubReviewGate.from_env(repo=brain.config.github_repo, env=env)
+        # The environment wins over the brain's config: in the Actions workflow the brain files
+        # come from the branch under review, which must not choose where its review is read.
+        repo = env.get("NIKA_GITHUB_REPO") or brain.config.github_repo
+        self.client = GitHubReviewGate.from_env(repo=repo, env=env)
 
     def _branches(self, brain: Brain, gate: Gate) -> tuple[str, str]:
         from nika_brain.state.workflows import find_workflow
@@ -64,7 +67,7 @@ class PullRequestGate:
                                 "to approve, request changes to reject.")
         return replace(gate, pr=pr)
 
-    def poll(self, brain: Brain, gate: Gate) -> tuple[str | None, str | None]:
+    def poll(self, brain: Brain, gate: Gate) -> tuple[str | None, str | None]:  # noqa: ARG002 (the GateBackend protocol)
         if gate.pr is None:
             return None, None
         # Second precision: GitHub stamps reviews in whole seconds.
@@ -74,7 +77,7 @@ class PullRequestGate:
 
 
 BACKENDS: dict[str, Callable[[Brain], GateBackend]] = {
-    "cli": lambda brain: CliGate(),
+    "cli": lambda _brain: CliGate(),
     "github": PullRequestGate,
 }
 
@@ -98,3 +101,10 @@ def sync(brain: Brain, name: str | None = None, now: datetime | None = None,
         if decision:
             decided.append(decide(brain, g.id, decision, by=who, via=be.name, now=now))
     return decided
+
+
+def review_check(brain: Brain):
+    """For gates.effective: the pull request's review decision of a gate, read from GitHub."""
+    def review(gate: Gate) -> str | None:
+        return backend(brain, "github").poll(brain, gate)[0]
+    return review

@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from nika_brain import __version__
-from nika_brain.state import breakers, claims, gates, runs, workflows
-from nika_brain.support import clock
 from nika_brain.brain import CONFIG_NAME, Brain
 from nika_brain.errors import BrainError
+from nika_brain.state import breakers, claims, gates, runs, workflows
 from nika_brain.state.validate import load
+from nika_brain.support import clock
 
 TEMPLATE_NAME = "BRAIN-INDEX.md.j2"
 _PACKAGE_TEMPLATES = Path(__file__).parent.parent / "templates"
@@ -169,9 +169,61 @@ def _kernels(brain: Brain) -> list[dict]:
         return []
     out = []
     for k in kmod.list_kernels(brain):
+        lim = getattr(k, "limits", None)
+        limits = " ".join(f"{key}={v}" for key, v in lim.to_dict().items()) if lim else ""
+        enforcement = getattr(k, "enforcement", None)
         out.append({"id": k.id, "status": k.status, "goal": k.goal, "card": k.card,
-                    "tags": ", ".join(k.tags), "parent": k.parent})
+                    "tags": ", ".join(k.tags), "parent": k.parent,
+                    "runtime": getattr(k, "runtime", ""), "reason": getattr(k, "status_reason", None) or "",
+                    "limits": limits + (f" ({enforcement})" if limits and enforcement else "")})
     return sorted(out, key=lambda k: k["id"])
+
+
+STEAL_COUNTS = ("granted_away", "granted_in", "stole", "ran_stolen", "revoked", "revoked_from")
+
+
+def stealing_counts(brain: Brain) -> dict[str, dict[str, int]]:
+    """Per kernel, from the journal's TASK_GRANTED / TASK_REVOKED / TASK_DONE (work stealing)."""
+    from nika_brain.engine import signals
+    out: dict[str, dict[str, int]] = {}
+    pairs = {"TASK_GRANTED": ("granted_away", "granted_in", "to"),
+             "TASK_REVOKED": ("revoked", "revoked_from", "from"),
+             "TASK_DONE": ("ran_stolen", "stole", "kernel")}
+    for rec in signals.read(brain, types=tuple(pairs)):
+        p = rec.get("payload") or {}
+        mine, theirs, key = pairs[rec["type"]]
+        for kernel, what in ((p.get("owner"), mine), (p.get(key), theirs)):
+            if isinstance(kernel, str):
+                row = out.setdefault(kernel, dict.fromkeys(STEAL_COUNTS, 0))
+                row[what] += 1
+    return out
+
+
+def _yaml_rows(brain: Brain, folder: Path) -> list[tuple[str, dict]]:
+    from nika_brain.support.yamlsafe import load_doc
+    out = []
+    for path in brain.iter_yaml(folder):
+        try:
+            data = load_doc(path).data
+        except BrainError:
+            continue  # a file being replaced; validate reports broken ones
+        if isinstance(data, dict):
+            out.append((path.stem, data))
+    return out
+
+
+def federation_rows(brain: Brain) -> dict:
+    """Work stealing (journal), handovers (registry/handovers/) and pending spawn proposals
+    (proposals/), read from files; the federation package writes them."""
+    steal = [{"kernel": k, **v} for k, v in sorted(stealing_counts(brain).items())]
+    handovers = [{"successor": name, "from_kernel": h.get("from_kernel"),
+                  "from_session": h.get("from_session"), "pct": h.get("pct"), "root": h.get("root"),
+                  "successor_session": h.get("successor_session") or ""}
+                 for name, h in _yaml_rows(brain, brain.root / "registry" / "handovers")]
+    pending = [{"id": p.get("id"), "trigger": p.get("trigger"), "kernel": p.get("kernel") or "",
+                "goal": p.get("goal"), "memory": p.get("memory_estimate"), "gate": p.get("gate")}
+               for _, p in _yaml_rows(brain, brain.root / "proposals") if p.get("status") == "pending"]
+    return {"stealing": steal, "handovers": handovers, "proposals": pending}
 
 
 def model(brain: Brain) -> dict:
@@ -255,6 +307,7 @@ def model(brain: Brain) -> dict:
                    "tripped": len(tripped), "workflows": len(wf_rows), "kernels": len(kernel_rows)},
         "claims": open_claims, "locks": lock_rows, "gates": pending, "breakers": tripped,
         "workflows": wf_rows, "charts": charts, "kernels": kernel_rows, "states": STATE_STYLES,
+        "federation": federation_rows(brain),
     }
 
 

@@ -154,7 +154,9 @@ def step_once(brain: Brain, name: str, now: datetime | None = None) -> Outcome:
             return _after_gate(brain, wf, run, now)
         if run.status == "breaker":
             step = wf.step(run.cursor)
-            if breakers.tripped_for(brain, step.scope):
+            # A breaker file deleted by hand is not a reset: the breaker's gate must carry an
+            # authentic approval (the operator's signature, or the pull-request review).
+            if breakers.tripped_for(brain, step.scope) or not _gate_approved(brain, run.gate):
                 return Outcome(name, "breaker", run.reason, gate=run.gate)
             run = runs.update(brain, run, status="running", reason="", gate=None)
         if run.status == "blocked":
@@ -237,10 +239,20 @@ def _announce(brain: Brain, g: gates.Gate) -> None:
         gates.save(brain, announced)
 
 
+def _gate_approved(brain: Brain, gate_id: str | None) -> bool:
+    if not gate_id or not gates.gate_path(brain, gate_id).exists():
+        return True  # no gate was opened for it (older runs): the breaker file alone decides
+    g = gates.effective(brain, gates.load_gate(brain, gate_id), review=gatebackends.review_check(brain))
+    return g.status == "approved"
+
+
 def _after_gate(brain: Brain, wf: Workflow, run: Run, now: datetime) -> Outcome:
-    g = gates.load_gate(brain, run.gate)
+    stored = gates.load_gate(brain, run.gate)
+    # A decision that is not authentic (hand-edited, or unconfirmed by the review) counts as pending.
+    g = gates.effective(brain, stored, review=gatebackends.review_check(brain))
     if g.pending:
-        _announce(brain, g)
+        if stored.pending:
+            _announce(brain, stored)
         return Outcome(wf.name, "gated", g.message, gate=g.id)
     if g.status == "rejected":
         return _abort(brain, run, f"gate {g.id} rejected by {g.decided_by}", now)
@@ -331,7 +343,7 @@ def _pre_gate(brain: Brain, wf: Workflow, run: Run, step: Step) -> Outcome | Non
     gid = f"{wf.name}-{_stamp(run)}-step-{claims.slug(step.id)}-go"
     path = gates.gate_path(brain, gid)
     if path.exists():
-        g = gates.load_path(path)
+        g = gates.effective(brain, gates.load_path(path), review=gatebackends.review_check(brain))
         if g.status == "approved":
             return None
         if g.status == "rejected":

@@ -9,10 +9,10 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from nika_brain.state import agents
 from nika_brain.brain import Brain
-from nika_brain.state.claims import Claim
 from nika_brain.errors import BrainError
+from nika_brain.state import agents
+from nika_brain.state.claims import Claim
 from nika_brain.state.workflows import Step, Workflow
 
 _PASSED = re.compile(r"(\d+) passed")
@@ -67,6 +67,26 @@ DEFAULT_COMMAND = ("claude", "-p", "{brief}", "--output-format", "json", "--perm
                    "acceptEdits")
 
 
+def session_settings(brain: Brain, kernel: object = None) -> Path:
+    """The settings file every session nika-brain starts runs under, whatever its folder.
+
+    Claude Code reads project settings only from the folder it starts in, and a satellite starts in
+    a theme worktree that has none: so it is always given `--settings` explicitly. A kernel's own
+    settings (its isolation) when the run belongs to one, else the brain's; the brain's are
+    installed first when missing or not ours (hooks, deny rules, sandbox)."""
+    from nika_brain.claude import settings as claude_settings
+    if isinstance(kernel, str) and kernel and (brain.kernels_dir / kernel).is_dir():
+        path = brain.kernels_dir / kernel / ".claude" / "settings.json"
+        if not (path.parent / claude_settings.SIDECAR).is_file():
+            claude_settings.install(path.parent.parent, kernel_id=kernel, brain_dir=brain.root,
+                                    sandbox=brain.config.sandbox)
+        return path
+    path = brain.root / ".claude" / "settings.json"
+    if not (path.parent / claude_settings.SIDECAR).is_file():
+        claude_settings.install(brain.root, brain_dir=brain.root, sandbox=brain.config.sandbox)
+    return path
+
+
 @dataclass(frozen=True)
 class SatelliteOutcome:
     returncode: int
@@ -98,10 +118,28 @@ def launch(brain: Brain, claim: Claim, brief: str, brief_file: Path, cwd: Path, 
                          "(set satellite_command in nika-brain.yml)") from exc
     except subprocess.TimeoutExpired:
         return SatelliteOutcome(124, "failed", f"satellite timed out after {timeout:.0f}s")
+    _record_window(brain, proc.stdout)
     status, summary = _parse_result(proc.stdout)
     if status is None and proc.returncode != 0:
         status, summary = "failed", (proc.stderr.strip().splitlines() or ["satellite failed"])[-1]
     return SatelliteOutcome(proc.returncode, status, summary)
+
+
+def _record_window(brain: Brain, stdout: str) -> None:
+    """Claude's result line reports the model's context window: keep it on the session."""
+    from nika_brain.state import sessions
+    for line in reversed(stdout.strip().splitlines()[-50:]):
+        if '"modelUsage"' in line:
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(obj, dict) and obj.get("type") == "result":
+                try:
+                    sessions.record_result(brain, obj)
+                except (BrainError, OSError):
+                    pass  # bookkeeping: never fail the step for it
+                return
 
 
 def _parse_result(stdout: str) -> tuple[str | None, str]:

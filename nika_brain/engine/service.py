@@ -8,15 +8,15 @@ import time
 from datetime import datetime
 from typing import Callable
 
+from nika_brain.brain import Brain
+from nika_brain.engine import gatebackends, orchestrator, satellites, signals
+from nika_brain.engine.orchestrator import Outcome
+from nika_brain.errors import Blocked, BrainError, Refused
+from nika_brain.gitrepo import git
 from nika_brain.state import adapt as adapt_mod
 from nika_brain.state import claims, locks, runs
-from nika_brain.support import clock, faults
-from nika_brain.gitrepo import git
-from nika_brain.engine import gatebackends, orchestrator, satellites, signals
-from nika_brain.brain import Brain
-from nika_brain.errors import Blocked, BrainError, Refused
-from nika_brain.engine.orchestrator import Outcome
 from nika_brain.state.workflows import find_workflow
+from nika_brain.support import clock, faults
 
 Printer = Callable[[Outcome], None]
 
@@ -82,12 +82,15 @@ def _run_satellite(brain: Brain, name: str, out: Outcome) -> None:
                           satellites.render_brief(brain, wf, step, c, worktree=worktree, context=run.context))
     if not brief_file.exists():
         brain.write(brief_file, brief)
-    settings = brain.kernels_dir / str(run.context.get("kernel", "")) / ".claude" / "settings.json"
     result = satellites.launch(brain, c, brief, brief_file, worktree,
-                               kernel_settings=settings if settings.is_file() else None)
+                               kernel_settings=satellites.session_settings(brain, run.context.get("kernel")))
     c = claims.load_claim(brain, c.id)
     if not c.is_open:
-        return  # the satellite reported itself; step_once routes it
+        # The satellite reported itself; from inside its sandbox it could not commit (Claude Code
+        # keeps .git read-only there): its work is committed here, then step_once routes it.
+        if worktree.is_dir():
+            _commit_work(worktree, c, c.result.summary if c.result else "")
+        return
     try:
         report(brain, c.id, result.status or "failed", result.summary or f"satellite exit {result.returncode}")
     except BrainError as exc:
@@ -121,9 +124,10 @@ def report(brain: Brain, claim_id: str, status: str, summary: str = "", *, tests
     if waiting:
         raise Blocked(f"orchestrated close: {claim_id} waits for its open children: {', '.join(waiting)}")
     run, wf, step = _context(brain, c)
+    in_sandbox = not git_writable(brain)
     if wf is not None and step is not None:
         worktree = orchestrator.worktree_of(brain, wf)
-        if worktree.is_dir():
+        if worktree.is_dir() and not in_sandbox:
             _commit_work(worktree, c, summary)
         if validate and status == "ok" and orchestrator.tier_of(wf, step) == "validated" and step.test:
             tr = satellites.run_tests(step.test, worktree if worktree.is_dir() else brain.root)
@@ -136,12 +140,24 @@ def report(brain: Brain, claim_id: str, status: str, summary: str = "", *, tests
     c = claims.close_claim(brain, claim_id, status, summary, tests_passed=tests_passed,
                            tests_failed=tests_failed, now=now)
     faults.point("after-claim-close")
+    if in_sandbox:
+        # An agent closing its claim from inside Claude Code's sandbox: git is read-only here, so
+        # committing, routing and merging are left to the orchestrator that launched it.
+        return c
     if run is not None and run.claim == c.id:
         orchestrator.step_once(brain, c.workflow)  # routes the result, releases the locks
     else:
         locks.release_all(brain, c.id)
         orchestrator._reindex(brain)
     return c
+
+
+def git_writable(brain: Brain) -> bool:
+    """False inside Claude Code's OS sandbox, which mounts parts of the repository's .git (objects,
+    worktrees/) read-only: a commit cannot be made from there."""
+    gitdir = brain.root / ".git"
+    return all(os.access(p, os.W_OK) for p in (gitdir, gitdir / "objects", gitdir / "worktrees")
+               if p.exists())
 
 
 def _commit_work(worktree, c: claims.Claim, summary: str) -> None:
@@ -226,3 +242,17 @@ def listen(brain: Brain, *, once: bool = False, block: float = 1.0, on_line: Cal
             handled += 1
         if once:
             return handled
+
+
+def assisted_hint(brain: Brain, name: str) -> str | None:
+    """Assisted mode: how the operator starts Claude Code for the step so nika-brain's hooks, rules
+    and sandbox apply (a theme worktree has no settings of its own). Installs them if missing."""
+    run = runs.load_run(brain, name)
+    if run is None:
+        return None
+    wf = orchestrator.effective(brain, find_workflow(brain, name), run)
+    worktree = orchestrator.worktree_of(brain, wf)
+    settings = satellites.session_settings(brain, run.context.get("kernel"))
+    env = f"NIKA_CLAIM={run.claim} " if run.claim else ""
+    return (f"Start Claude Code for this step under nika-brain's hooks and sandbox:\n"
+            f"  cd {worktree} && {env}claude --settings {settings}")

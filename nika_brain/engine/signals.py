@@ -15,7 +15,6 @@ from nika_brain.support import clock
 from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
 
-INBOUND = ("ORCHESTRATE", "ADAPT", "ABORT")
 CHANNEL = "nika:orchestrator:signals"        # outbound, to brain-hypervisor and friends
 INBOX = "nika:orchestrator:inbox"            # inbound ORCHESTRATE / ADAPT / ABORT
 

@@ -22,7 +22,8 @@ Fail closed or open:
 
 Handlers sit in a dispatch table, `HANDLERS[event] -> [handler, ...]`; `register()` adds one (the
 federation layer adds handover and spawn behaviour this way). Every handler gets the same `Hook`
-and may return a `Reply`; replies merge (a deny wins, contexts add up).
+and may return a `Reply`, or a dict of Reply's fields (handlers in lower layers, which may not import
+this module); replies merge (a deny wins, contexts add up).
 
 The module imports only the standard library at load time; each handler imports the core modules it
 needs, so a Read pays for less than an Edit.
@@ -56,6 +57,7 @@ class Reply(NamedTuple):  # a NamedTuple: a frozen dataclass costs ~0.7 ms to cr
     context: str | None = None    # additionalContext for Claude
     block: str | None = None      # decision "block" with this reason (Stop, PreCompact, ...)
     message: str | None = None    # systemMessage shown to the user
+    stop: str | None = None       # `continue: false` with this stopReason: the session stops
 
 
 class Hook:
@@ -114,8 +116,8 @@ class Hook:
         """The session's record (sessions.Session) or None; a broken one sets record_error."""
         if not self._record_loaded:
             self._record_loaded = True
-            from nika_brain.state import sessions
             from nika_brain.errors import BrainError
+            from nika_brain.state import sessions
             if self.brain is not None and sessions.valid_id(self.session_id):
                 try:
                     self._record = sessions.load(self.brain, self.session_id)
@@ -191,18 +193,21 @@ def _locator(brain: Any) -> Callable[[str], Any]:
 
 def _facts(hook: Hook, kind: str) -> Any:
     """Everything policy.decide needs; a write also gets locks, scope and zones, each read once."""
-    from nika_brain.support import clock
-    from nika_brain.errors import BrainError
     from nika_brain.claude.policy import Facts
+    from nika_brain.errors import BrainError
+    from nika_brain.support import clock
     brain = hook.brain
     locate = _locator(brain)
+    opdir = _operator_dir()
     if brain is None:
-        return Facts(locate=locate)
+        return Facts(locate=locate, operator_dir=opdir)
     kernel, claim_id = hook.kernel(), hook.claim()
     rec = hook.record
     lineage = rec.lineage if rec else ()
     if kind != "write":
-        return Facts(locate=locate, kernel=kernel, lineage=lineage)
+        # A shell command that writes inside the brain gets the write facts when it needs them.
+        return Facts(locate=locate, kernel=kernel, lineage=lineage, operator_dir=opdir,
+                     claim=claim_id, expand=lambda: _facts(hook, "write"))
 
     from nika_brain.state import claims, locks
     problems: list[str] = []
@@ -244,7 +249,13 @@ def _facts(hook: Hook, kind: str) -> Any:
     return Facts(locate=locate, kernel=kernel, claim=claim_id if scope is not None else None,
                  scope=scope, owners=frozenset(owners), locks=lock_list, zones=zone_list,
                  card=card, zone_access=tuple(access), lineage=lineage, problems=tuple(problems),
-                 now=clock.now())
+                 now=clock.now(), operator_dir=opdir)
+
+
+def _operator_dir() -> str:
+    """The operator's config folder (its signing key), resolved: no agent call may touch it."""
+    from nika_brain.state.authority import operator_dir
+    return os.path.realpath(str(operator_dir()))
 
 
 def on_pre_tool_use(hook: Hook) -> Reply | None:
@@ -314,8 +325,8 @@ def _brief(brain: Any, claim: Any) -> str:
 
 
 def on_session_start(hook: Hook) -> Reply | None:
-    from nika_brain.state import kernels, sessions
     from nika_brain.errors import BrainError
+    from nika_brain.state import kernels, sessions
     brain = hook.brain
     if brain is None:
         return None
@@ -393,10 +404,10 @@ def on_user_prompt_submit(hook: Hook) -> Reply | None:
 # ---- bookkeeping: touched files, context use, end --------------------------------------------
 
 def on_post_tool_use(hook: Hook) -> Reply | None:
-    from nika_brain.state import sessions
+    from nika_brain.claude.policy import WRITE_TOOLS, canonical_tool
     from nika_brain.errors import BrainError
-    from nika_brain.claude.policy import WRITE_TOOLS
-    tool, tool_input = hook.data.get("tool_name"), hook.data.get("tool_input")
+    from nika_brain.state import sessions
+    tool, tool_input = canonical_tool(hook.data.get("tool_name") or ""), hook.data.get("tool_input")
     if hook.brain is None or tool not in WRITE_TOOLS or not isinstance(tool_input, dict):
         return None
     raw = tool_input.get(WRITE_TOOLS[tool])
@@ -419,15 +430,16 @@ def on_post_tool_use(hook: Hook) -> Reply | None:
 
 def on_context_checkpoint(hook: Hook) -> Reply | None:
     """Stop and PreCompact: measure the context use from the transcript, record a heartbeat."""
-    from nika_brain.state import sessions
     from nika_brain.claude import transcript
+    from nika_brain.state import sessions
     if hook.brain is None or not sessions.valid_id(hook.session_id):
         return None
     tpath = hook.data.get("transcript_path")
-    usage = transcript.last_usage(tpath if isinstance(tpath, str) else None)
+    window, source = sessions.choose_window(hook.brain, hook.record, hook.kernel())
+    usage = transcript.last_usage(tpath if isinstance(tpath, str) else None, window)
     sessions.heartbeat(hook.brain, hook.session_id, used=usage.used if usage else None,
                        window=usage.window if usage else None, pct=usage.pct if usage else None,
-                       event=hook.event)
+                       event=hook.event, window_source=source)
     return None
 
 
@@ -446,10 +458,21 @@ def on_session_end(hook: Hook) -> Reply | None:
 HANDLERS: dict[str, list[Handler | str]] = {
     "PreToolUse": [on_pre_tool_use],
     "PostToolUse": [on_post_tool_use],
-    "UserPromptSubmit": [on_user_prompt_submit, "nika_brain.federation.hint:on_user_prompt_submit"],
-    "SessionStart": [on_session_start],
-    "Stop": [on_context_checkpoint],
-    "PreCompact": [on_context_checkpoint],
+    # federation.health:on_hook records the agent's own acknowledgements (session, prompt taken, turn
+    # answered) and publishes the kernel's heartbeat; it does nothing outside a kernel's session.
+    # federation.hint flags a prompt typed into the wrong kernel (triage).
+    # federation.handover: auto-handover past the kernel's context threshold (Stop, PreCompact), a
+    # handed-over session refusing prompts, and the successor's lineage and summary at SessionStart;
+    # federation.triggers: `/kernel new <goal>` typed in a session writes a spawn proposal.
+    "UserPromptSubmit": [on_user_prompt_submit, "nika_brain.federation.health:on_hook",
+                         "nika_brain.federation.hint:on_user_prompt_submit",
+                         "nika_brain.federation.handover:on_prompt",
+                         "nika_brain.federation.triggers:on_prompt"],
+    "SessionStart": [on_session_start, "nika_brain.federation.health:on_hook",
+                     "nika_brain.federation.handover:on_session_start"],
+    "Stop": [on_context_checkpoint, "nika_brain.federation.health:on_hook",
+             "nika_brain.federation.handover:on_checkpoint"],
+    "PreCompact": [on_context_checkpoint, "nika_brain.federation.handover:on_checkpoint"],
     "SessionEnd": [on_session_end],
 }
 
@@ -480,6 +503,9 @@ def output(event: str, replies: list[Reply]) -> dict[str, Any] | None:
     block = next((r.block for r in replies if r.block), None)
     if block and event in _BLOCK_EVENTS:
         out["decision"], out["reason"] = "block", block
+    stop = next((r.stop for r in replies if r.stop), None)
+    if stop:
+        out["continue"], out["stopReason"] = False, stop
     messages = [r.message for r in replies if r.message]
     if messages:
         out["systemMessage"] = "\n".join(messages)
@@ -529,6 +555,12 @@ def run(argv: list[str], data: dict[str, Any]) -> tuple[int, dict[str, Any] | No
                 module, _, name = entry.partition(":")
                 handler = getattr(importlib.import_module(module), name)
             reply = handler(hook)
+            # Handlers below the hooks layer cannot import Reply: they answer with its fields, as a
+            # dict or a NamedTuple shaped like it.
+            if isinstance(reply, dict):
+                reply = Reply(**reply)
+            elif reply is not None and not isinstance(reply, Reply) and hasattr(reply, "_asdict"):
+                reply = Reply(**reply._asdict())
         except Exception as exc:  # fail open: bookkeeping must never stop the agent
             _say(f"{event}: {getattr(handler, '__name__', handler)} failed: {type(exc).__name__}: {exc}")
             code = 1

@@ -127,7 +127,14 @@ def pre_commit(top: Path) -> int:
     touched = sorted({p for _, p in changes if not _is_state(p)})
     if touched:
         if os.environ.get("NIKA_LOCK_OVERRIDE") == "1":
-            pass
+            # Committing over another claim's lock is the operator's decision: the variable alone
+            # is not enough (an agent can set it), this process must hold the operator key.
+            from nika_brain.state import authority
+            try:
+                authority.require(Brain.find(top), "committing over a lock (NIKA_LOCK_OVERRIDE=1)")
+            except BrainError as exc:
+                _err(f"commit refused: {exc}")
+                return 1
         else:
             owner = os.environ.get("NIKA_CLAIM") or None
             try:

@@ -35,6 +35,13 @@ def render_statusline(info: dict[str, Any], env: dict[str, str] | None = None) -
 
     pct = None
     cw = info.get("context_window") if isinstance(info.get("context_window"), dict) else {}
+    size = cw.get("context_window_size")
+    if (brain is not None and record is not None and isinstance(size, int) and size > 0
+            and size != record.reported_window):
+        try:  # what Claude Code reports is the window the Stop hook measures against from now on
+            record = sessions.report_window(brain, record.id, size)
+        except (BrainError, OSError):
+            pass
     if isinstance(cw.get("used_percentage"), (int, float)):
         pct = float(cw["used_percentage"])  # Claude Code's own figure, when it gives one
     elif record and record.context_pct is not None:
@@ -51,7 +58,8 @@ def render_statusline(info: dict[str, Any], env: dict[str, str] | None = None) -
     if claim:
         parts.append(f"claim {claim}")
     if pct is not None:
-        parts.append(f"ctx {pct:.0f}%")
+        source = record.context_window_source if record else None
+        parts.append(f"ctx {pct:.0f}%" + (f" ({source})" if source and source != "claude" else ""))
     return " · ".join(parts)
 
 

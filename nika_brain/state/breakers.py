@@ -97,7 +97,7 @@ def set_gate(brain: Brain, scope: str, gate_id: str) -> None:
         _save(brain, replace(b, gate=gate_id))
 
 
-def reset(brain: Brain, scope: str, *, now: datetime | None = None) -> Breaker | None:
+def reset(brain: Brain, scope: str) -> Breaker | None:
     """Human reset: the breaker file goes away (history stays in git and the signal journal)."""
     with brain.mutex("breakers"):
         path = breaker_path(brain, scope)

@@ -1,22 +1,27 @@
 """Human gates: one YAML per gate in gates/, recording message, decision, who, when and via what.
 
 A gate is decided by a human: on the CLI (`human-gate-ack.sh approve|reject <id>`) or by a pull-request
-review (the `github` backend). An agent must never approve its own gate, so deciding refuses when run
-inside a Claude Code session (it sets CLAUDECODE=1 in every subprocess).
+review (the `github` backend). An agent must never approve its own gate. The authority is not an
+environment variable (CLAUDECODE=1 only makes the refusal early and clear): a CLI decision carries the
+operator's signature (authority.py), which an agent session cannot make because the sandbox denies it
+the operator key; a pull-request decision is checked against the review on GitHub itself. A decided
+gate that is neither (a file edited by hand) is not authentic: `authentic()` says why, the
+orchestrator treats it as still pending, and `validate` reports it.
 """
 from __future__ import annotations
 
 import getpass
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Mapping
 
-from nika_brain.support import clock
 from nika_brain.brain import Brain
-from nika_brain.state.claims import check_id
 from nika_brain.errors import BrainError, Refused
+from nika_brain.state import authority
+from nika_brain.state.claims import check_id
+from nika_brain.support import clock
 from nika_brain.support.schema import F, fields, step_id, step_id_error, step_id_yaml
 from nika_brain.support.yamlsafe import dumps, load_doc
 
@@ -39,6 +44,7 @@ class Gate:
     via: str | None = None         # cli | github-pr
     pr: int | None = None
     note: str = ""
+    signature: str | None = None   # the operator's, over every other field (authority.sign)
 
     @property
     def pending(self) -> bool:
@@ -51,6 +57,7 @@ _SPEC = {
     "workflow": F(str), "step": F((int, str), check=step_id_error), "claim": F(str),
     "reason": F(str, default="human"),
     "decided_at": F(str), "decided_by": F(str), "via": F(str), "pr": F(int), "note": F(str, default=""),
+    "signature": F(str),
 }
 
 
@@ -70,17 +77,16 @@ def load_path(path: Path) -> Gate:
         decided = clock.parse(v["decided_at"], what="decided_at") if v["decided_at"] else None
     except BrainError as exc:
         raise doc.error(exc.message, "created") from exc
-    step = None if v["step"] is None else step_id(v["step"])
-    return Gate(id=v["id"], message=v["message"], status=v["status"], created=created,
-                workflow=v["workflow"], step=step, claim=v["claim"], reason=v["reason"], decided_at=decided,
-                decided_by=v["decided_by"], via=v["via"], pr=v["pr"], note=v["note"])
+    return Gate(v["id"], v["message"], v["status"], created, v["workflow"], v["step"], v["claim"],
+                v["reason"], decided, v["decided_by"], v["via"], v["pr"], v["note"], v["signature"])
 
 
 def to_dict(g: Gate) -> dict:
     return {"id": g.id, "message": g.message, "status": g.status, "created": clock.iso(g.created),
             "workflow": g.workflow, "step": step_id_yaml(g.step), "claim": g.claim, "reason": g.reason,
             "decided_at": clock.iso(g.decided_at) if g.decided_at else None,
-            "decided_by": g.decided_by, "via": g.via, "pr": g.pr, "note": g.note}
+            "decided_by": g.decided_by, "via": g.via, "pr": g.pr, "note": g.note,
+            "signature": g.signature}
 
 
 def load_gate(brain: Brain, gate_id: str) -> Gate:
@@ -134,9 +140,49 @@ def decide(brain: Brain, gate_id: str, decision: str, *, by: str | None = None, 
                 return g
             raise Refused(f"gate {gate_id} was already {g.status} by {g.decided_by} ({g.via})")
         g = replace(g, status=status, decided_at=now or clock.now(),
-                    decided_by=by or _whoami(), via=via, note=note)
+                    decided_by=by or _whoami(), via=via, note=note, signature=None)
+        if via == "cli":
+            g = replace(g, signature=authority.sign(brain, "gate", to_dict(g),
+                                                    what=f"deciding gate {gate_id}"))
         save(brain, g)
     return g
+
+
+Review = Callable[["Gate"], "str | None"]   # the PR review's decision (approve | reject | None)
+
+
+def authentic(brain: Brain, g: Gate, *, review: Review | None = None) -> str | None:
+    """Why a decided gate cannot be trusted, or None (pending gates have nothing to prove).
+
+    A CLI decision must carry the operator's signature over the gate as it is now; a pull-request
+    decision must match the review on GitHub, which `review` reads (the engine passes one: this
+    layer does no network); without it a pull-request decision is unproven."""
+    if g.pending:
+        return None
+    if g.via == "github-pr":
+        if review is None:
+            return "decided via github-pr, not checked against the review"
+        try:
+            decision = review(g)
+        except BrainError as exc:
+            return f"decided via github-pr, and the review cannot be checked ({exc.message})"
+        if DECISIONS.get(decision or "") != g.status:
+            return (f"says {g.status} via github-pr, but the pull request's review says "
+                    f"{decision or 'nothing yet'}")
+        return None
+    if authority.verify(brain, "gate", to_dict(g), g.signature):
+        return None
+    if not g.signature:
+        return f"says {g.status} without the operator's signature (edited by hand?)"
+    return f"says {g.status} with a signature that does not match (edited after the decision?)"
+
+
+def effective(brain: Brain, g: Gate, *, review: Review | None = None) -> Gate:
+    """The gate as the orchestrator must act on it: a decision that is not authentic is pending."""
+    why = authentic(brain, g, review=review)
+    if why is None:
+        return g
+    return replace(g, status="pending", message=f"{g.message} [not decided: {why}]")
 
 
 def _whoami() -> str:

@@ -16,11 +16,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Literal, get_args
 
-from nika_brain.support import clock
-from nika_brain.state import sessions
 from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
-from nika_brain.state.locks import check_scope, normalize_scope
+from nika_brain.state import sessions
+from nika_brain.state.scopes import check_scope, normalize_scope
+from nika_brain.support import clock
 from nika_brain.support.schema import F, fields, name, str_list
 from nika_brain.support.yamlsafe import load_doc
 
@@ -59,7 +59,8 @@ def parse_memory(value: object) -> int:
 
 def parse_cpu(value: object) -> float:
     """'50%' (of one CPU), '1.5' (CPUs), '500m' (millicpus) -> percent of one CPU."""
-    m = _CPU.match(str(value)) if isinstance(value, (str, int, float)) and not isinstance(value, bool) else None
+    ok = isinstance(value, (str, int, float)) and not isinstance(value, bool)
+    m = _CPU.match(str(value)) if ok else None
     if not m:
         raise BrainError(f"cpu limit does not parse: {value!r} (expected e.g. 50%, 1.5, 500m)")
     n = float(m.group(1))
@@ -111,7 +112,8 @@ _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$")
 
 def parse_duration(value: object, what: str = "duration") -> float:
     """'90', '90s', '30m', '2h', '1d' -> seconds."""
-    m = _DURATION.match(str(value)) if isinstance(value, (str, int, float)) and not isinstance(value, bool) else None
+    ok = isinstance(value, (str, int, float)) and not isinstance(value, bool)
+    m = _DURATION.match(str(value)) if ok else None
     if not m or float(m.group(1)) <= 0:
         raise BrainError(f"{what} does not parse: {value!r} (expected e.g. 90s, 30m, 2h)")
     return float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2) or "s"]
@@ -139,7 +141,7 @@ class Kernel:
     restart: str = "never"              # never | on-failure
     max_restarts: int = DEFAULT_MAX_RESTARTS
     restarts: int = 0                   # restarts done by the supervisor so far
-    enforcement: str | None = None      # which hard limits applied: cgroup-v2|cgroup-v1|prlimit|kubernetes|none
+    enforcement: str | None = None      # what applied the limits: one of ENFORCEMENTS
     temporary: bool = False             # a burst worker, decommissioned after ttl
     ttl: float | None = None            # seconds a temporary kernel lives
     created: datetime | None = None
@@ -302,13 +304,14 @@ def new_kernel(kernel_id: str, goal: str, *, tags=(), examples=(), scope=(), mem
         err = check(value)
         if err:
             raise BrainError(f"{what}: {err}")
-    for what, value in (("region", region), ("data_class", data_class), ("card", card)):
-        if value is not None and name(value):
-            raise BrainError(f"{what}: {name(value)}")
+    for what, given in (("region", region), ("data_class", data_class), ("card", card)):
+        if given is not None and name(given):
+            raise BrainError(f"{what}: {name(given)}")
     if runtime not in RUNTIMES:
         raise BrainError(f"unknown runtime: {runtime!r} (expected one of: {', '.join(RUNTIMES)})")
     if restart not in RESTART_POLICIES:
-        raise BrainError(f"unknown restart policy: {restart!r} (expected one of: {', '.join(RESTART_POLICIES)})")
+        raise BrainError(f"unknown restart policy: {restart!r} "
+                         f"(expected one of: {', '.join(RESTART_POLICIES)})")
     if not isinstance(max_restarts, int) or not 0 <= max_restarts <= 100:
         raise BrainError("max_restarts must be 0 to 100")
     if temporary and ttl is None:
@@ -327,10 +330,10 @@ def save_kernel(brain: Brain, k: Kernel, *, now: datetime | None = None) -> Kern
     from nika_brain.support.yamlsafe import dumps
     folder = kernel_dir(brain, k.id)
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    k = replace(k, updated=now or clock.now(), created=k.created or now or clock.now(),
-                path=folder / "kernel.yml")
-    brain.write(k.path, dumps(to_dict(k)))
-    os.chmod(k.path, 0o600)
+    path = folder / "kernel.yml"
+    k = replace(k, updated=now or clock.now(), created=k.created or now or clock.now(), path=path)
+    brain.write(path, dumps(to_dict(k)))
+    os.chmod(path, 0o600)
     return k
 
 

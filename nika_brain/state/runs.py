@@ -106,10 +106,6 @@ def save(brain: Brain, run: Run) -> Run:
     return run
 
 
-def list_runs(brain: Brain) -> list[Run]:
-    return brain.load_all(runs_dir(brain), load_path)
-
-
 def update(brain: Brain, run: Run, **changes) -> Run:
     return save(brain, replace(run, **changes))
 

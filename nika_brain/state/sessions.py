@@ -45,6 +45,11 @@ class Session(NamedTuple):
     ended_at: str | None = None
     end_reason: str | None = None
     lineage: tuple[str, ...] = ()       # predecessor kernels (nearest first) this session may read
+    # Where context_window came from: claude (what Claude Code reported: the status line's
+    # context_window_size, or a headless result's modelUsage.contextWindow), kernel (kernel.yml
+    # context_window), brain (nika-brain.yml context_window) or model (guessed from its name/usage).
+    context_window_source: str | None = None
+    reported_window: int | None = None   # the last window Claude Code reported for this session
 
 
 def valid_id(session_id: object) -> bool:
@@ -95,7 +100,7 @@ def _view(session_id: str, data: dict[str, Any]) -> Session:
                    s("transcript_path"), s("heartbeat_at"), n("context_used"),
                    n("context_window"), float(pct) if pct is not None else None,
                    strs("touched"), strs("seen_directives"), s("ended_at"), s("end_reason"),
-                   strs("lineage"))
+                   strs("lineage"), s("context_window_source"), n("reported_window"))
 
 
 def load(brain: Brain, session_id: str) -> Session | None:
@@ -143,7 +148,8 @@ def bind(brain: Brain, session_id: str, *, kernel: str | None, claim: str | None
 
 
 def heartbeat(brain: Brain, session_id: str, *, used: int | None, window: int | None,
-              pct: float | None, event: str | None = None, now: datetime | None = None) -> Session:
+              pct: float | None, event: str | None = None, now: datetime | None = None,
+              window_source: str | None = None) -> Session:
     when = clock.iso(now or clock.now())
 
     def change(data: dict[str, Any]) -> None:
@@ -152,8 +158,61 @@ def heartbeat(brain: Brain, session_id: str, *, used: int | None, window: int | 
             data["heartbeat_event"] = event
         if used is not None:
             data["context_used"], data["context_window"], data["context_pct"] = used, window, pct
+            if window_source:
+                data["context_window_source"] = window_source
 
     return update(brain, session_id, change)
+
+
+def _positive_int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def report_window(brain: Brain, session_id: str, window: int) -> Session:
+    """Record the context window Claude Code reported for this session; the last measured use is
+    re-expressed against it at once."""
+    def change(data: dict[str, Any]) -> None:
+        data["reported_window"] = window
+        used = _positive_int(data.get("context_used"))
+        if used is not None:
+            data["context_window"], data["context_window_source"] = window, "claude"
+            data["context_pct"] = round(used * 100.0 / window, 1)
+
+    return update(brain, session_id, change)
+
+
+def record_result(brain: Brain, result: dict[str, Any]) -> Session | None:
+    """Take what a headless run's final `result` line reports (`claude -p --output-format json` or
+    stream-json): the model's context window. None when it names no session or window."""
+    sid = result.get("session_id") if isinstance(result, dict) else None
+    usage = result.get("modelUsage") if isinstance(result, dict) else None
+    if not valid_id(sid) or not isinstance(usage, dict):
+        return None
+    windows = [_positive_int(u.get("contextWindow")) for u in usage.values() if isinstance(u, dict)]
+    windows = [w for w in windows if w]
+    if not windows:
+        return None
+    return report_window(brain, sid, max(windows))
+
+
+def choose_window(brain: Brain, record: Session | None, kernel: str | None) -> tuple[int | None, str]:
+    """The window to measure context use against, and where it came from: what Claude Code
+    reported, else the kernel's setting, else the brain's, else None (guess from the model)."""
+    if record is not None and record.reported_window:
+        return record.reported_window, "claude"
+    if kernel:
+        from nika_brain.support.yamlsafe import load_file
+        try:
+            doc = load_file(brain.root / "kernels" / kernel / "kernel.yml")
+        except (BrainError, OSError):
+            doc = None
+        w = _positive_int(doc.get("context_window")) if isinstance(doc, dict) else None
+        if w:
+            return w, "kernel"
+    w = _positive_int(getattr(brain.config, "context_window", None))
+    if w:
+        return w, "brain"
+    return None, "model"
 
 
 def add_touched(brain: Brain, session_id: str, paths: list[str]) -> list[str]:

@@ -164,6 +164,22 @@ class _Checker:
             return False
         return name in staged_cards or (self.root / "agents" / f"{name}.md").is_file()
 
+    def _gate_forged(self, g: Any) -> str | None:
+        """A CLI decision without the operator's valid signature (the orchestrator treats it as
+        pending). Pull-request decisions are checked against GitHub by the orchestrator, not here
+        (no network in validation)."""
+        if g.pending or g.via == "github-pr":
+            return None
+        from nika_brain.state import authority
+        pub = authority.key_paths(self.root)[1]
+        if not pub.is_file():
+            return (f"not an authentic decision: {g.status}, and this machine has no operator key "
+                    f"for this brain ({pub}) to check its signature; the orchestrator treats it as "
+                    "pending")
+        from nika_brain.state.gates import authentic
+        why = authentic(_RootOnly(self.root), g)
+        return f"not an authentic decision: {why}" if why else None
+
     def cross_check(self) -> None:
         zone_names = self._zone_names()
         staged_cards = {obj.name for kind, _, _, obj in self.loaded if kind == "card"}
@@ -183,6 +199,10 @@ class _Checker:
                     if step.agent:
                         refs.append((("chain", i, "agent"), "agent", step.agent))
             found = []
+            if kind == "gate":
+                why = self._gate_forged(obj)
+                if why:
+                    found.append(Problem(display, _line(path, ("status",)), "status", why))
             for keypath, what, value in refs:
                 if what == "zone":
                     if zone_names is None or value in zone_names:
@@ -195,6 +215,13 @@ class _Checker:
                     msg = f"no agent card agents/{value}.md"
                 found.append(Problem(display, _line(path, keypath), ".".join(map(str, keypath)), msg))
             self.report.problems += sorted(found, key=lambda p: p.line or 0)
+
+
+class _RootOnly:
+    """What authority needs of a brain (its root), for a brain whose config may be broken."""
+
+    def __init__(self, root: Path):
+        self.root = root
 
 
 def _line(path: Path, keypath: tuple) -> int | None:

@@ -128,6 +128,7 @@ def loads(text: str, source: str = "<string>") -> Doc:
         lines.setdefault(p, line)
         return p
 
+    event: Any  # dispatched on type(event) below, which mypy does not narrow
     try:
         for event in yaml.parse(text, Loader=_Loader):
             kind = type(event)
@@ -201,7 +202,7 @@ def load_file(path: Path | str) -> Any:
 
 class _StableDumper(_Dumper):  # type: ignore[misc, valid-type]
     # Never emit &id001/*id001 for shared objects: our own loader refuses them.
-    def ignore_aliases(self, data: Any) -> bool:
+    def ignore_aliases(self, data: Any) -> bool:  # noqa: ARG002 (PyYAML's signature)
         return True
 
 

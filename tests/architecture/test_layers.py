@@ -70,14 +70,19 @@ def test_imports_point_only_down():
     assert not upward, "\n".join(upward)
 
 
-def test_the_deny_rules_and_the_git_hook_guard_every_state_folder_of_the_layout(tmp_path):
+def test_the_policy_and_the_git_hook_guard_every_state_folder_of_the_layout(tmp_path):
     from nika_brain.brain import LAYOUT, STATE_FOLDERS, is_state_path
+    from nika_brain.claude.policy import _guarded
     from nika_brain.claude.settings import kernel_deny_rules
 
     rules = kernel_deny_rules(tmp_path, "k1")
     assert set(STATE_FOLDERS) >= {"claims", "locks", "gates", "breakers", "runs", "journal", ".nika"}
     for folder in STATE_FOLDERS:
-        assert f"Edit(/{(tmp_path / folder).as_posix()}/**)" in rules, folder
+        # The PreToolUse policy refuses hand edits there. Deliberately no Claude Code Edit(...) deny
+        # rule: Claude Code turns Edit rules into sandbox denyWrite mounts, which made the agent's own
+        # `nika-brain claim close` fail (EROFS) with the real CLI (tests/claudecli).
+        assert _guarded(f"{folder}/x.yml"), folder
+        assert f"Edit(/{(tmp_path / folder).as_posix()}/**)" not in rules, folder
         assert is_state_path(f"{folder}/x.yml")
     assert not is_state_path("src/claims/x.py")
     assert [f.path for f in LAYOUT if f.kept] == ["claims", "locks", "gates"]

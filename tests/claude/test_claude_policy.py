@@ -34,7 +34,7 @@ def facts(**kw) -> policy.Facts:
     ("sed 's/a/b/' f1 > out", ["sed"], ["out"]),
     ("git rm -q claims/x.yml", ["git"], ["claims/x.yml"]),
     ("git add claims/x.yml", ["git"], []),
-    ("bash -c 'mv a gates/b'", ["mv"], ["a", "gates/b"]),
+    ("bash -c 'mv a gates/b'", ["mv", "bash"], ["a", "gates/b"]),
     ("cat <<EOF > gates/a.yml\nstatus: ok\nEOF", ["cat", "status:", "EOF"], ["gates/a.yml"]),
     ("git commit -m 'rm locks/ by hand'", ["git"], []),
     ('echo "unbalanced > x', ["echo"], ["x"]),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +20,9 @@ from tests.kit.claude import FIXTURES, SID, bound_env, clean_env, fixture, hook_
 
 EVENTS = ("PreToolUse", "PostToolUse", "UserPromptSubmit", "SessionStart", "Stop", "PreCompact",
           "SessionEnd")
-TOOLS = {"Edit", "Write", "MultiEdit", "NotebookEdit", "Read", "Grep", "Glob", "LS", "NotebookRead", "Bash"}
+# Tool names of current Claude Code builds (2.1.3xx); LS and NotebookRead are gone, Monitor and
+# PowerShell run shell commands.
+TOOLS = {"Edit", "Write", "MultiEdit", "NotebookEdit", "Read", "Grep", "Glob", "Bash", "Monitor", "PowerShell"}
 
 USER_SETTINGS = {
     "model": "opus",
@@ -40,6 +43,10 @@ def hb(tmp_path, git_env):
 
 def read(path: Path) -> dict:
     return json.loads(path.read_text())
+
+
+def _abs(root, glob: str) -> str:
+    return f"Read(/{root.as_posix()}/{glob})"
 
 
 def ours(settings: dict, event: str) -> list[dict]:
@@ -70,7 +77,15 @@ def test_install_writes_valid_hooks_for_every_event(hb):
         data["hooks"]["PreToolUse"][0]["matcher"].split("|"))
     assert set(data["hooks"]["PostToolUse"][0]["matcher"].split("|")) == {"Edit", "Write", "MultiEdit", "NotebookEdit"}
     assert data["statusLine"]["command"].endswith("-m nika_brain claude statusline")
-    assert "permissions" not in data and "env" not in data  # the brain install sets no kernel rules
+    assert "env" not in data  # the brain install binds no kernel
+    deny = data["permissions"]["deny"]
+    assert _abs(brain.root, "**/.env") in deny and _abs(brain.root, "**/terraform.tfvars") in deny
+    assert not any("/kernels/" in r for r in deny)  # no kernel to isolate
+    box = data["sandbox"]
+    assert box["enabled"] is True and box["failIfUnavailable"] is False
+    assert box["allowUnsandboxedCommands"] is False
+    assert box["filesystem"]["allowWrite"] == [str(brain.root)]
+    assert str(brain.root / ".claude") in box["filesystem"]["denyWrite"]
 
 
 def test_installed_commands_run_as_claude_code_would_spawn_them(hb):
@@ -100,7 +115,9 @@ def test_merge_keeps_user_entries_and_uninstall_restores_them(hb):
     assert data["hooks"]["PreToolUse"][0] == USER_SETTINGS["hooks"]["PreToolUse"][0]  # theirs first
     assert len(ours(data, "PreToolUse")) == 1
     assert data["hooks"]["Notification"] == USER_SETTINGS["hooks"]["Notification"]
-    assert data["permissions"] == USER_SETTINGS["permissions"] and data["env"] == USER_SETTINGS["env"]
+    assert data["permissions"]["allow"] == USER_SETTINGS["permissions"]["allow"]
+    assert data["permissions"]["deny"][0] == "Read(./.env)"  # theirs first, ours after
+    assert data["env"] == USER_SETTINGS["env"]
     claude_settings.uninstall(brain.root)
     assert read(path) == USER_SETTINGS
     assert not (path.parent / claude_settings.SIDECAR).exists()
@@ -130,8 +147,16 @@ def test_kernel_install_isolates_the_kernel(hb):
         assert f"Edit(/{root}/kernels/{other}/**)" in deny
     assert not any("/kernels/alpha/" in rule for rule in deny)
     assert f"Read(/{root}/**/.env)" in deny
-    assert f"Edit(/{root}/gates/**)" in deny
+    # No Edit rule on the state folders: Claude Code turns Edit rules into sandbox denyWrite, and the
+    # agent's own `nika-brain claim close` writes there (the hook refuses hand edits).
+    assert f"Edit(/{root}/gates/**)" not in deny and f"Edit(/{root}/.claude/**)" in deny
     assert all(rule.startswith(("Read(//", "Edit(//")) for rule in deny)  # absolute, not settings-relative
+    from nika_brain.state import authority
+    assert f"Read(/{authority.private_dir().as_posix()}/**)" in deny
+    box = data["sandbox"]["filesystem"]
+    assert str(brain.root / "kernels" / "beta") in box["denyRead"]
+    assert str(authority.private_dir()) in box["denyRead"]
+    assert str(brain.root / "kernels" / "alpha" / ".claude") in box["denyWrite"]
     assert data["env"] == {"NIKA_KERNEL_ID": "alpha", "NIKA_BRAIN_DIR": str(brain.root)}
     assert (folder / ".claude" / "settings.json").is_file()
     assert not (brain.root / ".claude").exists()
@@ -229,3 +254,32 @@ def test_statusline_never_fails(tmp_path, stdin):
     proc = statusline(stdin, clean_env(), cwd=tmp_path)
     assert proc.returncode == 0 and proc.stderr == ""
     assert proc.stdout.strip() == "nika (no brain)"
+
+
+def test_assisted_mode_says_how_to_start_claude_under_the_hooks(tmp_path, git_env):
+    from tests.kit.orch import nb, orch_brain, worktree
+    wf = "name: plain\nbranch: theme/plain\nchain:\n  - step: 1\n    type: code\n    scope: src/\n"
+    brain = orch_brain(tmp_path / "b", {"plain": wf})
+    out = nb(brain, "workflow-launch", "plain", check=0)
+    settings = brain.root / ".claude" / "settings.json"
+    assert f"cd {worktree(brain, 'theme/plain')} && NIKA_CLAIM=" in out.stdout
+    assert f"claude --settings {settings}" in out.stdout
+    data = read(settings)  # installed first: hooks, deny rules, sandbox
+    assert ours(data, "PreToolUse") and data["sandbox"]["enabled"] is True
+
+
+def test_install_says_what_the_sandbox_needs_when_it_is_missing(hb, monkeypatch, tmp_path):
+    from tests.kit.orch import nb
+    brain, _ = hb
+    # A PATH without bwrap and socat: the machine of an operator who has not installed them.
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for tool in ("git",):
+        (bindir / tool).symlink_to(shutil.which(tool))
+    env = {"PATH": str(bindir)}
+    out = nb(brain, "claude", "install", env=env, check=0)
+    assert "apt-get install bubblewrap socat" in out.stderr
+    refused = nb(brain, "claude", "install", "--sandbox", "required", env=env, check=1)
+    assert "apt-get install bubblewrap socat" in refused.stderr and "Traceback" not in refused.stderr
+    nb(brain, "claude", "install", "--sandbox", "off", check=0)
+    assert "sandbox" not in read(brain.root / ".claude" / "settings.json")  # ours, taken out

@@ -147,7 +147,15 @@ def test_kernels_are_listed(brain):
     put_kernel(brain.root, "k1", "first goal", tags=["a", "c"])
     text = index.render(brain).split("## Kernels")[1]
     assert text.index("`k1`") < text.index("`k2`")
-    assert "| `k1` | active | satellite-boot | a, c | first goal |" in text
+    assert "| `k1` | active | tmux |  | satellite-boot | a, c | first goal |" in text
+
+
+def test_kernels_show_runtime_limits_and_why_they_stopped(brain):
+    from nika_brain.state import kernels
+    k = kernels.new_kernel("k3", "third goal", memory="1G", cpu="50%", runtime="headless", status="dead")
+    kernels.save_kernel(brain, kernels.replace(k, enforcement="cgroup-v1", status_reason="out of memory"))
+    text = index.render(brain).split("## Kernels")[1]
+    assert "| `k3` | dead (out of memory) | headless | memory=1G cpu=50% (cgroup-v1) |" in text
 
 
 def test_a_brain_may_override_the_template(brain):

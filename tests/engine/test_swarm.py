@@ -206,8 +206,10 @@ def test_default_satellite_command_is_claude_headless_with_the_kernel_settings(t
     claude.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
     settings = '{"permissions": {"deny": ["Bash(git push:*)"]}}\n'
-    brain = orch_brain(tmp_path / "b", {"plain": PLAIN},
-                       files={"kernels/k1/.claude/settings.json": settings})
+    brain = orch_brain(tmp_path / "b", {"plain": PLAIN}, files={"kernels/k1/kernel.yml": "id: k1\ngoal: g\n"})
+    # Untracked, as Claude Code settings are (they hold machine paths); the user's own rules.
+    (brain.kernels_dir / "k1" / ".claude").mkdir()
+    (brain.kernels_dir / "k1" / ".claude" / "settings.json").write_text(settings)
     nb(brain, "workflow-launch", "plain", "--mode", "swarm", "--context", '{"kernel": "k1"}', check=0)
     (c,) = claims_of(brain, "plain")
     assert c["result"] == {"status": "ok", "summary": "stand-in claude wrote notes/",
@@ -217,7 +219,12 @@ def test_default_satellite_command_is_claude_headless_with_the_kernel_settings(t
     assert argv[0] == "-p" and argv[1].startswith("# Brief — plain / step 1 (search)")
     assert "- kernel: k1" in argv[1], "the run's context reaches the brief"
     assert argv[2:6] == ["--output-format", "json", "--permission-mode", "acceptEdits"]
-    assert argv[6:] == ["--settings", str(brain.kernels_dir / "k1" / ".claude" / "settings.json")]
+    kernel_settings = brain.kernels_dir / "k1" / ".claude" / "settings.json"
+    assert argv[6:] == ["--settings", str(kernel_settings)]
+    # Installed before the satellite ran: nika-brain's hooks and isolation, the user's rule kept.
+    merged = json.loads(kernel_settings.read_text())
+    assert "Bash(git push:*)" in merged["permissions"]["deny"] and merged["sandbox"]["enabled"]
+    assert any("hook PreToolUse" in h["command"] for g in merged["hooks"]["PreToolUse"] for h in g["hooks"])
     assert os.path.realpath(seen["cwd"]) == os.path.realpath(worktree(brain, "theme/plain"))
     assert seen["nika_agent"] == "1"
 

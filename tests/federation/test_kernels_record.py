@@ -5,8 +5,8 @@ import dataclasses
 
 import pytest
 
-from nika_brain.state import kernels
 from nika_brain.errors import BrainError
+from nika_brain.state import kernels
 
 
 def _write(brain, kid, text):
@@ -77,3 +77,11 @@ def test_new_kernel_refuses_bad_input():
             kernels.new_kernel("k1", args.pop("goal"), **args)
     with pytest.raises(BrainError, match="kernel id"):
         kernels.new_kernel("bad id!", "ok")
+
+
+def test_an_id_is_made_from_the_goal_when_none_is_given(brain):
+    from nika_brain.federation import verbs
+    assert verbs._auto_id(brain, "Opérer l'IT de BCUB3, vite !") == "k-operer-l-it-de-bcub3"
+    (brain.kernels_dir / "k-operer-l-it-de-bcub3").mkdir(parents=True)
+    assert verbs._auto_id(brain, "Opérer l'IT de BCUB3, vite !") == "k-operer-l-it-de-bcub3-2"
+    assert kernels.check_id(verbs._auto_id(brain, "!!!")) == "k"

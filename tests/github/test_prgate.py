@@ -277,16 +277,37 @@ def test_standin_serves_concurrent_clients(github_standin):
 
 # --- the GitHub Actions workflow ----------------------------------------------------------------
 
-def test_workflow_runs_gate_sync_on_reviews():
+def test_workflow_runs_gate_sync_on_reviews_with_no_code_from_the_pull_request():
     flow = yaml.safe_load((ROOT / ".github/workflows/nika-gate.yml").read_text())
     on = flow.get("on", flow.get(True))  # YAML 1.1 reads a bare `on` key as True
     assert on == {"pull_request_review": {"types": ["submitted", "dismissed"]}}
     steps = flow["jobs"]["sync"]["steps"]
     runs = "\n".join(s.get("run", "") for s in steps)
-    assert "pip install ." in runs
-    assert 'nika-brain gate sync --backend github --pr "$PR_NUMBER"' in runs
+    # nika-brain comes from the base branch; the head is data, checked out elsewhere.
+    tool, brain = (s for s in steps if s.get("uses", "").startswith("actions/checkout"))
+    assert tool["with"]["ref"] == "${{ github.event.pull_request.base.sha }}"
+    assert tool["with"]["path"] == "tool" and tool["with"]["persist-credentials"] is False
+    assert brain["with"]["ref"] == "${{ github.event.pull_request.head.ref }}"
+    assert "pip install ./tool" in runs and "pip install ." not in runs.replace("./tool", "")
     sync = next(s for s in steps if "gate sync" in s.get("run", ""))
-    assert sync["env"] == {"GITHUB_TOKEN": "${{ secrets.GITHUB_TOKEN }}",
-                           "PR_NUMBER": "${{ github.event.pull_request.number }}"}
-    assert "git add -- \"$p\"" in runs and "git push" in runs
-    assert steps[0]["with"]["ref"] == "${{ github.event.pull_request.head.ref }}"
+    assert sync["run"] == 'nika-brain gate sync --backend github --pr "$PR_NUMBER"'
+    assert "python -m" not in runs
+    assert sync["working-directory"] == "brain"
+    # The review is read from GitHub itself, not from an address or repository the branch names.
+    assert sync["env"]["NIKA_GITHUB_API"] == "https://api.github.com"
+    assert sync["env"]["NIKA_GITHUB_REPO"] == "${{ github.repository }}"
+    assert sync["env"]["GITHUB_TOKEN"] == "${{ secrets.GITHUB_TOKEN }}"
+    assert "git add -- gates" in runs and "git push" in runs
+
+
+def test_the_environment_names_the_repository_over_the_brains_config(tmp_path, git_env, monkeypatch):
+    from nika_brain.brain import Brain
+    from nika_brain.engine.gatebackends import PullRequestGate
+    from tests.kit.brain import make_brain
+    brain = make_brain(tmp_path / "b", "version: 1\ngithub_repo: attacker/elsewhere\n"
+                                       "github_api: http://127.0.0.1:9\n")
+    monkeypatch.setenv("NIKA_GITHUB_REPO", "nika/brain")
+    monkeypatch.setenv("NIKA_GITHUB_API", "https://api.github.com")
+    monkeypatch.setenv("GITHUB_TOKEN", "t")
+    gate = PullRequestGate(Brain.at(brain.root))
+    assert (gate.client.repo, gate.client.api_url) == ("nika/brain", "https://api.github.com")

@@ -46,7 +46,7 @@ def test_problems_are_one_line_each_with_file_line_key(ibrain, cli):
         "claims/c-bad.yml:7: status: must be one of open, closed; got 'pending'",
         "locks/l.yml:3: token: expected an integer, got str",
         "gates/g.yml:5: extra: unknown key (expected one of: id, message, status, created, workflow, "
-        "step, claim, reason, decided_at, decided_by, via, pr, note)",
+        "step, claim, reason, decided_at, decided_by, via, pr, note, signature)",
         "breakers/b.yml:1: fails: missing required key",
         "runs/r.yml:3: started: started: not an ISO time: 'yesterday'",
         "kernels/k2/kernel.yml:1: id: id does not match the folder name (k2)",

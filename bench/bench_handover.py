@@ -1,0 +1,100 @@
+"""Handover: from the threshold crossing to the successor's first heartbeat (issue 14: under 5 s).
+
+Each run makes a temporary brain whose kernels run the stand-in agent (tests/federation/
+standin_agent.py: it runs the real hooks and writes a transcript, 2,000 tokens a turn) on a private
+tmux server, with a 10,000-token window: the third prompt crosses 41 %. The crossing time is when
+the Stop hook measured it (the handover record's `at`); the end is the successor's first heartbeat
+on nika:federation:health (`t`). Prints the median over RUNS runs.
+
+    python bench/bench_handover.py [--runs 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from nika_brain.brain import Brain  # noqa: E402
+from nika_brain.federation import health, registry, verbs  # noqa: E402
+
+STANDIN = ROOT / "tests" / "federation" / "standin_agent.py"
+
+
+def until(fn, timeout=60.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        v = fn()
+        if v:
+            return v
+        time.sleep(0.02)
+    raise SystemExit(f"timed out: {fn}")
+
+
+def one(tmp: Path) -> float:
+    root = tmp / "brain"
+    root.mkdir(parents=True)
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "b",
+        "GIT_AUTHOR_EMAIL": "b@b",
+        "GIT_COMMITTER_NAME": "b",
+        "GIT_COMMITTER_EMAIL": "b@b",
+    }
+    fed = {
+        "agent_command": [sys.executable, str(STANDIN)],
+        "tmux_socket": str(tmp / "tmux.sock"),
+        "supervisor": "manual",
+        "deliver_timeout": 30,
+        "kill_grace": 2,
+        "handover": {"window": 10000},
+    }
+    (root / "nika-brain.yml").write_text("version: 1\nfederation: " + json.dumps(fed) + "\n")
+    (root / ".gitignore").write_text(".nika/\n")
+    subprocess.run(["git", "init", "-q", "-b", "main", str(root)], check=True, env=env)
+    subprocess.run(["git", "-C", str(root), "add", "-A"], check=True, env=env)
+    subprocess.run(["git", "-C", str(root), "commit", "-qm", "init"], check=True, env=env)
+    os.environ["NIKA_BUS"] = "embedded"
+    os.environ["PYTHONPATH"] = str(ROOT)  # the hooks the agent runs import this checkout
+    brain = Brain.at(root)
+    try:
+        verbs.kernel_spawn(brain, "Operate the servers and backups", kernel_id="alpha")
+        until(lambda: health.last_heartbeat(brain, "alpha"))
+        for prompt in ("check the backups", "list the servers", "restore the file server"):
+            verbs.kernel_invoke(brain, "alpha", prompt, wait=True)
+        ho = until(lambda: registry.get_handover(brain, "alpha-s2"))
+        hb = until(lambda: health.last_heartbeat(brain, "alpha-s2"))
+        return hb["t"] - ho["at"]
+    finally:
+        subprocess.run(
+            ["tmux", "-S", str(tmp / "tmux.sock"), "kill-server"], capture_output=True, check=False
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=3)
+    args = ap.parse_args(argv)
+    times = []
+    for _ in range(args.runs):
+        with tempfile.TemporaryDirectory(prefix="bench-handover-") as tmp:
+            times.append(one(Path(tmp)))
+    print(
+        "handover: threshold crossing -> successor's first heartbeat: "
+        f"median {statistics.median(times):.2f} s "
+        f"(runs: {', '.join(f'{t:.2f}' for t in times)}); target < 5 s"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,58 @@
+"""`nika-brain federation status|supervise|acl`: the federation's health and its supervisor."""
+from __future__ import annotations
+
+import json
+from typing import List
+
+import typer
+
+from nika_brain.brain import Brain
+from nika_brain.cli import app
+
+fed_app = typer.Typer(no_args_is_help=True, help="The kernel federation: health, supervisor, Redis ACLs.")
+app.add_typer(fed_app, name="federation")
+
+
+@fed_app.command("status")
+def federation_status(as_json: bool = typer.Option(False, "--json")):
+    """Every kernel (alive, stale, dead, killed...), the aggregates, and the bus in use."""
+    from nika_brain.federation import status
+    s = status.status(Brain.find())
+    if as_json:
+        print(json.dumps(s))
+        raise typer.Exit(0 if s["bus_ok"] else 1)
+    a = s["aggregates"]
+    print(f"bus: {s['bus']}  kernels: {a['kernels']}  " +
+          "  ".join(f"{k}: {v}" for k, v in sorted(a["by_state"].items())) +
+          f"  mean context: {a['mean_context_pct'] if a['mean_context_pct'] is not None else '-'}%"
+          f"  queued: {a['queue_depth']}")
+    for k in s["kernels"]:
+        print(f"{k['id']}\t{k['state']}\t{k['runtime']}\thb={k['last_heartbeat'] or '-'}\t"
+              f"ctx={k['context_pct'] if k['context_pct'] is not None else '-'}\t{k['reason'] or ''}")
+    raise typer.Exit(0 if s["bus_ok"] else 1)  # the records are shown; the bus is not there
+
+
+@fed_app.command("supervise")
+def federation_supervise(once: bool = typer.Option(False, "--once", help="one pass, then exit"),
+                         interval: float = typer.Option(2.0, "--interval")):
+    """Watch every live kernel: death detection, release, bounded restart, heartbeats."""
+    from nika_brain.errors import BrainError
+    from nika_brain.federation import supervisor
+    if not 0.05 <= interval <= 3600:
+        raise BrainError("--interval must be between 0.05 and 3600 seconds")
+    brain = Brain.find()
+    if once:
+        for kid, what in supervisor.check_once(brain).items():
+            print(f"{kid}\t{what}")
+        return
+    supervisor.run(brain, interval=interval)
+
+
+@fed_app.command("acl")
+def federation_acl(kernel: List[str] = typer.Option([], "--kernel",
+                                                   help="a kernel (repeat; default all live)"),
+                   revoke: bool = typer.Option(False, "--revoke")):
+    """Create (or rotate) one Redis ACL user per kernel; its password goes to its credentials file."""
+    from nika_brain.federation import acl
+    for name in acl.apply(Brain.find(), kernel or None, revoke=revoke):
+        print(f"{'revoked' if revoke else 'set'} {name}")

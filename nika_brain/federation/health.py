@@ -1,0 +1,227 @@
+"""Kernel health: the agent's own acknowledgements (hook events), heartbeats with the seed's metrics
+on `nika:federation:health`, and the view `federation status` prints.
+
+Events: the kernel's hooks (SessionStart, UserPromptSubmit, Stop) append one JSON line each to
+`.nika/federation/<kernel>/events.jsonl` — `session` (the agent started), `taken` (a prompt reached the
+agent: sha1 of its text), `answered` (the agent finished a turn, with the last answer's text). That is
+how `kernel invoke` knows a prompt was taken: from the agent's own hook, never from the screen.
+
+Heartbeat metrics (per kernel): context_pct (its newest session's context use), error_rate (failed
+invocations / invocations over the last 50), ttfa_s (median seconds from taken to answered over the
+last 50: the seed's time to first answer), queue_depth (prompts queued and not yet taken). The last
+heartbeat is also kept in the bus's keyed state (`kernel:<kernel>:heartbeat`, the kernel's own key),
+so any machine on the same Redis sees it.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from nika_brain.brain import Brain
+from nika_brain.support import clock
+
+
+def heartbeat_key(kernel_id: str) -> str:
+    """The kernel's own key (nika:kv:kernel:<id>:*), which its Redis ACL user may write."""
+    return f"kernel:{kernel_id}:heartbeat"
+_ANSWER_CAP = 4000
+
+
+def events_path(brain: Brain, kernel_id: str) -> Path:
+    return brain.state_dir / "federation" / kernel_id / "events.jsonl"
+
+
+def prompt_sha(text: str) -> str:
+    return hashlib.sha1(" ".join(text.split()).encode("utf-8")).hexdigest()
+
+
+def record_event(brain: Brain, kernel_id: str, event: str, **data: Any) -> None:
+    path = events_path(brain, kernel_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = json.dumps({"event": event, "at": clock.iso(clock.now()), "t": clock.now().timestamp(),
+                       **data}, ensure_ascii=False)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, (line + "\n").encode("utf-8"))
+    finally:
+        os.close(fd)
+
+
+def read_events(brain: Brain, kernel_id: str, offset: int = 0) -> tuple[list[dict], int]:
+    """Events from byte `offset`; returns them and the offset after the last whole line."""
+    try:
+        with open(events_path(brain, kernel_id), "rb") as fh:
+            fh.seek(offset)
+            data = fh.read()
+    except FileNotFoundError:
+        return [], offset
+    end = data.rfind(b"\n") + 1
+    out = []
+    for raw in data[:end].splitlines():
+        try:
+            obj = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(obj, dict):
+            out.append(obj)
+    return out, offset + end
+
+
+def tail_events(brain: Brain, kernel_id: str, max_bytes: int = 256 * 1024) -> list[dict]:
+    """The newest events (the last `max_bytes` of the file): metrics never read a whole history."""
+    size = events_size(brain, kernel_id)
+    start = max(0, size - max_bytes)
+    events, _ = read_events(brain, kernel_id, start)
+    return events[1:] if start else events  # the first line may be cut
+
+
+def _median(values: list[float]) -> float:
+    v = sorted(values)
+    n = len(v)
+    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+
+
+def events_size(brain: Brain, kernel_id: str) -> int:
+    try:
+        return events_path(brain, kernel_id).stat().st_size
+    except OSError:
+        return 0
+
+
+# ---- metrics and heartbeats ------------------------------------------------------------------------
+
+def metrics(brain: Brain, kernel_id: str, session_id: str | None = None) -> dict:
+    """The heartbeat's metrics. With `session_id` (a hook knows its session) only that session's
+    record is read, so a hook's cost does not grow with the brain's history of sessions."""
+    from nika_brain.federation import queue
+    from nika_brain.state import sessions
+    events = tail_events(brain, kernel_id)
+    taken = [e for e in events if e.get("event") == "taken"][-50:]
+    answered = [e for e in events if e.get("event") == "answered"]
+    waits = []
+    for t in taken:
+        nxt = next((a for a in answered if a.get("session") == t.get("session")
+                    and a.get("t", 0) >= t.get("t", 0)), None)
+        if nxt:
+            waits.append(nxt["t"] - t["t"])
+    runs = [e for e in events if e.get("event") == "run-exit"][-50:]
+    errors = sum(1 for e in runs if e.get("status") not in (0, None))
+    one = sessions.load(brain, session_id) if session_id and sessions.valid_id(session_id) else None
+    sess = [one] if one is not None else [s for s in sessions.list_sessions(brain) if s.kernel == kernel_id]
+    sess.sort(key=lambda s: s.heartbeat_at or s.started_at or "")
+    pct = sess[-1].context_pct if sess else None
+    return {"context_pct": pct, "error_rate": round(errors / len(runs), 3) if runs else 0.0,
+            "ttfa_s": round(_median(waits), 3) if waits else None,
+            "queue_depth": len(queue.pending(brain, kernel_id)),
+            "session": sess[-1].id if sess else None}
+
+
+def publish_heartbeat(brain: Brain, kernel_id: str, state: str, *, source: str,
+                      session_id: str | None = None, **extra: Any) -> dict:
+    """Publish one heartbeat on nika:federation:health and keep it as the kernel's last one."""
+    from nika_brain import bus
+    hb = {"kind": "heartbeat", "kernel": kernel_id, "state": state, "source": source,
+          "at": clock.iso(clock.now()), "t": clock.now().timestamp(),
+          **metrics(brain, kernel_id, session_id), **extra}
+    b = bus.open_bus(brain)
+    b.publish(bus.HEALTH, hb)
+    b.set(heartbeat_key(kernel_id), hb)
+    return hb
+
+
+def publish_event(brain: Brain, kernel_id: str, kind: str, **extra: Any) -> None:
+    """A health event that is not a heartbeat: dead, killed, restarted, failed."""
+    from nika_brain import bus
+    publish_or_warn(brain, bus.HEALTH, {"kind": kind, "kernel": kernel_id,
+                                        "at": clock.iso(clock.now()), **extra})
+
+
+def publish_or_warn(brain: Brain, channel: str, message: dict) -> bool:
+    """Publish a signal whose state is already written (a record, a directive file): a bus that is
+    down then costs the listeners a signal, not the operator the change, so say it on stderr."""
+    from nika_brain import bus
+    from nika_brain.errors import BrainError
+    try:
+        bus.open_bus(brain).publish(channel, message)
+        return True
+    except BrainError as exc:
+        import sys
+        print(f"nika-brain: warning: not published on {channel}: {exc}", file=sys.stderr)
+        return False
+
+
+def last_heartbeat(brain: Brain, kernel_id: str) -> dict | None:
+    from nika_brain import bus
+    return bus.open_bus(brain).get(heartbeat_key(kernel_id))
+
+
+# ---- the hook side (Claude Code runs these in the kernel's sessions) ------------------------------
+
+def _kernel_of(hook: Any) -> str | None:
+    kid = os.environ.get("NIKA_KERNEL_ID") or (hook.kernel() if hook.brain is not None else None)
+    if not kid:
+        return None
+    from nika_brain.state.kernels import check_id
+    try:
+        return check_id(kid)
+    except Exception:
+        return None
+
+
+def _last_answer(transcript_path: object) -> str | None:
+    if not isinstance(transcript_path, str):
+        return None
+    try:
+        with open(transcript_path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - 256 * 1024))
+            lines = fh.read().splitlines()
+    except OSError:
+        return None
+    for raw in reversed(lines):
+        try:
+            obj = json.loads(raw)
+        except ValueError:
+            continue
+        msg = obj.get("message") if isinstance(obj, dict) else None
+        if obj.get("type") == "assistant" and isinstance(msg, dict):
+            content = msg.get("content")
+            if isinstance(content, str):
+                return content[:_ANSWER_CAP]
+            if isinstance(content, list):
+                text = "".join(c.get("text", "") for c in content if isinstance(c, dict)
+                               and c.get("type") == "text")
+                if text:
+                    return text[:_ANSWER_CAP]
+    return None
+
+
+def on_hook(hook: Any) -> None:
+    """SessionStart / UserPromptSubmit / Stop in a kernel's session: record the event, heartbeat."""
+    brain = hook.brain
+    kid = _kernel_of(hook)
+    if brain is None or not kid:
+        return None
+    sid = hook.session_id if isinstance(hook.session_id, str) else None
+    if hook.event == "SessionStart":
+        record_event(brain, kid, "session", session=sid, source=hook.data.get("source"),
+                     pid=os.getppid())
+    elif hook.event == "UserPromptSubmit":
+        prompt = hook.data.get("prompt")
+        if isinstance(prompt, str):
+            record_event(brain, kid, "taken", session=sid, sha=prompt_sha(prompt))
+    elif hook.event == "Stop":
+        record_event(brain, kid, "answered", session=sid,
+                     text=_last_answer(hook.data.get("transcript_path")))
+    else:
+        return None
+    try:
+        publish_heartbeat(brain, kid, "alive", source=f"hook:{hook.event}", session_id=sid)
+    except Exception as exc:  # a bus that is down must not break the agent's turn
+        import sys
+        print(f"nika-brain: heartbeat not published: {exc}", file=sys.stderr)
+    return None

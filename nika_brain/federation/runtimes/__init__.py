@@ -1,0 +1,126 @@
+"""Where a kernel runs: one `Runtime` protocol, a registry, and the runtime state file.
+
+A runtime starts the kernel's agent, says whether it is alive, hands it a prompt and stops it. It does
+not confirm delivery: the service (federation.verbs) waits for the agent's own acknowledgement (the
+UserPromptSubmit hook's record), the same way for every runtime. What a runtime needs to find its
+kernel again (tmux session, pid, headless session id, cgroup plan) is kept in
+`kernels/<id>/runtime.json` (0600), written by the service.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from nika_brain.brain import Brain
+from nika_brain.errors import BrainError
+from nika_brain.state.kernels import Kernel, kernel_dir
+
+
+class RuntimeMissing(BrainError):
+    """A runtime's program (tmux, kubectl, the agent command) is not installed."""
+    exit_code = 7
+
+
+class NotTaken(BrainError):
+    """The kernel cannot take the prompt now (dead, busy, silent): it stays queued."""
+    exit_code = 8
+
+
+EXIT_RUNTIME_MISSING = RuntimeMissing.exit_code
+EXIT_NOT_TAKEN = NotTaken.exit_code
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What to run for a kernel: argv (launcher prefix + agent command), folder, scrubbed env."""
+    argv: tuple[str, ...]
+    cwd: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Liveness:
+    alive: bool
+    pid: int | None = None
+    exit_status: int | None = None   # when dead and known (negative: killed by that signal)
+    detail: str = ""
+
+
+@runtime_checkable
+class Runtime(Protocol):
+    name: str
+
+    def missing(self, brain: Brain) -> str | None:
+        """Why this runtime cannot run here (a program not installed...), or None."""
+    def start(self, brain: Brain, kernel: Kernel, launch: Launch) -> dict:
+        """Start the kernel's agent; return the state to keep (merged into runtime.json)."""
+    def alive(self, brain: Brain, kernel: Kernel, state: dict) -> Liveness: ...
+    def deliver(self, brain: Brain, kernel: Kernel, state: dict, prompt: str, launch: Launch) -> dict:
+        """Hand the prompt to the agent (no confirmation here); return state changes."""
+    def stop(self, brain: Brain, kernel: Kernel, state: dict, grace: float) -> None:
+        """Graceful stop, then forced after `grace` seconds; idempotent."""
+
+
+def _registry() -> dict[str, type]:
+    from nika_brain.federation.runtimes.headless import HeadlessRuntime
+    from nika_brain.federation.runtimes.kubernetes import KubernetesRuntime
+    from nika_brain.federation.runtimes.tmux import TmuxRuntime
+    return {"tmux": TmuxRuntime, "headless": HeadlessRuntime, "kubernetes": KubernetesRuntime}
+
+
+def names() -> tuple[str, ...]:
+    return tuple(_registry())
+
+
+def get(name: str) -> Runtime:
+    reg = _registry()
+    if name not in reg:
+        raise BrainError(f"unknown runtime: {name!r} (expected one of: {', '.join(reg)})")
+    return reg[name]()
+
+
+def require(brain: Brain, name: str) -> Runtime:
+    rt = get(name)
+    why = rt.missing(brain)
+    if why:
+        raise RuntimeMissing(f"runtime {name} is not available: {why}")
+    return rt
+
+
+# ---- runtime.json ----------------------------------------------------------------------------------
+
+def state_path(brain: Brain, kernel_id: str) -> Path:
+    return kernel_dir(brain, kernel_id) / "runtime.json"
+
+
+def load_state(brain: Brain, kernel_id: str) -> dict:
+    try:
+        data = json.loads(state_path(brain, kernel_id).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def save_state(brain: Brain, kernel_id: str, state: dict) -> None:
+    path = state_path(brain, kernel_id)
+    brain.write(path, json.dumps(state, indent=1, sort_keys=True))
+    os.chmod(path, 0o600)
+
+
+def pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie is dead for us
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True

@@ -1,0 +1,409 @@
+"""The seed's five verbs on kernels, as a Python API (the CLI and other federation modules call these):
+
+    kernel_spawn(brain, goal, scope=..., resource_limits=..., ...) -> Kernel
+    kernel_invoke(brain, kernel_id, prompt, wait=False) -> dict
+    kernel_readjust(brain, kernel_id, new_directive, by=...) -> Directive
+    kernel_observe(brain, kernel_id, since="1h", query=None) -> dict
+    kernel_kill(brain, kernel_id, reason, by=...) -> dict
+
+Keep their names and arguments stable: work stealing, handover and spawn proposals (issue 14) call
+them. Every failure is one BrainError with an exit code: 1 bad input / unknown or duplicate id,
+7 a runtime's program missing, 8 the kernel cannot take the prompt now (it stays queued).
+"""
+from __future__ import annotations
+
+import os
+import re
+import time
+from datetime import timedelta
+from typing import Any, Mapping
+
+from nika_brain.brain import Brain
+from nika_brain.errors import BrainError
+from nika_brain.federation import health, limits, options, queue, runtimes
+from nika_brain.state import kernels
+from nika_brain.state.kernels import Kernel, Limits
+from nika_brain.support import clock
+
+EXIT_NOT_TAKEN = runtimes.NotTaken.exit_code  # dead or busy kernel: the prompt stays queued
+PASS_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "USER", "LOGNAME", "SHELL",
+            "TMPDIR", "PYTHONPATH", "NIKA_BUS", "NIKA_REDIS_URL", "NIKA_NOW")
+CREDENTIALS = "credentials.env"
+
+
+# ---- helpers ---------------------------------------------------------------------------------------
+
+def _auto_id(brain: Brain, goal: str) -> str:
+    import unicodedata  # "Opérer" -> "operer": French goals make readable ids
+    plain = unicodedata.normalize("NFKD", goal).encode("ascii", "ignore").decode("ascii")
+    words = re.findall(r"[a-z0-9]+", plain.lower())
+    base = "k-" + "-".join(words[:5])[:40].strip("-") if words else "k"
+    kid, n = base, 2
+    while kernels.kernel_dir(brain, kid).exists():
+        kid, n = f"{base}-{n}", n + 1
+    return kid
+
+
+def scrubbed_env(brain: Brain, kernel: Kernel) -> dict[str, str]:
+    """The kernel's environment: a few harmless variables of ours, never the caller's secrets. Its
+    own credentials are added by the launcher from its credentials file (not on any command line)."""
+    env = {k: os.environ[k] for k in PASS_ENV if k in os.environ}
+    env.update(NIKA_BRAIN_DIR=str(brain.root), NIKA_KERNEL_ID=kernel.id, TERM="screen-256color")
+    return env
+
+
+def _launch(brain: Brain, kernel: Kernel, plan: limits.Plan) -> runtimes.Launch:
+    folder = kernels.kernel_dir(brain, kernel.id)
+    argv = limits.launch_prefix(plan, folder / CREDENTIALS) + list(options.get(brain, "agent_command"))
+    return runtimes.Launch(tuple(argv), folder, scrubbed_env(brain, kernel))
+
+
+def _publish_goals(brain: Brain, event: str, k: Kernel) -> None:
+    from nika_brain import bus
+    health.publish_or_warn(brain, bus.GOALS, {
+        "event": event, "kernel": k.id, "goal": k.goal, "tags": list(k.tags),
+        "examples": list(k.examples), "region": k.region, "data_class": k.data_class,
+        "status": k.status, "at": clock.iso(clock.now())})
+    rebuild_goals_index(brain)
+
+
+def reindex(brain: Brain) -> None:
+    """Regenerate BRAIN-INDEX.md (kernels with their state); an index problem never fails a verb."""
+    try:
+        from nika_brain.engine import index
+        index.regenerate(brain)
+    except (BrainError, OSError) as exc:
+        import sys
+        print(f"nika-brain: BRAIN-INDEX.md not updated: {exc}", file=sys.stderr)
+
+
+def rebuild_goals_index(brain: Brain) -> None:
+    """Have the triage (issue 12) rebuild its goals index after a spawn or a kill. A triage failure is
+    reported, never fatal to the verb: the kernel's record is already written."""
+    from nika_brain.federation import goals  # lazily: it loads the embedder
+    try:
+        goals.refresh(brain)
+    except BrainError as exc:
+        import sys
+        print(f"nika-brain: triage goals index not rebuilt: {exc}", file=sys.stderr)
+
+
+def _start(brain: Brain, k: Kernel) -> Kernel:
+    """Start (or restart) the kernel's runtime; the record says active and which limits applied."""
+    rt = runtimes.require(brain, k.runtime)
+    group = limits.group_name(brain.root, k.id)
+    plan = limits.plan(k, options.get(brain, "cgroup_root"), group) if k.runtime != "kubernetes" \
+        else limits.Plan("kubernetes")
+    queue.reset_sent(brain, k.id)  # a new process: what the old one had not taken goes again
+    state = rt.start(brain, k, _launch(brain, k, plan))
+    state.update(enforcement=plan.enforcement, oom_file=plan.oom_file, cpu_enforced=plan.cpu_enforced,
+                 oom_base=limits.oom_count(plan.oom_file), cgroup=group, procs=list(plan.procs),
+                 memory_bytes=plan.memory_bytes)
+    runtimes.save_state(brain, k.id, state)
+    if state.get("applied") is False:
+        return kernels.set_status(brain, k.id, "starting", enforcement=plan.enforcement, reason=(
+            f"manifests rendered to {brain.rel(state['manifests'])}; not applied: no kubectl context "
+            "(federation.kubernetes.context)"))
+    return kernels.set_status(brain, k.id, "active", enforcement=plan.enforcement)
+
+
+def _undo_start(brain: Brain, k: Kernel) -> None:
+    """Stop whatever a failed start left running (a tmux session whose setup failed...)."""
+    try:
+        runtimes.get(k.runtime).stop(brain, k, runtimes.load_state(brain, k.id), 0.5)
+    except (BrainError, OSError):
+        pass
+    limits.remove_groups(limits.group_name(brain.root, k.id), options.get(brain, "cgroup_root"))
+
+
+# ---- spawn -----------------------------------------------------------------------------------------
+
+def kernel_spawn(brain: Brain, goal: str, scope=(), resource_limits: Mapping[str, Any] | Limits | None = None,
+                 *, kernel_id: str | None = None, tags=(), examples=(), region: str | None = None,
+                 data_class: str | None = None, doctrine: str | None = None, card: str | None = None,
+                 parent: str | None = None, runtime: str = "tmux", restart: str = "never",
+                 max_restarts: int = kernels.DEFAULT_MAX_RESTARTS, temporary: bool = False, ttl=None,
+                 install_settings: bool = True) -> Kernel:
+    """Create kernels/<id>/ (record, memory/, Claude Code settings, credentials file), register its goal
+    on nika:federation:goals, and start it. A failure leaves the kernel `failed` with the reason (or,
+    when nothing was written yet, nothing at all)."""
+    lim = resource_limits if isinstance(resource_limits, Limits) else \
+        Limits.parse((resource_limits or {}).get("memory"), (resource_limits or {}).get("cpu"))
+    kid = kernel_id or _auto_id(brain, goal or "")
+    k = kernels.new_kernel(kid, goal, tags=tags, examples=examples, scope=scope, limits=lim,
+                           region=region, data_class=data_class, doctrine=doctrine,
+                           card=card or kernels.DEFAULT_CARD, parent=parent, status="starting",
+                           runtime=runtime, restart=restart, max_restarts=max_restarts,
+                           temporary=temporary, ttl=ttl)
+    runtimes.require(brain, runtime)  # before anything is written
+    folder = kernels.kernel_dir(brain, kid)
+    brain.kernels_dir.mkdir(parents=True, exist_ok=True)
+    with brain.mutex("kernels"):
+        try:
+            folder.mkdir(mode=0o700)
+        except FileExistsError:
+            raise BrainError(f"kernel {kid} exists already ({brain.rel(folder)})") from None
+        try:
+            k = kernels.save_kernel(brain, k)
+            (folder / "memory").mkdir(mode=0o700)
+            cred = folder / CREDENTIALS
+            fd = os.open(cred, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            os.write(fd, b"# KEY=value lines: this kernel's own credentials, given to its process only\n")
+            os.close(fd)
+        except BaseException:
+            import shutil
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+    try:
+        if install_settings:
+            from nika_brain.claude import settings as claude_settings
+            claude_settings.install(folder, kernel_id=kid, brain_dir=brain.root)
+        k = _start(brain, k)
+    except (BrainError, OSError) as exc:
+        if runtimes.state_path(brain, kid).exists():  # the runtime started: stop what it started
+            _undo_start(brain, k)
+        kernels.set_status(brain, kid, "failed", reason=f"spawn failed: {exc}")
+        reindex(brain)
+        if isinstance(exc, BrainError):
+            raise
+        raise BrainError(f"kernel {kid}: spawn failed: {exc}") from exc
+    _publish_goals(brain, "spawned", k)
+    reindex(brain)
+    from nika_brain.federation import supervisor
+    supervisor.ensure_running(brain)
+    return k
+
+
+# ---- invoke ----------------------------------------------------------------------------------------
+
+def _wait_event(brain: Brain, kid: str, offset: int, match, timeout: float,
+                rt: runtimes.Runtime | None = None, k: Kernel | None = None, state: dict | None = None):
+    deadline = time.monotonic() + timeout
+    while True:
+        events, offset = health.read_events(brain, kid, offset)
+        for e in events:
+            if match(e):
+                return e, offset
+        if time.monotonic() >= deadline:
+            return None, offset
+        if rt is not None and k is not None and not rt.alive(brain, k, state or {}).alive:
+            return None, offset
+        time.sleep(0.02)
+
+
+def _deliver(brain: Brain, k: Kernel, item: dict, timeout: float) -> tuple[dict | None, int]:
+    """Hand one queued prompt to the agent and wait for its UserPromptSubmit acknowledgement."""
+    rt = runtimes.get(k.runtime)
+    state = runtimes.load_state(brain, k.id)
+    offset = health.events_size(brain, k.id)
+    # the same limits for every invocation of a headless kernel as for a resident one
+    plan = limits.Plan(state.get("enforcement", "none"), tuple(state.get("procs") or ()),
+                       state.get("memory_bytes"))
+    changes = rt.deliver(brain, k, state, item["prompt"], _launch(brain, k, plan))
+    queue.settle(brain, k.id, item["id"], "sent")
+    if changes:
+        state.update(changes)
+        runtimes.save_state(brain, k.id, state)
+    sha = health.prompt_sha(item["prompt"])
+    ev, offset = _wait_event(brain, k.id, offset, lambda e: e.get("event") == "taken" and
+                             e.get("sha") == sha, timeout, rt, k, state)
+    if ev is not None:
+        queue.settle(brain, k.id, item["id"])
+    return ev, offset
+
+
+def kernel_invoke(brain: Brain, kernel_id: str, prompt: str, *, wait: bool = False,
+                  timeout: float | None = None, by: str = "") -> dict:
+    """Queue the prompt, deliver it, and confirm the agent took it; with wait, return its answer."""
+    k = kernels.load_kernel(brain, kernel_id)
+    item = queue.enqueue(brain, k.id, prompt, by=by)
+    if not k.live:
+        raise runtimes.NotTaken(f"kernel {k.id} is {k.status}; prompt {item['id']} stays queued "
+                         "(it is delivered when the kernel runs again)")
+    rt = runtimes.require(brain, k.runtime)
+    if not rt.alive(brain, k, runtimes.load_state(brain, k.id)).alive:
+        raise runtimes.NotTaken(f"kernel {k.id}'s process is gone; prompt {item['id']} stays queued")
+    limit = options.get(brain, "deliver_timeout")
+    with brain.mutex(f"deliver-{k.id}"):
+        ev, offset = _deliver(brain, k, item, limit)
+    if ev is None:
+        raise runtimes.NotTaken(f"kernel {k.id} did not take prompt {item['id']} within {limit:g}s (busy or "
+                         "gone); it stays queued, handed over once, confirmed when taken")
+    out = {"kernel": k.id, "id": item["id"], "taken": ev["at"], "session": ev.get("session")}
+    if wait:
+        ans, _ = _wait_event(brain, k.id, offset, lambda e: e.get("event") == "answered" and
+                             e.get("session") == ev.get("session"), timeout or 600.0)
+        if ans is None:
+            raise BrainError(f"kernel {k.id} took prompt {item['id']} but did not answer in time")
+        out["answer"] = ans.get("text")
+    return out
+
+
+def confirm_sent(brain: Brain, kernel_id: str) -> int:
+    """Settle the prompts handed over earlier that the agent has taken since; returns how many."""
+    sent = [x for x in queue.pending(brain, kernel_id) if "sent" in x]
+    if not sent:
+        return 0
+    taken = [e for e in health.tail_events(brain, kernel_id) if e.get("event") == "taken"]
+    n = 0
+    for item in sent:
+        sha = health.prompt_sha(item["prompt"])
+        if any(e.get("sha") == sha and str(e.get("at", "")) >= item["sent"] for e in taken):
+            queue.settle(brain, kernel_id, item["id"])
+            n += 1
+    return n
+
+
+def drain_queue(brain: Brain, kernel_id: str) -> int:
+    """Deliver what waits in an alive kernel's queue, oldest first (never a prompt already handed to
+    the agent); returns how many were taken."""
+    k = kernels.load_kernel(brain, kernel_id)
+    n = 0
+    with brain.mutex(f"deliver-{k.id}"):
+        confirm_sent(brain, k.id)
+        if any("sent" in x for x in queue.pending(brain, k.id)):
+            return 0  # the agent has not taken an earlier one yet: keep the order
+        for item in queue.unsent(brain, k.id):
+            ev, _ = _deliver(brain, k, item, options.get(brain, "deliver_timeout"))
+            if ev is None:
+                break
+            n += 1
+    return n
+
+
+# ---- readjust --------------------------------------------------------------------------------------
+
+def kernel_readjust(brain: Brain, kernel_id: str, new_directive: str, *, by: str = "") -> kernels.Directive:
+    """Append a directive (the hooks inject it at the session's next prompt) and publish it on
+    nika:federation:directives for listeners."""
+    from nika_brain import bus
+    d = kernels.readjust(brain, kernel_id, new_directive, by=by)
+    health.publish_or_warn(brain, bus.DIRECTIVES, {"kind": "directive", "kernel": kernel_id, "id": d.id,
+                                                   "text": d.text, "by": d.by, "at": d.at})
+    return d
+
+
+# ---- observe ---------------------------------------------------------------------------------------
+
+def kernel_observe(brain: Brain, kernel_id: str, since: str | float = "1h",
+                   query: str | None = None) -> dict:
+    from nika_brain import bus
+    from nika_brain.state import claims, sessions
+    k = kernels.load_kernel(brain, kernel_id)
+    seconds = since if isinstance(since, (int, float)) else kernels.parse_duration(since, "since")
+    cutoff = clock.now() - timedelta(seconds=seconds)
+    cut = clock.iso(cutoff)
+    b = bus.open_bus(brain)
+    health_msgs: list[dict] = []
+    after = None
+    for _ in range(200):  # at most 20,000 messages scanned
+        batch = b.read(bus.HEALTH, after=after, count=100)
+        if not batch:
+            break
+        after = batch[-1][0]
+        health_msgs += [m for _, m in batch if m.get("kernel") == k.id and str(m.get("at", "")) >= cut]
+    events, _ = health.read_events(brain, k.id)
+    sess = [s for s in sessions.list_sessions(brain) if s.kernel == k.id]
+    claim_ids = {s.claim for s in sess if s.claim}
+    cl = [c for c in claims.list_claims(brain) if c.id in claim_ids or c.session in {s.id for s in sess}]
+    out = {
+        "kernel": kernels.to_dict(k), "runtime": {key: v for key, v in
+                                                  runtimes.load_state(brain, k.id).items()},
+        "metrics": health.metrics(brain, k.id), "last_heartbeat": health.last_heartbeat(brain, k.id),
+        "heartbeats": [m for m in health_msgs if m.get("kind") == "heartbeat"][-100:],
+        "health_events": [m for m in health_msgs if m.get("kind") != "heartbeat"],
+        "events": [e for e in events if str(e.get("at", "")) >= cut][-200:],
+        "directives": [d.__dict__ for d in kernels.list_directives(brain, k.id) if d.at >= cut],
+        "sessions": [{"id": s.id, "started_at": s.started_at, "heartbeat_at": s.heartbeat_at,
+                      "context_pct": s.context_pct, "ended_at": s.ended_at} for s in sess],
+        "claims": [{"id": c.id, "status": c.status, "scope": list(c.scope),
+                    "result": c.result.status if c.result else None} for c in cl],
+        "signals": _signals(brain, k.id, {c.id for c in cl}, cut),
+        "queue": queue.pending(brain, k.id), "since": cut,
+    }
+    if query:
+        out["vault"] = _vault_query(brain, k.id, query)
+    from nika_brain.federation import overview  # work stealing, handovers, spawn proposals
+    out["federation"] = overview.observe(brain, k.id)
+    return out
+
+
+def _signals(brain: Brain, kernel_id: str, claim_ids: set[str], cut: str) -> list[dict]:
+    """BSI signals (journal/signals.jsonl) of the kernel's claims, or naming the kernel, since `cut`."""
+    from nika_brain.engine import signals
+    out = []
+    for rec in signals.read(brain):
+        payload = rec.get("payload")
+        payload = payload if isinstance(payload, dict) else {}
+        if str(rec.get("time", "")) >= cut and (rec.get("claim") in claim_ids or
+                                                 payload.get("kernel") == kernel_id):
+            out.append(rec)
+    return out[-200:]
+
+
+def _vault_query(brain: Brain, kernel_id: str, text: str, k: int = 5) -> Any:
+    """The shared vault's records of this kernel nearest to `text` (issue 13), read as that kernel."""
+    import dataclasses
+
+    from nika_brain.federation.vault.query import search  # lazily: chromadb, the embedder
+    return [dataclasses.asdict(rec) for rec in search(brain, text, kernel=kernel_id, k=k)]
+
+
+# ---- kill ------------------------------------------------------------------------------------------
+
+def release_held(brain: Brain, kernel_id: str, reason: str) -> dict:
+    """Release what a kernel held: its sessions' open claims are closed failed (with the reason, so
+    the orchestrator re-queues the step), their locks and the kernel's own are released (and the
+    Redis leases with them)."""
+    from nika_brain.federation import leases
+    from nika_brain.state import claims, locks, sessions
+    owners = {kernel_id}
+    closed = []
+    sess = [s for s in sessions.list_sessions(brain) if s.kernel == kernel_id]
+    sids = {s.id for s in sess}
+    for c in claims.list_claims(brain):
+        if c.is_open and (c.id in {s.claim for s in sess} or c.session in sids):
+            try:
+                claims.close_claim(brain, c.id, "failed", f"kernel {kernel_id}: {reason}")
+                closed.append(c.id)
+            except BrainError:
+                pass
+            owners.add(c.id)
+    released = []
+    for owner in sorted(owners):
+        scopes = locks.release_all(brain, owner)
+        released += scopes
+        leases.release_owner(brain, owner)
+    for s in sess:
+        if not s.ended_at:
+            try:
+                sessions.end(brain, s.id, reason=f"kernel {reason}")
+            except BrainError:
+                pass
+    return {"claims_failed": closed, "locks_released": released}
+
+
+def kernel_kill(brain: Brain, kernel_id: str, reason: str, *, by: str = "") -> dict:
+    """Stop the kernel (graceful, then forced), keep its folder and history, mark it killed, remove its
+    goal (published), release its locks and fail its open claims with the reason."""
+    if not isinstance(reason, str) or not reason.strip():
+        raise BrainError("kill needs a reason (--reason)")
+    k = kernels.load_kernel(brain, kernel_id)
+    if k.status == "killed":
+        raise BrainError(f"kernel {k.id} is already killed ({k.status_reason})")
+    state = runtimes.load_state(brain, k.id)
+    rt = runtimes.get(k.runtime)
+    started = time.monotonic()
+    try:
+        rt.stop(brain, k, state, options.get(brain, "kill_grace"))
+    except BrainError:
+        if k.live:
+            raise
+    why = reason.strip() + (f" (by {by})" if by else "")
+    k = kernels.set_status(brain, k.id, "killed", reason=why)
+    held = release_held(brain, k.id, f"killed: {reason.strip()}")
+    limits.remove_groups(limits.group_name(brain.root, k.id), options.get(brain, "cgroup_root"))
+    health.publish_event(brain, k.id, "killed", reason=why)
+    _publish_goals(brain, "removed", k)
+    reindex(brain)
+    return {"kernel": k.id, "status": k.status, "seconds": round(time.monotonic() - started, 3), **held}

@@ -1,0 +1,157 @@
+"""spawn -> invoke -> readjust -> observe -> kill, end to end: the real CLI, real tmux (a private
+server), the stand-in agent running the real hooks; delivery confirmed by the agent's own hook."""
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+
+from nika_brain import bus
+from nika_brain.federation import health, runtimes, supervisor
+from nika_brain.state import kernels, locks
+
+from .fedkit import fbrain, until  # noqa: F401
+
+
+def test_five_verbs_end_to_end(fbrain, cli, tmp_path):  # noqa: F811
+    brain = fbrain
+    examples = tmp_path / "ex.txt"
+    examples.write_text("reboot the VPN\ncheck the backups\n")
+    sp = cli("kernel", "spawn", "Operate the IT of BCUB3", "--id", "alpha", "--tags", "it", "--tags",
+             "ops", "--examples", examples, "--scope", "it/", "--memory", "512M", "--cpu", "50%",
+             "--region", "fr", "--doctrine", "validate every change")
+    assert sp.returncode == 0, sp.stderr
+    shown = cli("kernel", "show", "alpha").stdout
+    assert "doctrine: validate every change" in shown and "example: reboot the VPN" in shown
+    k = kernels.load_kernel(brain, "alpha")
+    assert (k.status, k.tags, k.examples, k.scope, k.region) == \
+        ("active", ("it", "ops"), ("reboot the VPN", "check the backups"), ("it/",), "fr")
+    assert k.enforcement in ("cgroup-v2", "cgroup-v1", "prlimit")
+    folder = kernels.kernel_dir(brain, "alpha")
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    assert stat.S_IMODE((folder / "credentials.env").stat().st_mode) == 0o600
+    assert (folder / "memory").is_dir() and (folder / ".claude" / "settings.json").is_file()
+    goals = [m for _, m in bus.open_bus(brain).read(bus.GOALS) if m.get("kernel") == "alpha"]
+    assert [m["event"] for m in goals] == ["spawned"] and goals[0]["examples"][0] == "reboot the VPN"
+
+    # the agent's SessionStart hook published the first heartbeat
+    hb = until(lambda: health.last_heartbeat(brain, "alpha"))
+    assert hb["kernel"] == "alpha" and hb["source"] == "hook:SessionStart"
+
+    # scrubbed environment: a secret of the caller does not reach the kernel; its own credential does
+    (folder / "credentials.env").write_text("KERNEL_TOKEN=own-secret\n")
+    pid = runtimes.load_state(brain, "alpha")["pid"]
+    env = (open(f"/proc/{pid}/environ", "rb").read()).split(b"\0")
+    assert b"NIKA_KERNEL_ID=alpha" in env and not any(e.startswith(b"GIT_AUTHOR") for e in env)
+
+    got = cli("kernel", "invoke", "alpha", "list the servers", "--wait", "--timeout", "30")
+    assert got.returncode == 0, got.stderr
+    assert "stand-in answer to: list the servers" in got.stdout
+
+    rd = cli("kernel", "readjust", "alpha", "prioritise the backup audit")
+    assert rd.returncode == 0, rd.stderr
+    directives = bus.open_bus(brain).read(bus.DIRECTIVES)
+    assert directives[-1][1]["text"] == "prioritise the backup audit"
+    got = cli("kernel", "invoke", "alpha", "what now", "--wait")
+    assert "prioritise the backup audit" in got.stdout, "the directive reached the session"
+
+    ob = cli("kernel", "observe", "alpha", "--json")
+    assert ob.returncode == 0, ob.stderr
+    o = json.loads(ob.stdout)
+    assert o["metrics"]["queue_depth"] == 0 and o["metrics"]["context_pct"] is not None
+    assert o["metrics"]["ttfa_s"] is not None and o["directives"][0]["text"] == "prioritise the backup audit"
+    assert any(e["event"] == "taken" for e in o["events"]) and len(o["sessions"]) == 1
+    human = cli("kernel", "observe", "alpha")
+    assert "last heartbeat" in human.stdout and "directive" in human.stdout
+
+    st = json.loads(cli("federation", "status", "--json").stdout)
+    assert st["kernels"][0]["state"] == "alive" and st["bus"].startswith("embedded")
+    listed = cli("kernel", "list")
+    assert "alpha\tactive\ttmux\tmemory=512M cpu=50%" in listed.stdout
+
+    locks.acquire(brain, "it/servers.md", "alpha", pid=None)
+    kl = cli("kernel", "kill", "alpha", "--reason", "test over")
+    assert kl.returncode == 0, kl.stderr
+    k = kernels.load_kernel(brain, "alpha")
+    assert k.status == "killed" and "test over" in k.status_reason
+    assert locks.list_locks(brain) == [] and folder.is_dir()
+    assert not runtimes.pid_alive(pid)
+    tmux = subprocess.run(["tmux", "-S", str(tmp_path / "tmux.sock"), "has-session", "-t", "=nika-os-alpha"],
+                          capture_output=True)
+    assert tmux.returncode != 0
+    assert [m["event"] for _, m in bus.open_bus(brain).read(bus.GOALS) if m.get("kernel") == "alpha"] == \
+        ["spawned", "removed"]  # (the triage, when present, also announces its rebuilt registry)
+    assert any(m.get("kind") == "killed" for _, m in bus.open_bus(brain).read(bus.HEALTH))
+    assert "| `alpha` | killed (test over" in (brain.root / "BRAIN-INDEX.md").read_text()
+
+    # a prompt for a killed kernel is an error, and it is not lost
+    late = cli("kernel", "invoke", "alpha", "are you there")
+    assert late.returncode == 8 and "stays queued" in late.stderr and late.stderr.count("\n") == 1
+    queued = json.loads(cli("kernel", "observe", "alpha", "--json").stdout)["queue"]
+    assert queued[0]["prompt"] == "are you there"
+
+
+def test_queued_prompt_is_delivered_when_the_kernel_runs_again(fbrain):  # noqa: F811
+    from nika_brain.federation import verbs
+    brain = fbrain
+    verbs.kernel_spawn(brain, "Client missions", kernel_id="gamma", restart="on-failure",
+                       max_restarts=1, install_settings=True)
+    until(lambda: health.last_heartbeat(brain, "gamma"))
+    os.kill(runtimes.load_state(brain, "gamma")["pid"], 9)
+    until(lambda: not runtimes.get("tmux").alive(brain, kernels.load_kernel(brain, "gamma"),
+                                                 runtimes.load_state(brain, "gamma")).alive)
+    try:
+        verbs.kernel_invoke(brain, "gamma", "draft the report")
+        raise AssertionError("a dead process took a prompt")
+    except Exception as exc:
+        assert "stays queued" in str(exc)
+    assert supervisor.check_once(brain) == {"gamma": "restarted"}
+    assert kernels.load_kernel(brain, "gamma").restarts == 1
+    until(lambda: supervisor.check_once(brain) and not verbs.queue.pending(brain, "gamma"), timeout=40)
+    events, _ = health.read_events(brain, "gamma")
+    assert any(e["event"] == "taken" and e["sha"] == health.prompt_sha("draft the report") for e in events)
+    # bounded: the second death is final
+    os.kill(runtimes.load_state(brain, "gamma")["pid"], 9)
+    until(lambda: supervisor.check_once(brain).get("gamma") == "dead")
+    assert kernels.load_kernel(brain, "gamma").status == "dead"
+
+
+def test_spawn_starts_the_supervisor_which_sees_a_death_and_exits(fbrain, tmp_path):  # noqa: F811
+    from nika_brain.federation import verbs
+
+    from .fedkit import configure
+    brain = configure(fbrain, tmp_path, supervisor="auto")
+    verbs.kernel_spawn(brain, "Watch the markets", kernel_id="eps")
+    pid = until(lambda: supervisor.running_pid(brain))
+    until(lambda: health.last_heartbeat(brain, "eps"))
+    os.kill(runtimes.load_state(brain, "eps")["pid"], 9)
+    until(lambda: kernels.load_kernel(brain, "eps").status == "dead", timeout=30)
+    # the status is written before the supervisor stops what is left and publishes: wait for it
+    until(lambda: any(m.get("kind") == "dead" for _, m in bus.open_bus(brain).read(bus.HEALTH, count=10_000)))
+    until(lambda: not runtimes.pid_alive(pid), timeout=30)  # nothing left to watch: it ends
+    assert supervisor.running_pid(brain) is None
+
+
+def test_a_prompt_typed_into_a_busy_agent_is_confirmed_later_never_typed_twice(fbrain, tmp_path):  # noqa: F811
+    from nika_brain.federation import queue, verbs
+
+    from .fedkit import configure
+    brain = configure(fbrain, tmp_path, deliver_timeout=1)
+    verbs.kernel_spawn(brain, "Long jobs", kernel_id="busy")
+    until(lambda: health.last_heartbeat(brain, "busy"))
+    verbs.kernel_invoke(brain, "busy", "sleep=4 a long task")
+    try:
+        verbs.kernel_invoke(brain, "busy", "the second one")
+        raise AssertionError("a busy agent acknowledged at once")
+    except verbs.BrainError as exc:
+        assert exc.exit_code == 8 and "stays queued" in str(exc)
+    assert [x.get("sent") is not None for x in queue.pending(brain, "busy")] == [True]
+
+    def settled():
+        supervisor.check_once(brain)  # confirms, and must not type it again meanwhile
+        return not queue.pending(brain, "busy")
+    until(settled, timeout=30)
+    sha = health.prompt_sha("the second one")
+    taken = [e for e in health.read_events(brain, "busy")[0] if e.get("sha") == sha]
+    assert len(taken) == 1, "taken exactly once"

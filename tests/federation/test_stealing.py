@@ -1,0 +1,401 @@
+"""Work stealing: the grant rule, the races one at a time, and 3 kernels x 1,000 tasks under kill -9.
+
+The stress test runs three real kernel processes (tests/federation/steal_kernel.py: the real Worker,
+real embeddings, a task that sleeps) on the embedded bus and on a real redis-server, kills them at
+random with SIGKILL and restarts them, and checks that every task was committed exactly once, by a
+kernel the task was granted to, that any second start of a task came from a killed process, that
+stealing happened and followed the threshold, and that no queue is left with work.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from nika_brain import bus as busmod
+from nika_brain.errors import BrainError
+from nika_brain.federation import stealing
+from nika_brain.federation.stealing import (
+    Claim,
+    Settings,
+    Worker,
+    decide,
+    enqueue,
+    grants,
+)
+from nika_brain.support.yamlsafe import dumps
+from tests.kit.brain import make_brain
+
+ROOT = Path(__file__).resolve().parents[2]
+PROGRAM = Path(__file__).with_name("steal_kernel.py")
+GOALS = {
+    "alpha": "IT operations: servers, backups, network and user accounts",
+    "beta": "R&D lab: patents, benchmarks and experimental prototypes",
+    "gamma": "Client missions: emails, reports and deliverables for customers",
+}
+TASKS = [
+    "restore the nightly backup of the file server",
+    "reset the VPN password of a user",
+    "check disk space on the database server",
+    "run the benchmark of the new activation function",
+    "draft the patent claims for the sensor",
+    "compare prototype results with last week",
+    "write the monthly report for the client",
+    "answer the customer's email about the delivery",
+    "prepare the slides of the client deliverable",
+]
+TASK_MS = {"alpha": 10, "beta": 5, "gamma": 0}  # gamma drains first, then steals
+STRESS_CONFIG = """version: 1
+lock_poll: 0.01
+federation:
+  stealing: {threshold: 0.8, window: 0.3, lease: 2.0, grant_timeout: 1.0, alive_ttl: 1.0, sweep: 0.3}
+"""
+
+
+def fed_brain(root: Path, config: str = STRESS_CONFIG):
+    brain = make_brain(root, config)
+    for kid, goal in GOALS.items():
+        folder = brain.kernels_dir / kid
+        folder.mkdir(parents=True)
+        (folder / "kernel.yml").write_text(dumps({"id": kid, "goal": goal}), encoding="utf-8")
+    return brain
+
+
+def use_bus(monkeypatch, kind: str, url: str | None = None) -> None:
+    monkeypatch.setenv("NIKA_BUS", kind)
+    if url:
+        monkeypatch.setenv("NIKA_REDIS_URL", url)
+
+
+def fresh_redis(url: str, db: int) -> str:
+    import redis
+
+    url = url.rsplit("/", 1)[0] + f"/{db}"
+    redis.Redis.from_url(url).flushdb()
+    return url
+
+
+# ---- the rule --------------------------------------------------------------------------------
+
+
+def test_rule_keeps_without_a_claim_above_the_threshold():
+    assert decide("a", [], 0.8).to == "a"
+    d = decide("a", [Claim("b", 0.79), Claim("c", 0.5)], 0.8)
+    assert d.to == "a" and "threshold" in d.reason and len(d.candidates) == 2
+
+
+def test_rule_single_and_best_and_tie_break():
+    assert decide("a", [Claim("b", 0.81), Claim("c", 0.7)], 0.8).to == "b"
+    assert decide("a", [Claim("b", 0.81), Claim("c", 0.9)], 0.8).to == "c"
+    # equal aptitude: fewer tasks in hand, then the smaller id, whatever the order of arrival
+    assert decide("a", [Claim("c", 0.85, 0), Claim("b", 0.85, 2)], 0.8).to == "c"
+    assert decide("a", [Claim("c", 0.85), Claim("b", 0.85)], 0.8).to == "b"
+    assert decide("a", [Claim("b", 0.85), Claim("c", 0.85)], 0.8).to == "b"
+    assert decide("a", [Claim("a", 0.99)], 0.8).to == "a"  # the owner does not claim its own task
+
+
+def test_settings_are_checked(tmp_path, git_env):
+    brain = make_brain(tmp_path / "b", "version: 1\nfederation: {stealing: {window: -1}}\n")
+    with pytest.raises(BrainError, match="window must be a positive number"):
+        stealing.settings(brain)
+    brain = make_brain(tmp_path / "c", "version: 1\nfederation: {stealing: {windw: 1}}\n")
+    with pytest.raises(BrainError, match="windw is not a setting"):
+        stealing.settings(brain)
+
+
+def test_enqueue_rejects_bad_input(tmp_path, git_env, monkeypatch):
+    use_bus(monkeypatch, "embedded")
+    brain = fed_brain(tmp_path / "b")
+    bus = busmod.open_bus(brain)
+    enqueue(bus, "alpha", "x", task_id="t1")
+    for kwargs, match in (
+        ({"task_id": "t1"}, "exists already"),
+        ({"priority": 2}, "from 0 to 1"),
+        ({"task_id": "a/b"}, "not a valid task id"),
+    ):
+        with pytest.raises(BrainError, match=match):
+            enqueue(bus, "alpha", "y", **kwargs)
+    with pytest.raises(BrainError, match="needs a summary"):
+        enqueue(bus, "alpha", "  ")
+
+
+# ---- the races, one at a time (in process, real bus) -----------------------------------------
+
+FAST = Settings(threshold=0.8, window=0.05, lease=2.0, grant_timeout=0.3, alive_ttl=0.5, sweep=0.05)
+
+
+def worker(bus, kernel, ran, score=0.9):
+    return Worker(
+        bus,
+        kernel,
+        lambda t: ran.append((kernel, t["id"])) or {},
+        aptitude=lambda xs: [score] * len(xs),
+        config=FAST,
+    )
+
+
+def spin(*workers, until, limit=10.0):
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        for w in workers:
+            w.step()
+        if until():
+            return
+        time.sleep(0.002)
+    raise AssertionError("condition not reached in time")
+
+
+def test_idle_kernel_steals_and_owner_restart_does_not_grant_twice(tmp_path, git_env, monkeypatch):
+    use_bus(monkeypatch, "embedded")
+    bus = busmod.open_bus(fed_brain(tmp_path / "b"))
+    ran: list = []
+    a, b = worker(bus, "alpha", ran), worker(bus, "beta", ran)
+    a.beat(force=True), b.beat(force=True)
+    for i in range(3):
+        enqueue(bus, "alpha", f"task {i}", task_id=f"t{i}")
+    spin(a, b, until=lambda: len(bus.keys("ws:done:")) == 3)
+    assert sorted(t for _, t in ran) == ["t0", "t1", "t2"]
+    stolen = [t for k, t in ran if k == "beta"]
+    assert stolen and all(grants(bus, t)[-1]["to"] == "beta" for t in stolen)
+    # A second incarnation of the owner decides again on a stolen task: it loses the SET NX and
+    # delivers the first decision, it does not make a second one.
+    a2 = worker(bus, "alpha", ran)
+    a2._grant(stealing._Offer(stolen[0], None, 0.0, frozenset(), [Claim("alpha", 1.0)]))
+    assert len(grants(bus, stolen[0])) == 1
+    assert a2.execute(stolen[0]) in ("done", "not-ours")
+    assert len(ran) == 3
+
+
+def test_racing_claims_give_one_winner(tmp_path, git_env, monkeypatch):
+    use_bus(monkeypatch, "embedded")
+    bus = busmod.open_bus(fed_brain(tmp_path / "b"))
+    ran: list = []
+    a = worker(bus, "alpha", ran)
+    b, c = worker(bus, "beta", ran, 0.85), worker(bus, "gamma", ran, 0.85)
+    for w in (a, b, c):
+        w.beat(force=True)
+    enqueue(bus, "alpha", "first", task_id="t0")
+    enqueue(bus, "alpha", "second", task_id="t1")
+    spin(a, b, c, until=lambda: len(bus.keys("ws:done:")) == 2)
+    assert sorted(t for _, t in ran) == ["t0", "t1"]
+    g = grants(bus, "t1")
+    assert len(g) == 1 and g[0]["to"] == "beta"  # equal aptitudes: the smaller id (tie-break)
+    assert sorted(c[0] for c in g[0]["candidates"]) == ["beta", "gamma"]
+
+
+def test_claimant_dying_after_grant_gives_the_task_back_and_a_zombie_is_refused(
+    tmp_path, git_env, monkeypatch
+):
+    use_bus(monkeypatch, "embedded")
+    bus = busmod.open_bus(fed_brain(tmp_path / "b"))
+    ran: list = []
+    a, b = worker(bus, "alpha", ran), worker(bus, "beta", ran)
+    b.beat(force=True)
+    enqueue(bus, "alpha", "keep me busy", task_id="t0")
+    enqueue(bus, "alpha", "steal me", task_id="t1")
+    # Beta claims and is granted t1, then dies before reading its inbox (never steps again).
+    spin(b, a, until=lambda: bool(grants(bus, "t1")) and grants(bus, "t1")[0]["to"] == "beta", limit=5)
+    bus.delete("ws:alive:beta")
+    spin(a, until=lambda: len(bus.keys("ws:done:")) == 2)
+    g = grants(bus, "t1")
+    assert [x["to"] for x in g] == ["beta", "alpha"] and "revoked" in g[1]["reason"]
+    assert ("alpha", "t1") in ran
+    # The zombie comes back and finds its grant: it must not run the task.
+    assert b.execute("t1") in ("done", "not-ours")
+    assert [t for _, t in ran].count("t1") == 1
+
+
+def test_queue_view_and_cli(tmp_path, git_env, monkeypatch, run_cli=None):
+    use_bus(monkeypatch, "embedded")
+    brain = fed_brain(tmp_path / "b")
+    monkeypatch.chdir(brain.root)
+    from nika_brain.cli import run
+
+    assert run(["kernel", "enqueue", "alpha", "restore the backup", "--priority", "0.9"]) == 0
+    bus = busmod.open_bus(brain)
+    q = stealing.queue(bus, "alpha")
+    assert len(q) == 1 and q[0]["state"] == "waiting" and q[0]["priority"] == 0.9
+    assert run(["kernel", "queue", "alpha"]) == 0
+    assert run(["kernel", "enqueue", "alpha", " "]) == 1
+    assert run(["kernel", "queue", "nobody"]) == 1
+
+
+# ---- 3 kernels x 1,000 tasks, kill -9 at random ------------------------------------------------
+
+
+def stress(brain, env: dict, tmp: Path, n: int = 1000, seed: int = 7, kills: int = 12) -> dict:
+    bus = busmod.open_bus(brain)
+    rnd = random.Random(seed)
+    for i in range(n):
+        for k in GOALS:
+            enqueue(bus, k, TASKS[rnd.randrange(len(TASKS))], task_id=f"{k}-{i:04d}")
+    log = tmp / "starts.log"
+    full = {**os.environ, **env, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+
+    def start(k):
+        return subprocess.Popen(
+            [sys.executable, str(PROGRAM), str(brain.root), k, str(TASK_MS[k]), str(log)],
+            env=full,
+            stderr=subprocess.DEVNULL,
+        )
+
+    procs = {k: start(k) for k in GOALS}
+    killed: set[int] = set()
+    deadline = time.monotonic() + 240
+    next_kill = time.monotonic() + 1.0
+    try:
+        while len(bus.keys("ws:done:")) < n * len(GOALS):
+            assert time.monotonic() < deadline, f"only {len(bus.keys('ws:done:'))} tasks done"
+            for k, p in procs.items():
+                assert p.poll() is None or p.pid in killed, f"kernel {k} exited by itself"
+            if time.monotonic() > next_kill and len(killed) < kills:
+                k = rnd.choice(sorted(GOALS))
+                os.kill(procs[k].pid, signal.SIGKILL)
+                procs[k].wait()
+                killed.add(procs[k].pid)
+                time.sleep(rnd.uniform(0.02, 0.2))
+                procs[k] = start(k)
+                next_kill = time.monotonic() + rnd.uniform(0.3, 0.8)
+            time.sleep(0.25)
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    starts = defaultdict(list)
+    for line in log.read_text().splitlines():
+        parts = line.split()
+        if len(parts) == 4:
+            starts[parts[0]].append((parts[1], int(parts[2])))
+    return {"bus": bus, "starts": starts, "killed": killed}
+
+
+def check_exactly_once(r: dict, n: int = 1000) -> None:
+    bus, starts, killed = r["bus"], r["starts"], r["killed"]
+    assert len(killed) >= 3
+    ids = [f"{k}-{i:04d}" for k in GOALS for i in range(n)]
+    stolen = 0
+    for tid in ids:
+        done = bus.get(f"ws:done:{tid}")
+        assert done is not None, f"task {tid} lost"
+        gs = grants(bus, tid)
+        assert done["kernel"] in {g["to"] for g in gs}, f"{tid} run by a kernel it was not granted to"
+        mine = [s for s in starts[tid] if s == (done["kernel"], done["pid"])]
+        others = [s for s in starts[tid] if s != (done["kernel"], done["pid"])]
+        assert len(mine) == 1, f"{tid}: committed by a run that started {len(mine)} times"
+        assert all(pid in killed for _, pid in others), f"{tid} started by two live kernels: {starts[tid]}"
+        if done["kernel"] != tid.split("-")[0]:
+            stolen += 1
+            granted = next(g for g in gs if g["to"] == done["kernel"])
+            assert granted["aptitude"] is not None and granted["aptitude"] >= 0.8
+    assert stolen > 0, "no task was stolen: the test did not exercise the protocol"
+    assert bus.keys("ws:open:") == [] and bus.keys("ws:lease:") == [] and bus.keys("ws:away:") == []
+    for k in GOALS:
+        assert stealing.queue(bus, k) == []
+
+
+def test_stress_embedded(tmp_path, git_env, monkeypatch):
+    use_bus(monkeypatch, "embedded")
+    brain = fed_brain(tmp_path / "b")
+    check_exactly_once(stress(brain, {"NIKA_BUS": "embedded"}, tmp_path))
+    assert stealing.journal_summary(brain)  # grants are journaled
+
+
+def test_stress_redis(tmp_path, git_env, monkeypatch, redis_server):  # noqa: F811
+    url = fresh_redis(redis_server, 7)
+    use_bus(monkeypatch, "redis", url)
+    brain = fed_brain(tmp_path / "b")
+    check_exactly_once(stress(brain, {"NIKA_BUS": "redis", "NIKA_REDIS_URL": url}, tmp_path))
+
+
+def test_visible_in_observe_journal_and_index(tmp_path, git_env, monkeypatch):
+    use_bus(monkeypatch, "embedded")
+    brain = fed_brain(tmp_path / "b")
+    bus = busmod.open_bus(brain)
+    ran: list = []
+    a = Worker(
+        bus,
+        "alpha",
+        lambda t: ran.append(t["id"]) or {},
+        aptitude=lambda xs: [0.9] * len(xs),
+        config=FAST,
+        journal=stealing.brain_journal(brain),
+    )
+    b = Worker(
+        bus,
+        "beta",
+        lambda t: ran.append(t["id"]) or {},
+        aptitude=lambda xs: [0.9] * len(xs),
+        config=FAST,
+        journal=stealing.brain_journal(brain),
+    )
+    b.beat(force=True)
+    for i in range(4):
+        enqueue(bus, "alpha", f"task {i}", task_id=f"t{i}")
+    enqueue(bus, "alpha", "later", task_id="t9")
+    spin(a, b, until=lambda: len(bus.keys("ws:done:")) == 5 and b.stats["stolen"] > 0, limit=10)
+    from nika_brain.engine import index
+    from nika_brain.federation import overview
+    from nika_brain.federation.verbs import kernel_observe
+
+    rows = {r["kernel"]: r for r in overview.index_rows(brain)["stealing"]}
+    assert rows["alpha"]["granted_away"] >= 1 and rows["beta"]["stole"] >= 1
+    index.regenerate(brain)
+    text = brain.index_path.read_text()
+    assert "## Federation" in text and "| `beta` |" in text
+    o = kernel_observe(brain, "alpha")
+    assert o["federation"]["stealing"]["granted_away"] >= 1
+
+
+def test_kernel_work_runs_tasks_through_the_kernel(tmp_path, git_env, monkeypatch):
+    """`kernel work` with the real federation core: the task's prompt reaches the stand-in agent under
+    tmux through kernel_invoke, and its answer is the task's committed result."""
+    from nika_brain.federation import verbs
+    from tests.federation.fedkit import fed_brain as core_brain
+    from tests.federation.fedkit import until
+
+    use_bus(monkeypatch, "embedded")
+    brain = core_brain(tmp_path)
+    try:
+        verbs.kernel_spawn(brain, GOALS["alpha"], kernel_id="alpha")
+        bus = busmod.open_bus(brain)
+        enqueue(bus, "alpha", "check the nightly backup", task_id="w1")
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "nika_brain", "kernel", "work", "alpha"],
+            cwd=brain.root,
+            env=env,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            done = until(lambda: bus.get("ws:done:w1"), timeout=60)
+        finally:
+            proc.kill()
+            proc.wait()
+        assert "stand-in answer to: check the nightly backup" in done["result"]["answer"]
+    finally:
+        subprocess.run(
+            ["tmux", "-S", str(tmp_path / "tmux.sock"), "kill-server"], capture_output=True, check=False
+        )
+
+
+def test_a_kernel_with_prompts_waiting_is_not_idle(tmp_path, git_env, monkeypatch):
+    from nika_brain.federation import queue as prompts
+
+    use_bus(monkeypatch, "embedded")
+    brain = fed_brain(tmp_path / "b")
+    w = stealing.worker_for(brain, "beta", lambda t: {})
+    assert w.idle
+    prompts.enqueue(brain, "beta", "summarise the lab notes", by="test")
+    w._busy_seen = (0.0, False)  # the probe is read at most once a second: look now
+    assert not w.idle
+    w._claim([{"type": "task_available", "task": "x1", "owner": "alpha", "summary": "s", "at": time.time()}])
+    assert w.stats["claims"] == 0
