@@ -77,8 +77,11 @@ def load_path(path: Path) -> Gate:
         decided = clock.parse(v["decided_at"], what="decided_at") if v["decided_at"] else None
     except BrainError as exc:
         raise doc.error(exc.message, "created") from exc
-    return Gate(v["id"], v["message"], v["status"], created, v["workflow"], v["step"], v["claim"],
-                v["reason"], decided, v["decided_by"], v["via"], v["pr"], v["note"], v["signature"])
+    step = None if v["step"] is None else step_id(v["step"])
+    return Gate(id=v["id"], message=v["message"], status=v["status"], created=created,
+                workflow=v["workflow"], step=step, claim=v["claim"], reason=v["reason"], decided_at=decided,
+                decided_by=v["decided_by"], via=v["via"], pr=v["pr"], note=v["note"],
+                signature=v["signature"])
 
 
 def to_dict(g: Gate) -> dict:
