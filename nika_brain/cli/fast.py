@@ -12,10 +12,12 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
+from typing import Any
 
 # command -> (positional names, {option: (dest, converter or None for a flag)})
 _OWNER = {"--owner": ("owner", str)}
-SPECS = {
+SPECS: dict[tuple[str, str], tuple[list[str], dict[str, tuple[str, Callable[[str], Any] | None]]]] = {
     ("lock", "acquire"): (["scope"], {**_OWNER, "--ttl": ("ttl", float), "--wait": ("wait", float),
                                       "--shared": ("shared", None), "--pid": ("pid", int),
                                       "--no-pid": ("no_pid", None), "--json": ("as_json", None)}),
@@ -26,15 +28,15 @@ SPECS = {
                                         "--tests-passed": ("tests_passed", int),
                                         "--tests-failed": ("tests_failed", int)}),
 }
-_REQUIRED = {("claim", "close"): ("status",)}
+_REQUIRED: dict[tuple[str, str], tuple[str, ...]] = {("claim", "close"): ("status",)}
 
 
 def parse(argv: list[str]) -> tuple[tuple[str, str], dict] | None:
     """(command, arguments) for a plain call of a fast command; None: let typer handle it."""
-    key = tuple(argv[:2])
-    if key not in SPECS:
+    if len(argv) < 2 or (argv[0], argv[1]) not in SPECS:
         return None
-    positional, options = SPECS[key]  # type: ignore[index]
+    key = (argv[0], argv[1])
+    positional, options = SPECS[key]
     args: dict = {}
     rest = list(argv[2:])
     pos: list[str] = []
@@ -59,9 +61,9 @@ def parse(argv: list[str]) -> tuple[tuple[str, str], dict] | None:
     if len(pos) != len(positional):
         return None
     args.update(zip(positional, pos))
-    if any(r not in args for r in _REQUIRED.get(key, ())):  # type: ignore[arg-type]
+    if any(r not in args for r in _REQUIRED.get(key, ())):
         return None
-    return key, args  # type: ignore[return-value]
+    return key, args
 
 
 def _owner(owner: str | None) -> str | None:
@@ -163,9 +165,10 @@ def run(argv: list[str]) -> int | None:
         args["owner"] = _owner(args.get("owner"))
         if args["owner"] is None:
             return None  # typer words the missing owner
-    body = {("lock", "acquire"): lock_acquire, ("lock", "release"): lock_release,
-            ("lock", "renew"): lock_renew, ("lock", "status"): lock_status,
-            ("claim", "close"): claim_close}[key]
+    bodies: dict[tuple[str, str], Callable[..., int]] = {
+        ("lock", "acquire"): lock_acquire, ("lock", "release"): lock_release,
+        ("lock", "renew"): lock_renew, ("lock", "status"): lock_status, ("claim", "close"): claim_close}
+    body = bodies[key]
     from nika_brain.errors import BrainError
     try:
         return body(**args)

@@ -391,7 +391,9 @@ def conflicts(brain: Brain, scope: str, owner: str, mode: str = "exclusive",
 def _try_acquire(brain: Brain, scope: str, owner: str, mode: str, ttl: float, pid: int | None,
                  now: datetime) -> Lock | list[Lock]:
     with brain.mutex("locks"):
-        blocking, stale, mine, seen = [], [], None, 0
+        blocking: list[Lock] = []
+        stale: list[Lock] = []
+        mine, seen = None, 0
         entries = _index(brain)
         for lk in overlapping(brain, scope, entries):   # not every lock: those that may overlap
             seen = max(seen, lk.token)
@@ -417,7 +419,7 @@ def _try_acquire(brain: Brain, scope: str, owner: str, mode: str, ttl: float, pi
         holder = mine.holder if mine is not None and pid is None else holder_for(pid)
         lock = Lock(scope, owner, mode, token, acquired, now + timedelta(seconds=ttl), holder, path)
         brain.write(lock.path, _dump(lock))
-        _reindex(brain, entries, {lock.path.name: scope}, removed)
+        _reindex(brain, entries, {path.name: scope}, removed)
         return lock
 
 
@@ -503,8 +505,8 @@ def release(brain: Brain, scope: str, owner: str, *, missing_ok: bool = False) -
                 if missing_ok and exc.exit_code != EXIT_REFUSED:
                     return False
                 raise
-            os.unlink(lk.path)
-            path = lk.path
+            path = lk.path or path
+            os.unlink(path)
         if before is not None:
             _reindex(brain, before, remove=[path.name])
         return True
