@@ -116,7 +116,7 @@ def step_id_yaml(sid: str | None) -> int | str | None:
 
 # ---- ranges of arguments --------------------------------------------------------------------------
 MAX_NAME = 255      # owners, claim ids, workflow names given on a command line
-MAX_TTL = 10 * 365 * 86400.0   # a lock that outlives ten years is a typo
+MAX_TTL = 100 * 365 * 86400.0   # a century: "forever" in practice; beyond it, a typo
 MAX_WAIT = 7 * 86400.0
 MAX_PID = 2**22     # Linux pid_max ceiling
 
