@@ -16,10 +16,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # for tests.redis_fixture: one way to start a redis-server
+sys.path.insert(0, str(ROOT))  # for tests.kit.redis: one way to start a redis-server
 
 from nika_brain import bus  # noqa: E402
-from tests.redis_fixture import RedisServer  # noqa: E402
+from tests.kit.redis import RedisServer  # noqa: E402
 
 
 def round_trips(b: bus.Bus, channel: str, n: int) -> float:

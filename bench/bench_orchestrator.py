@@ -36,7 +36,7 @@ from nika_brain.state import claims, locks
 from nika_brain.gitrepo import git
 from nika_brain.engine import service as launch, orchestrator, preflight, satellites, signals  # noqa: E402
 from nika_brain.brain import Brain  # noqa: E402
-from tests.orchkit import CARD, KERNEL, SATELLITE  # noqa: E402
+from tests.kit.orch import CARD, KERNEL, SATELLITE  # noqa: E402
 
 STEP_TARGET_MS = 250.0
 TOTAL_TARGET_S = 15.0

@@ -112,7 +112,9 @@ def _segments(rel: str | None) -> list[str]:
 
 def _in_operator_dir(path: str, facts: Facts) -> bool:
     op = facts.operator_dir
-    return bool(op) and (path == op or path.startswith(op.rstrip("/") + "/"))
+    if not op:
+        return False
+    return path == op or path.startswith(op.rstrip("/") + "/")
 
 
 _OPERATOR_REASON = ("{path} is the operator's configuration (the key that signs gate decisions); "
@@ -444,9 +446,9 @@ def _segment(words: list[str], redirected: list[str], depth: int,
                 # The command find runs on each file: judged with the roots standing for `{}`.
                 end = next((j for j in range(i + 1, len(args)) if args[j] in (";", "+", "\\;")),
                            len(args))
-                inner = [w for w in args[i + 1:end] if w != "{}"] + roots
-                for seg in _segment(inner, [], depth + 1):
-                    writes += list(seg.writes)
+                run = [w for w in args[i + 1:end] if w != "{}"] + roots
+                for part in _segment(run, [], depth + 1):
+                    writes += list(part.writes)
                 searches += roots
     if verb in ("grep", "egrep", "fgrep", "zgrep") and any(
             _cluster(a, "[rR]") or a in ("--recursive", "--dereference-recursive") for a in args) \

@@ -23,7 +23,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from nika_brain.brain import STATE_FOLDERS
 from nika_brain.errors import BrainError
 
 

@@ -1,6 +1,6 @@
 """Context-window use of a Claude Code session, read from its transcript JSONL.
 
-The formula (docs/claude-code-hooks.md): of the last real assistant response,
+The formula (docs/ARCHITECTURE.md): of the last real assistant response,
     used = input_tokens + cache_creation_input_tokens + cache_read_input_tokens
     pct  = used / context_window_size
 One API response may be written as several lines sharing `message.id`, so responses are

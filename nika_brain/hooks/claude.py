@@ -1,7 +1,7 @@
 """`nika-brain hook <Event>`: the Claude Code hook entry point.
 
 Claude Code spawns this process on every matching event with one JSON object on stdin
-(docs/claude-code-hooks.md). We answer in the documented shape: nothing on stdout but one JSON
+(docs/ARCHITECTURE.md). We answer in the documented shape: nothing on stdout but one JSON
 object, event-specific keys inside `hookSpecificOutput`, exit 0; exit 1 with one line on stderr
 when the hook could not do its job (a non-blocking error: Claude's turn goes on). We never use exit
 2: a deny is a JSON `permissionDecision: "deny"` with a reason Claude can act on.

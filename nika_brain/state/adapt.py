@@ -11,13 +11,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 from nika_brain.errors import BrainError
-from nika_brain.state.workflows import Workflow, _step, check_routes
+from nika_brain.state.workflows import Step, Workflow, _step, check_routes
 from nika_brain.support.yamlsafe import dumps, loads
 
 OPS = ("skip", "insert", "replace")
 
 
-def _parse_step(mapping: dict, where: str):
+def _parse_step(mapping: object, where: str) -> Step:
     if not isinstance(mapping, dict):
         raise BrainError(f"ADAPT {where}: a step must be a mapping")
     doc = loads(dumps({"chain": [mapping]}), f"<ADAPT {where}>")

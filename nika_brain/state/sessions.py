@@ -2,7 +2,7 @@
 
 One small JSON file per session under the brain's git-ignored state folder,
 `.nika/sessions/<session_id>.json`. It changes on every heartbeat and touched file, so it stays out
-of git (DESIGN.md: runtime data lives in the state folder). Each change is a read-modify-write under
+of git (docs/ARCHITECTURE.md: runtime state lives in .nika/). Each change is a read-modify-write under
 the brain's "sessions" mutex, written atomically: hooks of one session run in parallel (several
 PostToolUse at once) and must not lose each other's updates.
 
@@ -188,9 +188,9 @@ def record_result(brain: Brain, result: dict[str, Any]) -> Session | None:
     usage = result.get("modelUsage") if isinstance(result, dict) else None
     if not valid_id(sid) or not isinstance(usage, dict):
         return None
-    windows = [_positive_int(u.get("contextWindow")) for u in usage.values() if isinstance(u, dict)]
-    windows = [w for w in windows if w]
-    if not windows:
+    found = (_positive_int(u.get("contextWindow")) for u in usage.values() if isinstance(u, dict))
+    windows = [w for w in found if w]
+    if not windows or not isinstance(sid, str):
         return None
     return report_window(brain, sid, max(windows))
 
@@ -220,7 +220,8 @@ def add_touched(brain: Brain, session_id: str, paths: list[str]) -> list[str]:
     new: list[str] = []
 
     def change(data: dict[str, Any]) -> None:
-        have = data.get("touched") if isinstance(data.get("touched"), list) else []
+        touched = data.get("touched")
+        have: list[str] = touched if isinstance(touched, list) else []
         for p in paths:
             if p not in have and p not in new:
                 new.append(p)
@@ -232,7 +233,8 @@ def add_touched(brain: Brain, session_id: str, paths: list[str]) -> list[str]:
 
 def mark_seen(brain: Brain, session_id: str, directive_ids: list[str]) -> None:
     def change(data: dict[str, Any]) -> None:
-        have = data.get("seen_directives") if isinstance(data.get("seen_directives"), list) else []
+        seen = data.get("seen_directives")
+        have: list[str] = seen if isinstance(seen, list) else []
         data["seen_directives"] = [*have, *(d for d in directive_ids if d not in have)]
 
     update(brain, session_id, change)
@@ -250,7 +252,7 @@ def end(brain: Brain, session_id: str, *, reason: str | None, now: datetime | No
 
 def list_sessions(brain: Brain) -> list[Session]:
     """Every recorded session (unreadable records are skipped: this is a listing, not a check)."""
-    out = []
+    out: list[Session] = []
     folder = sessions_dir(brain)
     if not folder.is_dir():
         return out
