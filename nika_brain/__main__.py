@@ -2,6 +2,7 @@
 CLI framework is imported: they run on every tool call of every agent and must stay light."""
 from __future__ import annotations
 
+import os
 import sys
 
 
@@ -16,6 +17,11 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["githook"]:
         from nika_brain.hooks.git import main as githook_main
         return githook_main(argv[1:])
+    if argv[:1] in (["lock"], ["claim"]) and os.environ.get("NIKA_NO_FAST_CLI") != "1":
+        from nika_brain.cli import fast  # lock/claim in loops: no CLI framework when the call is plain
+        code = fast.run(argv)
+        if code is not None:
+            return code
     from nika_brain.cli import run
     return run(argv)
 

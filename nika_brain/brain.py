@@ -235,6 +235,11 @@ class Brain:
         return out
 
     def iter_yaml(self, folder: Path) -> Iterator[Path]:
-        if not folder.is_dir():
+        try:
+            names = os.listdir(folder)
+        except (FileNotFoundError, NotADirectoryError):
             return iter(())
-        return iter(sorted(p for p in folder.iterdir() if p.suffix == ".yml" and not p.name.startswith(".")))
+        temps = [n for n in names if n.endswith(".tmp") and n.startswith(".")]
+        if temps:  # left by killed writers: sweep those whose writer is gone (fsio.sweep_temp)
+            fsio.sweep_temp(folder, temps)
+        return iter(sorted(folder / n for n in names if n.endswith(".yml") and not n.startswith(".")))

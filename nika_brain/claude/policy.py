@@ -176,7 +176,9 @@ def _check_write(t: Target, facts: Facts) -> str | None:
     from nika_brain.state.scopes import covers
     # Same rule as the git pre-commit hook, so an edit and its commit get one answer: another
     # owner's exclusive lock whose TTL has not run out.
-    for lk in facts.locks:
+    # A LockView (the hook) parses only the locks that may cover rel; a plain tuple is read whole.
+    covering = getattr(facts.locks, "covering", None)
+    for lk in covering(rel) if covering else facts.locks:
         if lk.mode != "exclusive" or lk.owner in facts.owners or not covers(lk.scope, rel):
             continue
         if facts.now is not None and lk.expired(facts.now):

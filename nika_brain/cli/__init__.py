@@ -6,18 +6,38 @@ reaches the user for bad input.
 from __future__ import annotations
 
 import sys
-
-import typer
-
-try:  # typer >= 0.24 vendors its own click; its exceptions are not click's
-    from typer._click import exceptions as click_exc
-except ImportError:  # pragma: no cover - older typer uses click itself
-    from click import exceptions as click_exc
+from typing import Any
 
 from nika_brain.errors import BrainError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="nika-brain: run many coding-agent sessions from one git-native brain.")
+
+def __getattr__(name: str) -> Any:
+    """`app` is built on first use: `nika_brain.cli.fast` (the lock and claim commands in loops) lives
+    in this package and must not pay for importing typer."""
+    if name != "app":
+        raise AttributeError(name)
+    import typer
+    app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                      help="nika-brain: run many coding-agent sessions from one git-native brain.")
+
+    def version(value: bool) -> None:
+        if value:
+            from importlib.metadata import PackageNotFoundError
+            from importlib.metadata import version as package_version
+            try:
+                v = package_version("nika-brain")
+            except PackageNotFoundError:
+                v = "unknown (not installed)"
+            print(f"nika-brain {v}")
+            raise typer.Exit(0)
+
+    @app.callback()
+    def main(show_version: bool = typer.Option(False, "--version", callback=version, is_eager=True,  # noqa: ARG001
+                                               help="print the version and exit")) -> None:
+        """nika-brain: run many coding-agent sessions from one git-native brain."""
+
+    globals()["app"] = app
+    return app
 
 
 def json_object(text: str, what: str) -> dict:
@@ -32,23 +52,6 @@ def json_object(text: str, what: str) -> dict:
     return value
 
 
-def _version(value: bool) -> None:
-    if value:
-        from importlib.metadata import PackageNotFoundError, version
-        try:
-            v = version("nika-brain")
-        except PackageNotFoundError:
-            v = "unknown (not installed)"
-        print(f"nika-brain {v}")
-        raise typer.Exit(0)
-
-
-@app.callback()
-def _main(show_version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                            help="print the version and exit")) -> None:
-    """nika-brain: run many coding-agent sessions from one git-native brain."""
-
-
 def _register() -> None:
     # Command modules attach themselves to `app` (and its sub-apps) on import.
     from nika_brain.cli import bus, claude, index, kernel, operator, state, triage, workflow  # noqa: F401
@@ -57,6 +60,12 @@ def _register() -> None:
 
 
 def run(argv: list[str]) -> int:
+    import typer
+    try:  # typer >= 0.24 vendors its own click; its exceptions are not click's
+        from typer._click import exceptions as click_exc
+    except ImportError:  # pragma: no cover - older typer uses click itself
+        from click import exceptions as click_exc
+    app = __getattr__("app") if "app" not in globals() else globals()["app"]
     _register()
     try:
         # Without standalone mode click returns (not raises) a typer.Exit's code.
@@ -72,6 +81,11 @@ def run(argv: list[str]) -> int:
     except typer.Abort:
         print("nika-brain: aborted", file=sys.stderr)
         return 130
+    except OSError as exc:  # a path the file system refuses (name too long, permission...): one line
+        name = str(exc.filename or "")
+        name = name if len(name) <= 120 else name[:117] + "..."
+        print(f"nika-brain: {name + ': ' if name else ''}{exc.strerror or exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("nika-brain: interrupted", file=sys.stderr)
         return 130

@@ -47,6 +47,8 @@ def validate_cmd(paths: Optional[List[Path]] = typer.Argument(None, help="files 
     if root is None:
         raise BrainError(f"no brain found at or above {start} (no nika-brain.yml; run `nika-brain init`)")
     report = validate(root, paths or None)
+    for note in report.notes:
+        print(f"note: {note}")
     for problem in report.problems:
         print(problem)
     if report.problems:

@@ -3,16 +3,16 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from typing import Optional
 
 import typer
 
-from nika_brain.engine import gatebackends
-from nika_brain.state import claims, gates, locks
-from nika_brain.state import scopes
-from nika_brain.support import clock
 from nika_brain.brain import Brain
-from nika_brain.cli import app
+from nika_brain.cli import app, fast
+from nika_brain.engine import gatebackends
+from nika_brain.state import claims, gates, listing, locks
+from nika_brain.support import clock
 
 lock_app = typer.Typer(no_args_is_help=True, help="Path locks on scopes (paths, folders, globs).")
 claim_app = typer.Typer(no_args_is_help=True, help="Claims: one per step execution.")
@@ -20,6 +20,17 @@ gate_app = typer.Typer(no_args_is_help=True, help="Human gates.")
 app.add_typer(lock_app, name="lock")
 app.add_typer(claim_app, name="claim")
 app.add_typer(gate_app, name="gate")
+
+
+STRICT = typer.Option(False, "--strict", help="exit 1 when an invalid record was found")
+
+
+def _invalid(bad: list, strict: bool) -> None:
+    """Name each invalid record on stderr, one line each; exit 1 for them only with --strict."""
+    for exc in bad:
+        print(f"nika-brain: invalid: {exc}", file=sys.stderr)
+    if bad and strict:
+        raise typer.Exit(1)
 
 
 def _owner(owner: Optional[str]) -> str:
@@ -46,72 +57,38 @@ def lock_acquire(scope: str, owner: Optional[str] = typer.Option(None, help="cla
                                              help="record no holder process: only the TTL protects"),
                  as_json: bool = typer.Option(False, "--json")):
     """Acquire a lock on SCOPE; exit 3 with the holder named when it is busy."""
-    brain = Brain.find()
-    holder = None if no_pid else (pid if pid is not None else os.getppid())
-    from nika_brain.federation import leases  # a Redis lease too when federation.redis_url is set
-    lk = leases.lock_acquire(brain, scope, _owner(owner), mode="shared" if shared else "exclusive",
-                             ttl=ttl, wait=wait, pid=holder)
-    print(json.dumps(_lock_dict(lk)) if as_json else f"acquired {lk.scope} (token {lk.token}, "
-          f"expires {clock.iso(lk.expires)})")
+    fast.lock_acquire(scope, _owner(owner), ttl, wait, shared, pid, no_pid, as_json)
 
 
 @lock_app.command("release")
 def lock_release(scope: str, owner: Optional[str] = typer.Option(None)):
     """Release SCOPE; refused unless you are its owner (or the operator releasing another's)."""
-    from nika_brain.federation import leases  # the Redis lease goes with the YAML lock
-    brain = Brain.find()
-    who = _owner(owner)
-    if who != os.environ.get("NIKA_CLAIM"):
-        # Not the calling session's own claim: releasing someone else's lock is the operator's
-        # decision, recorded with the operator's signature in the journal.
-        from nika_brain.engine import signals
-        from nika_brain.state import authority
-        fields = {"scope": scopes.normalize_scope(scope), "owner": who, "at": clock.iso(clock.now())}
-        sig = authority.sign(brain, "lock-release", fields, what=f"releasing {who}'s lock on {scope}")
-        leases.lock_release(brain, scope, who)
-        signals.emit(brain, "INFO", reason=f"lock on {fields['scope']} of {who} released by the operator",
-                     payload={**fields, "signature": sig}, publish=False)
-    else:
-        leases.lock_release(brain, scope, who)
-    print(f"released {scopes.normalize_scope(scope)}")
+    fast.lock_release(scope, _owner(owner))
 
 
 @lock_app.command("renew")
 def lock_renew(scope: str, owner: Optional[str] = typer.Option(None), ttl: Optional[float] = None):
     """Push back the expiry of a lock you own."""
-    from nika_brain.federation import leases
-    lk = leases.lock_renew(Brain.find(), scope, _owner(owner), ttl=ttl)
-    print(f"renewed {lk.scope} until {clock.iso(lk.expires)}")
+    fast.lock_renew(scope, _owner(owner), ttl)
 
 
 @lock_app.command("status")
 def lock_status(scope: str, as_json: bool = typer.Option(False, "--json")):
     """Who holds SCOPE or anything overlapping it (exit 3 when something does)."""
-    brain = Brain.find()
-    held = [lk for lk in locks.list_locks(brain) if scopes.scopes_overlap(lk.scope, scope)]
-    now = clock.now()
-    if as_json:
-        print(json.dumps([dict(_lock_dict(lk), expired=lk.expired(now)) for lk in held]))
-    elif not held:
-        print(f"{scopes.normalize_scope(scope)}: free")
-    for lk in held if not as_json else ():
-        print(locks.describe(lk) + (" [expired]" if lk.expired(now) else ""))
-    from nika_brain.federation import leases  # with federation.redis_url: other machines' leases too
-    remote = leases.held_elsewhere(brain, scope, {lk.owner for lk in held})
-    for v in remote if not as_json else ():
-        print(f"{v['scope']} held by {v['owner']} on {v.get('host', '?')} (redis lease, token {v['token']})")
-    raise typer.Exit(3 if held or remote else 0)
+    raise typer.Exit(fast.lock_status(scope, as_json))
 
 
 @lock_app.command("list")
-def lock_list(as_json: bool = typer.Option(False, "--json")):
-    """All held locks."""
-    held = locks.list_locks(Brain.find())
+def lock_list(as_json: bool = typer.Option(False, "--json"), strict: bool = STRICT):
+    """All held locks (an invalid lock file is named on stderr: treat its scope as held)."""
+    brain = Brain.find()
+    held, bad = listing.load_each(brain, brain.locks_dir, locks.load_lock)
     if as_json:
         print(json.dumps([_lock_dict(lk) for lk in held]))
-        return
-    for lk in held:
-        print(locks.describe(lk))
+    else:
+        for lk in held:
+            print(locks.describe(lk))
+    _invalid(bad, strict)
 
 
 def _claim_dict(c: claims.Claim) -> dict:
@@ -127,7 +104,7 @@ def claim_open(workflow: str = typer.Option(...), step: str = typer.Option(...),
                as_json: bool = typer.Option(False, "--json")):
     """Open a claim by hand (the orchestrator opens its own)."""
     from nika_brain.engine import service
-    c = service.open_claim(Brain.find(), workflow=workflow, step=int(step) if step.isdigit() else step,
+    c = service.open_claim(Brain.find(), workflow=workflow, step=step,
                            satellite_type=type, scope=scope, zone=zone, satellite_level=level,
                            story_angle=story_angle, parent=parent, theme=theme)
     print(json.dumps(_claim_dict(c)) if as_json else c.id)
@@ -141,21 +118,7 @@ def claim_close(claim_id: str, status: str = typer.Option(..., help="ok | partia
                 as_json: bool = typer.Option(False, "--json", help="one JSON object for scripts")):
     """Close a claim with its result; the orchestrator routes the exit action at once and says what
     comes next."""
-    from nika_brain.engine import nextstep, service
-    brain = Brain.find()
-    done = service.report(brain, claim_id, status, summary, tests_passed=tests_passed,
-                          tests_failed=tests_failed, empty=empty)
-    nxt = nextstep.line(brain, done.outcome) if done.outcome else \
-        f"next: nothing to route — claim {done.claim.id} is not the step of a workflow run"
-    if as_json:
-        print(json.dumps({"claim": done.claim.id, "result": done.claim.result.status if done.claim.result
-                          else status, "warnings": list(done.warnings),
-                          "outcome": done.outcome.to_dict() if done.outcome else None, "next": nxt}))
-    else:
-        print(f"closed {done.claim.id}: {done.claim.result.status if done.claim.result else status}")
-        for w in done.warnings:
-            print(f"warning: {w}")
-        print(nxt)  # the close was accepted: exit 0, whatever the run does next (the line says it)
+    raise typer.Exit(fast.claim_close(claim_id, status, summary, tests_passed, tests_failed, empty, as_json))
 
 
 @claim_app.command("show")
@@ -169,14 +132,17 @@ def claim_show(claim_id: str, as_json: bool = typer.Option(False, "--json")):
 
 @claim_app.command("list")
 def claim_list(status: Optional[str] = typer.Option(None, help="open | closed"),
-               as_json: bool = typer.Option(False, "--json")):
-    cs = claims.list_claims(Brain.find(), status)
+               as_json: bool = typer.Option(False, "--json"), strict: bool = STRICT):
+    brain = Brain.find()
+    cs, bad = listing.load_each(brain, brain.claims_dir, claims.load_path)
+    cs = [c for c in cs if status is None or c.status == status]
     if as_json:
         print(json.dumps([_claim_dict(c) for c in cs]))
-        return
-    for c in cs:
-        res = f" {c.result.status}" if c.result else ""
-        print(f"{c.id}\t{c.status}{res}\t{' '.join(c.scope)}")
+    else:
+        for c in cs:
+            res = f" {c.result.status}" if c.result else ""
+            print(f"{c.id}\t{c.status}{res}\t{' '.join(c.scope)}")
+    _invalid(bad, strict)
 
 
 @gate_app.command("open")
@@ -213,13 +179,17 @@ def gate_reject(gate_id: str, note: str = ""):
 
 
 @gate_app.command("list")
-def gate_list(status: Optional[str] = typer.Option(None), as_json: bool = typer.Option(False, "--json")):
-    gs = gates.list_gates(Brain.find(), status)
+def gate_list(status: Optional[str] = typer.Option(None), as_json: bool = typer.Option(False, "--json"),
+              strict: bool = STRICT):
+    brain = Brain.find()
+    gs, bad = listing.load_each(brain, brain.gates_dir, gates.load_path)
+    gs = [g for g in gs if status is None or g.status == status]
     if as_json:
         print(json.dumps([gates.to_dict(g) for g in gs]))
-        return
-    for g in gs:
-        print(f"{g.id}\t{g.status}\t{g.message}")
+    else:
+        for g in gs:
+            print(f"{g.id}\t{g.status}\t{g.message}")
+    _invalid(bad, strict)
 
 
 @gate_app.command("sync")

@@ -19,6 +19,8 @@ TEMPLATE_ROOT = Path(__file__).parent.parent / "templates" / "brain"
 EMPTY_DIRS = tuple(f.path for f in LAYOUT if f.kept)
 EXECUTABLE_DIRS = ("scripts", "hooks/git")
 IGNORE_LINE = ".nika/"
+TEMP_IGNORE = ".*.tmp"
+IGNORE_LINES = (IGNORE_LINE, TEMP_IGNORE)
 COMMIT_MESSAGE = "nika-brain init: brain template"
 
 
@@ -80,20 +82,26 @@ def _config_text(branch: str | None) -> bytes:
 
 
 def _ensure_gitignore(root: Path) -> str | None:
+    """.nika/ (local state) and .*.tmp (temp files a killed writer leaves in a state folder)."""
     path = root / ".gitignore"
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        path.write_text(IGNORE_LINE + "\n", encoding="utf-8")
+        path.write_text("".join(f"{line}\n" for line in IGNORE_LINES), encoding="utf-8")
         return "created"
     except (OSError, UnicodeDecodeError) as exc:
         raise BrainError(f"cannot read .gitignore: {exc}", file=str(path)) from exc
     lines = {line.strip() for line in text.splitlines()}
-    if lines & {".nika", ".nika/", "/.nika", "/.nika/"}:
+    missing = []
+    if not lines & {".nika", ".nika/", "/.nika", "/.nika/"}:
+        missing.append(IGNORE_LINE)
+    if TEMP_IGNORE not in lines:
+        missing.append(TEMP_IGNORE)
+    if not missing:
         return None
     sep = "" if not text or text.endswith("\n") else "\n"
     with open(path, "a", encoding="utf-8") as fh:
-        fh.write(f"{sep}{IGNORE_LINE}\n")
+        fh.write(sep + "".join(f"{line}\n" for line in missing))
     return "updated"
 
 

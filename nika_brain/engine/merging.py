@@ -12,9 +12,10 @@ from nika_brain.errors import Blocked, BrainError, DirtyCheckout, Invalid, Refus
 from nika_brain.gitrepo import branches, git
 from nika_brain.state import gates, runs
 from nika_brain.state.runs import END, Run
-from nika_brain.support import faults
+from nika_brain.support import faults, fsio
 
 STATE_PATHS = (*TRACKED_STATE_FOLDERS, INDEX_FILE)
+NO_TEMP = ":(exclude,glob)**/.*.tmp"
 MERGE_ATTEMPTS = 20
 
 
@@ -177,11 +178,11 @@ def _commit_state(brain: Brain, message: str, attempts: int = 5) -> bool:
 
 def _commit_state_once(brain: Brain, message: str) -> bool:
     present = [p for p in STATE_PATHS if (brain.root / p).exists()]
-    if present:
-        git.run(brain.root, "add", "-A", "--", *present)
+    if present:  # never a writer's temp file, even where .gitignore lacks the `.*.tmp` line
+        git.run(brain.root, "add", "-A", "--", *present, NO_TEMP)
     staged = git.run(brain.root, "diff", "--cached", "--name-only", "-z", "--", *STATE_PATHS,
                      check=False).stdout.split("\0")
-    staged = [p for p in staged if p]
+    staged = [p for p in staged if p and fsio.temp_pid(p.rsplit("/", 1)[-1]) is None]
     if not staged:
         return False
     git.run(brain.root, "commit", "-q", "-m", message, "--", *staged)

@@ -8,6 +8,7 @@ running a step twice or leaking a lock.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -309,20 +310,26 @@ def _start_step(brain: Brain, wf: Workflow, run: Run, step: Step, now: datetime)
     claim_id = claims.next_id(brain, wf.name, step.id, now)
     holder = os.getpid() if run.mode == "swarm" else None
     taken: list[str] = []
+    # Locks and claim are one transaction: a lock is only ever handed to a written claim. Any error
+    # (not only a busy scope) releases what was taken; a kill -9 in between leaves locks owned by a
+    # claim id that does not exist, which _release_orphans frees on the next step.
     try:
         for s in step.scope:
             locks.acquire(brain, s, claim_id, pid=holder, now=now)
             taken.append(s)
-    except BrainError as exc:
+        faults.point("after-lock")
+        c = claims.open_claim(brain, workflow=wf.name, step=step.id, satellite_type=step.type,
+                              scope=step.scope, satellite_level=wf.level_of(step), zone=step.zone,
+                              story_angle=step.story_angle, agent=agent, on_done=str(step.on_done),
+                              on_partial=str(step.partial_action), on_fail=str(step.on_fail),
+                              claim_id=claim_id, now=now)
+    except BaseException as exc:
         for s in taken:
-            locks.release(brain, s, claim_id, missing_ok=True)
-        return _block(brain, run, step.id, f"lock: {exc.message}")
-    faults.point("after-lock")
-    c = claims.open_claim(brain, workflow=wf.name, step=int(step.id) if step.id.isdigit() else step.id,
-                          satellite_type=step.type, scope=step.scope, satellite_level=wf.level_of(step),
-                          zone=step.zone, story_angle=step.story_angle, agent=agent,
-                          on_done=str(step.on_done), on_partial=str(step.partial_action),
-                          on_fail=str(step.on_fail), claim_id=claim_id, now=now)
+            with contextlib.suppress(BrainError, OSError):
+                locks.release(brain, s, claim_id, missing_ok=True)
+        if isinstance(exc, BrainError) and len(taken) < len(step.scope):  # a scope could not be locked
+            return _block(brain, run, step.id, f"lock: {exc.message}")
+        raise
     faults.point("after-claim-open")
     run = runs.update(brain, run, claim=c.id, status="running")
     emit(brain, "CLAIM_OPEN", run, step.id, c.id, f"step {step.id} claimed ({', '.join(step.scope)})",

@@ -222,7 +222,7 @@ def _facts(hook: Hook, kind: str) -> Any:
         except BrainError as exc:
             problems.append(f"claim {claim_id}: {exc}")
     try:
-        lock_list = tuple(locks.list_locks(brain))
+        lock_list = locks.LockView(brain)  # per-path lookups through the scope index
     except BrainError as exc:
         problems.append(f"lock file {exc}")
         lock_list = ()

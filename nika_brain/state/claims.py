@@ -14,7 +14,7 @@ from nika_brain.support import clock
 from nika_brain.brain import Brain
 from nika_brain.errors import BrainError, InvalidScope, Refused
 from nika_brain.state.scopes import normalize_scope
-from nika_brain.support.schema import F, fields, str_list
+from nika_brain.support.schema import F, fields, name, step_id, step_id_error, step_id_yaml, str_list
 from nika_brain.support.yamlsafe import dumps, load_doc
 
 SATELLITE_TYPES = ("code", "brain-write", "test", "deploy", "search")
@@ -36,7 +36,7 @@ class Claim:
     id: str
     workflow: str
     theme: str
-    step: int | str
+    step: str                      # a step id (support.schema.step_id)
     satellite_type: str
     satellite_level: str
     scope: tuple[str, ...]
@@ -64,10 +64,10 @@ _SPEC = {
     "id": F(str, required=True),
     "workflow": F(str, required=True),
     "theme": F(str, required=True),
-    "step": F((int, str), required=True),
+    "step": F((int, str), required=True, check=step_id_error),
     "satellite_type": F(str, required=True, choices=SATELLITE_TYPES),
     "satellite_level": F(str, default="domain", choices=LEVELS),
-    "agent": F(str),
+    "agent": F(str, check=name),
     "scope": F((list, str), required=True),
     "zone": F(str),
     "story_angle": F(str, default=""),
@@ -123,14 +123,16 @@ def load_path(path: Path) -> Claim:
         raise doc.error(exc.message, "scope") from exc
     opened = _time(doc, v, "opened")
     closed = _time(doc, v, "closed") if v["closed"] else None
-    return Claim(v["id"], v["workflow"], v["theme"], v["step"], v["satellite_type"],
-                 v["satellite_level"], scope_t, v["zone"], v["status"], opened, v["story_angle"],
-                 v["agent"], v["on_done"], v["on_partial"], v["on_fail"], closed, v["parent"],
-                 tuple(v["children"]), v["session"], tuple(v["touched"]), result)
+    return Claim(id=v["id"], workflow=v["workflow"], theme=v["theme"], step=step_id(v["step"]),
+                 satellite_type=v["satellite_type"], satellite_level=v["satellite_level"], scope=scope_t,
+                 zone=v["zone"], status=v["status"], opened=opened, story_angle=v["story_angle"],
+                 agent=v["agent"], on_done=v["on_done"], on_partial=v["on_partial"], on_fail=v["on_fail"],
+                 closed=closed, parent=v["parent"], children=tuple(v["children"]), session=v["session"],
+                 touched=tuple(v["touched"]), result=result)
 
 
 def to_dict(c: Claim) -> dict:
-    d = {"id": c.id, "workflow": c.workflow, "theme": c.theme, "step": c.step,
+    d = {"id": c.id, "workflow": c.workflow, "theme": c.theme, "step": step_id_yaml(c.step),
          "satellite_type": c.satellite_type, "satellite_level": c.satellite_level, "agent": c.agent,
          "scope": list(c.scope), "zone": c.zone, "story_angle": c.story_angle, "on_done": c.on_done,
          "on_partial": c.on_partial, "on_fail": c.on_fail, "status": c.status,
@@ -168,7 +170,7 @@ def slug(text: str) -> str:
     return s[:60] or "x"
 
 
-def next_id(brain: Brain, theme: str, step: int | str, now: datetime) -> str:
+def next_id(brain: Brain, theme: str, step: str, now: datetime) -> str:
     """sess-YYYYMMDD-HHMM-<theme>-step-N, with -rK for a retry of the same step in the same minute."""
     base = f"sess-{now:%Y%m%d-%H%M}-{slug(theme)}-step-{slug(str(step))}"
     claim_id, n = base, 1
@@ -178,7 +180,7 @@ def next_id(brain: Brain, theme: str, step: int | str, now: datetime) -> str:
     return claim_id
 
 
-def open_claim(brain: Brain, *, workflow: str, step: int | str, satellite_type: str,
+def open_claim(brain: Brain, *, workflow: str, step: str, satellite_type: str,
                scope: list[str] | tuple[str, ...] | str, theme: str | None = None,
                satellite_level: str = "domain", zone: str | None = None, story_angle: str = "",
                agent: str | None = None, on_done: str | None = None, on_partial: str | None = None,
@@ -188,6 +190,7 @@ def open_claim(brain: Brain, *, workflow: str, step: int | str, satellite_type: 
         raise BrainError(f"satellite_type must be one of {', '.join(SATELLITE_TYPES)}")
     if satellite_level not in LEVELS:
         raise BrainError(f"satellite_level must be one of {', '.join(LEVELS)}")
+    step = step_id(step)
     now = now or clock.now()
     theme = slug(theme or workflow)
     scopes = tuple(normalize_scope(s) for s in ([scope] if isinstance(scope, str) else scope))
@@ -199,9 +202,10 @@ def open_claim(brain: Brain, *, workflow: str, step: int | str, satellite_type: 
         if parent:
             p = load_claim(brain, parent)
             _save(brain, replace(p, children=p.children + (claim_id,)))
-        c = Claim(claim_id, workflow, theme, step, satellite_type, satellite_level, scopes, zone,
-                  "open", now, story_angle, agent, on_done, on_partial, on_fail, None, parent,
-                  (), session, (), None)
+        c = Claim(id=claim_id, workflow=workflow, theme=theme, step=step, satellite_type=satellite_type,
+                  satellite_level=satellite_level, scope=scopes, zone=zone, status="open", opened=now,
+                  story_angle=story_angle, agent=agent, on_done=on_done, on_partial=on_partial,
+                  on_fail=on_fail, parent=parent, session=session)
         _save(brain, c)
     return c
 

@@ -22,7 +22,7 @@ from nika_brain.errors import BrainError, Refused
 from nika_brain.state import authority
 from nika_brain.state.claims import check_id
 from nika_brain.support import clock
-from nika_brain.support.schema import F, fields
+from nika_brain.support.schema import F, fields, step_id, step_id_error, step_id_yaml
 from nika_brain.support.yamlsafe import dumps, load_doc
 
 STATUSES = ("pending", "approved", "rejected")
@@ -36,7 +36,7 @@ class Gate:
     status: str
     created: datetime
     workflow: str | None = None
-    step: int | str | None = None
+    step: str | None = None         # a step id (support.schema.step_id)
     claim: str | None = None
     reason: str = "human"          # human | partial | breaker | no-tests | zone | close
     decided_at: datetime | None = None
@@ -54,7 +54,8 @@ class Gate:
 _SPEC = {
     "id": F(str, required=True), "message": F(str, required=True),
     "status": F(str, required=True, choices=STATUSES), "created": F(str, required=True),
-    "workflow": F(str), "step": F((int, str)), "claim": F(str), "reason": F(str, default="human"),
+    "workflow": F(str), "step": F((int, str), check=step_id_error), "claim": F(str),
+    "reason": F(str, default="human"),
     "decided_at": F(str), "decided_by": F(str), "via": F(str), "pr": F(int), "note": F(str, default=""),
     "signature": F(str),
 }
@@ -76,13 +77,16 @@ def load_path(path: Path) -> Gate:
         decided = clock.parse(v["decided_at"], what="decided_at") if v["decided_at"] else None
     except BrainError as exc:
         raise doc.error(exc.message, "created") from exc
-    return Gate(v["id"], v["message"], v["status"], created, v["workflow"], v["step"], v["claim"],
-                v["reason"], decided, v["decided_by"], v["via"], v["pr"], v["note"], v["signature"])
+    step = None if v["step"] is None else step_id(v["step"])
+    return Gate(id=v["id"], message=v["message"], status=v["status"], created=created,
+                workflow=v["workflow"], step=step, claim=v["claim"], reason=v["reason"], decided_at=decided,
+                decided_by=v["decided_by"], via=v["via"], pr=v["pr"], note=v["note"],
+                signature=v["signature"])
 
 
 def to_dict(g: Gate) -> dict:
     return {"id": g.id, "message": g.message, "status": g.status, "created": clock.iso(g.created),
-            "workflow": g.workflow, "step": g.step, "claim": g.claim, "reason": g.reason,
+            "workflow": g.workflow, "step": step_id_yaml(g.step), "claim": g.claim, "reason": g.reason,
             "decided_at": clock.iso(g.decided_at) if g.decided_at else None,
             "decided_by": g.decided_by, "via": g.via, "pr": g.pr, "note": g.note,
             "signature": g.signature}
@@ -105,14 +109,16 @@ def save(brain: Brain, g: Gate) -> None:
 
 
 def open_gate(brain: Brain, gate_id: str, message: str, *, workflow: str | None = None,
-              step: int | str | None = None, claim: str | None = None, reason: str = "human",
+              step: str | None = None, claim: str | None = None, reason: str = "human",
               now: datetime | None = None) -> Gate:
     """Create a pending gate; opening an existing gate returns it unchanged (idempotent)."""
     with brain.mutex("gates"):
         path = gate_path(brain, gate_id)
         if path.exists():
             return load_path(path)
-        g = Gate(gate_id, message, "pending", now or clock.now(), workflow, step, claim, reason)
+        g = Gate(id=gate_id, message=message, status="pending", created=now or clock.now(),
+                 workflow=workflow, step=None if step is None else step_id(step), claim=claim,
+                 reason=reason)
         save(brain, g)
     return g
 

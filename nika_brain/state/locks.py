@@ -9,20 +9,25 @@ be alive. A holder on another host is never judged by a local pid check: there, 
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from nika_brain.support import clock
 from nika_brain.brain import Brain
-from nika_brain.errors import BrainError, Busy, EXIT_REFUSED, Refused
-from nika_brain.support.schema import F, fields
+from nika_brain.errors import EXIT_REFUSED, BrainError, Busy, Invalid, Refused
 from nika_brain.state.scopes import check_scope, normalize_scope, scope_slug, scopes_overlap
+from nika_brain.support import clock
+from nika_brain.support.fsio import atomic_write
+from nika_brain.support.schema import MAX_PID, MAX_TTL, MAX_WAIT, F, fields, in_range, short_text
 from nika_brain.support.yamlsafe import dumps_fast, load_doc, plain_scalar
 
 MODES = ("exclusive", "shared")
+_WILD_CHARS = re.compile(r"[*?\[]")
 
 
 def _hostname() -> str:
@@ -125,8 +130,8 @@ def load_lock(path: Path) -> Lock:
         acquired, expires = clock.parse(v["acquired"]), clock.parse(v["expires"])
     except BrainError as exc:
         raise doc.error(exc.message, "expires") from exc
-    return Lock(normalize_scope(v["scope"]), v["owner"], v["mode"], v["token"], acquired, expires,
-                Holder(**h), path)
+    return Lock(scope=normalize_scope(v["scope"]), owner=v["owner"], mode=v["mode"], token=v["token"],
+                acquired=acquired, expires=expires, holder=Holder(**h), path=path)
 
 
 def lock_path(brain: Brain, scope: str, owner: str) -> Path:
@@ -153,6 +158,170 @@ def list_locks(brain: Brain) -> list[Lock]:
     return brain.load_all(brain.locks_dir, load_lock)
 
 
+# ---- the scope index: lookups that do not read every lock --------------------------------------------
+# .nika/locks.index maps each lock file to its scope, under a header holding the locks folder's mtime
+# when the index was last true. Every change to locks/ by nika-brain is a create, rename or unlink,
+# all of which move that mtime, and every writer rewrites the index under the locks mutex; a change by
+# anyone else (a hand edit, a git checkout) moves the mtime too, and the next reader rebuilds the index
+# from a full parse — which raises on an unreadable file, as list_locks does. A lookup then parses only
+# the lock files whose scope may overlap the target.
+_INDEX_HEADER = "nika-locks-index 2 "
+_SEP = "\t--\n"   # between the glob scopes and the plain ones (a scope holds no control character)
+
+
+class _Index:
+    """Lines `scope<TAB>file name`, glob scopes first: lookups are str.find over the text (C speed),
+    never a Python loop over every lock."""
+
+    def __init__(self, wild: str = "", plain: str = ""):
+        self.wild, self.plain = wild, "\n" + plain.lstrip("\n") if plain else "\n"
+
+    @classmethod
+    def of(cls, pairs: Iterable[tuple[str, str]]) -> "_Index":
+        idx = cls()
+        for name, scope in pairs:
+            idx.add(name, scope)
+        return idx
+
+    def text(self) -> str:
+        return self.wild + _SEP + self.plain[1:]
+
+    def add(self, name: str, scope: str) -> None:
+        self.remove(name)
+        line = f"{scope}\t{name}\n"
+        if _WILD_CHARS.search(scope):
+            self.wild += line
+        else:
+            self.plain += line
+
+    def remove(self, name: str) -> None:
+        for attr in ("wild", "plain"):
+            text = getattr(self, attr)
+            at = text.find(f"\t{name}\n")
+            if at >= 0:
+                begin = text.rfind("\n", 0, at) + 1
+                setattr(self, attr, text[:begin] + text[at + len(name) + 2:])
+
+    def _names_at(self, needle: str, out: set[str]) -> None:
+        text, at = self.plain, self.plain.find(needle)
+        while at >= 0:
+            end = text.find("\n", at + 1)
+            out.add(text[text.rfind("\t", at, end) + 1:end])
+            at = text.find(needle, end)
+
+    def candidates(self, target: str) -> set[str]:
+        """File names of the locks whose scope may overlap `target` (a superset)."""
+        out: set[str] = set()
+        for line in self.wild.splitlines():
+            out.add(line.rpartition("\t")[2])
+        if target == "." or _WILD_CHARS.search(target):
+            for line in self.plain.splitlines():
+                if line:
+                    out.add(line.rpartition("\t")[2])
+            return out
+        self._names_at("\n.\t", out)
+        parts = target.rstrip("/").split("/")
+        for i in range(1, len(parts) + 1):   # ancestors and the scope itself, file or folder form
+            prefix = "/".join(parts[:i])
+            self._names_at(f"\n{prefix}\t", out)
+            self._names_at(f"\n{prefix}/\t", out)
+        self._names_at("\n" + "/".join(parts) + "/", out)   # everything below it
+        return out
+
+
+def _index_path(brain: Brain) -> Path:
+    return brain.state_dir / "locks.index"
+
+
+def _folder_mtime(brain: Brain) -> int | None:
+    try:
+        return os.stat(brain.locks_dir).st_mtime_ns
+    except FileNotFoundError:
+        return None
+
+
+def _read_index(brain: Brain) -> _Index | None:
+    """The index when it matches the locks folder, else None (missing, stale, changed by others)."""
+    mtime = _folder_mtime(brain)
+    if mtime is None:
+        return _Index()
+    try:
+        with open(_index_path(brain), encoding="utf-8") as fh:
+            text = fh.read()
+    except (OSError, UnicodeDecodeError):
+        return None
+    header, _, body = text.partition("\n")
+    wild, sep, plain = body.partition(_SEP)
+    if header != f"{_INDEX_HEADER}{mtime}" or not sep:
+        return None
+    return _Index(wild, plain)
+
+
+def _write_index(brain: Brain, idx: _Index, mtime: int | None) -> None:
+    if mtime is None:
+        return
+    with contextlib.suppress(OSError):  # only a cache: the next reader rebuilds it
+        atomic_write(_index_path(brain), f"{_INDEX_HEADER}{mtime}\n{idx.text()}", fsync=False)
+
+
+def _index(brain: Brain) -> _Index:
+    """The index, rebuilt from every lock file when it is not current (raises on an unreadable one)."""
+    idx = _read_index(brain)
+    if idx is None:
+        mtime = _folder_mtime(brain)  # before the scan: a change during it leaves the index stale
+        idx = _Index.of((lk.path.name, lk.scope) for lk in list_locks(brain) if lk.path is not None)
+        _write_index(brain, idx, mtime)
+    return idx
+
+
+def _reindex(brain: Brain, idx: _Index, add: dict[str, str] | None = None,
+             remove: Iterable[str] = ()) -> None:
+    """After a writer's own change to locks/ (under the locks mutex)."""
+    for n in remove:
+        idx.remove(n)
+    for n, scope in (add or {}).items():
+        idx.add(n, scope)
+    _write_index(brain, idx, _folder_mtime(brain))
+
+
+def overlapping(brain: Brain, target: str, idx: _Index | None = None) -> list[Lock]:
+    """The locks whose scope overlaps `target`, parsing only those (an unreadable one raises)."""
+    target = normalize_scope(target)
+    idx = _index(brain) if idx is None else idx
+    out = []
+    for name in sorted(idx.candidates(target)):
+        path = brain.locks_dir / name
+        try:
+            lk = load_lock(path)
+        except BrainError:
+            if path.exists():
+                raise
+            continue  # released since the index was read
+        if scopes_overlap(lk.scope, target):
+            out.append(lk)
+    return out
+
+
+class LockView:
+    """The locks for a Claude Code hook: the index checked up front (an unreadable lock file found
+    while rebuilding it raises there, so the hook fails closed), then per-path lookups."""
+
+    def __init__(self, brain: Brain):
+        self.brain = brain
+        self.entries = _index(brain)
+
+    def covering(self, rel: str) -> list[Lock]:
+        try:
+            return overlapping(self.brain, rel, self.entries)
+        except BrainError as exc:  # fail closed: an unreadable record that may cover rel holds it
+            far = clock.now() + timedelta(days=3650)
+            return [Lock(normalize_scope(rel), f"<unreadable lock file: {exc}>", "exclusive", 0, far, far,
+                         Holder("?"))]
+
+    def __iter__(self):
+        return iter(list_locks(self.brain))
+
+
 def _next_token(brain: Brain, seen: int) -> int:
     """Next fencing token, above the counter and above `seen` (the highest token on disk).
 
@@ -170,7 +339,10 @@ def _next_token(brain: Brain, seen: int) -> int:
             current = int(raw or 0)
         except ValueError as exc:
             raise BrainError(f"fencing counter {counter} is corrupt") from exc
-        token = max(current, seen) + 1
+        # No counter: a new clone or a wiped state folder. Every token on disk and in git bounds it.
+        floor = seen if raw else max(seen, _git_floor(brain),
+                                     max((lk.token for lk in list_locks(brain)), default=0))
+        token = max(current, floor) + 1
         if raw and raw == str(current).encode():
             # No fsync: the counter only has to survive a killed process (the page cache does);
             # after a power loss every holder is dead anyway, and `seen` keeps tokens above disk.
@@ -180,6 +352,23 @@ def _next_token(brain: Brain, seen: int) -> int:
         os.close(fd)
     brain.write(counter, str(token))
     return token
+
+
+def _git_floor(brain: Brain) -> int:
+    """The highest fencing token git has ever seen in locks/ (0 when none, or no git).
+
+    Read only when the local counter is missing (a new clone, a wiped state folder): lock files are
+    committed with the state, so their history bounds every token handed out before the wipe.
+    """
+    import re
+    import subprocess
+    try:
+        out = subprocess.run(["git", "-C", str(brain.root), "log", "--all", "-p", "--format=",
+                              "--no-color", "--no-ext-diff", "--", "locks/"],
+                             check=False, capture_output=True, timeout=60).stdout.decode("utf-8", "replace")
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return max((int(m) for m in re.findall(r"^[-+]token: (\d{1,18})\s*$", out, re.MULTILINE)), default=0)
 
 
 # ---- operations -------------------------------------------------------------------------------
@@ -202,11 +391,12 @@ def conflicts(brain: Brain, scope: str, owner: str, mode: str = "exclusive",
 def _try_acquire(brain: Brain, scope: str, owner: str, mode: str, ttl: float, pid: int | None,
                  now: datetime) -> Lock | list[Lock]:
     with brain.mutex("locks"):
-        blocking, stale, mine, seen = [], [], None, 0
-        for lk in list_locks(brain):
+        blocking: list[Lock] = []
+        stale: list[Lock] = []
+        mine, seen = None, 0
+        entries = _index(brain)
+        for lk in overlapping(brain, scope, entries):   # not every lock: those that may overlap
             seen = max(seen, lk.token)
-            if not scopes_overlap(lk.scope, scope):
-                continue
             if lk.owner == owner:
                 if lk.scope == scope:
                     mine = lk
@@ -216,15 +406,20 @@ def _try_acquire(brain: Brain, scope: str, owner: str, mode: str, ttl: float, pi
             (stale if may_take_over(lk, now) else blocking).append(lk)
         if blocking:
             return blocking
+        removed = []
         for lk in stale:
             if lk.path is not None:
                 os.unlink(lk.path)
+                removed.append(lk.path.name)
         token = mine.token if mine else _next_token(brain, seen)
         acquired = mine.acquired if mine else now
         path = mine.path if mine and mine.path else lock_path(brain, scope, owner)
-        lock = Lock(scope, owner, mode, token, acquired, now + timedelta(seconds=ttl), holder_for(pid),
-                    path)
+        # Re-acquiring without a pid keeps the holder's process: a lock a live process protects must
+        # not silently become TTL-only.
+        holder = mine.holder if mine is not None and pid is None else holder_for(pid)
+        lock = Lock(scope, owner, mode, token, acquired, now + timedelta(seconds=ttl), holder, path)
         brain.write(lock.path, _dump(lock))
+        _reindex(brain, entries, {path.name: scope}, removed)
         return lock
 
 
@@ -242,13 +437,17 @@ def acquire(brain: Brain, scope: str, owner: str, *, mode: str = "exclusive", tt
     Re-acquiring a scope one already holds renews it and keeps its token.
     """
     if mode not in MODES:
-        raise BrainError(f"lock mode must be one of {', '.join(MODES)}")
+        raise Invalid(f"lock mode must be one of {', '.join(MODES)}")
     if not owner or not owner.strip():
-        raise BrainError("a lock needs an owner (a claim id)")
+        raise Invalid("a lock needs an owner (a claim id)")
+    short_text(owner, "lock owner")
     scope = normalize_scope(scope)
-    ttl = brain.config.lock_ttl if ttl is None else ttl
-    poll = brain.config.lock_poll if poll is None else poll
+    ttl = in_range(brain.config.lock_ttl if ttl is None else ttl, "ttl", 0, MAX_TTL, lo_open=True)
+    poll = in_range(brain.config.lock_poll if poll is None else poll, "poll", 0, 3600, lo_open=True)
+    wait = in_range(wait, "wait", 0, MAX_WAIT)
     pid = os.getpid() if pid == -1 else pid
+    if pid is not None:
+        in_range(pid, "pid", 1, MAX_PID)
     deadline = time.monotonic() + wait
     while True:
         result = _try_acquire(brain, scope, owner, mode, ttl, pid, now or clock.now())
@@ -267,7 +466,7 @@ def _owned(brain: Brain, scope: str, owner: str) -> Lock:
         if lk.owner == owner and lk.scope == scope:
             return lk
     # Not under its usual name (written by hand, or by an older version): look at every lock.
-    held = [lk for lk in list_locks(brain) if lk.scope == scope]
+    held = [lk for lk in overlapping(brain, scope) if lk.scope == scope]
     for lk in held:
         if lk.owner == owner:
             return lk
@@ -293,18 +492,23 @@ def _plainly_owned(path: Path, scope: str, owner: str) -> bool:
 
 def release(brain: Brain, scope: str, owner: str, *, missing_ok: bool = False) -> bool:
     scope = normalize_scope(scope)
+    short_text(owner, "lock owner")
     with brain.mutex("locks"):
         path = lock_path(brain, scope, owner)
+        before = _read_index(brain)  # current before our change: then it stays current after it
         if _plainly_owned(path, scope, owner):
             os.unlink(path)
-            return True
-        try:
-            lk = _owned(brain, scope, owner)
-        except BrainError as exc:
-            if missing_ok and exc.exit_code != EXIT_REFUSED:
-                return False
-            raise
-        os.unlink(lk.path)
+        else:
+            try:
+                lk = _owned(brain, scope, owner)
+            except BrainError as exc:
+                if missing_ok and exc.exit_code != EXIT_REFUSED:
+                    return False
+                raise
+            path = lk.path or path
+            os.unlink(path)
+        if before is not None:
+            _reindex(brain, before, remove=[path.name])
         return True
 
 
@@ -312,12 +516,16 @@ def renew(brain: Brain, scope: str, owner: str, *, ttl: float | None = None,
           now: datetime | None = None) -> Lock:
     scope = normalize_scope(scope)
     now = now or clock.now()
-    ttl = brain.config.lock_ttl if ttl is None else ttl
+    ttl = in_range(brain.config.lock_ttl if ttl is None else ttl, "ttl", 0, MAX_TTL, lo_open=True)
+    short_text(owner, "lock owner")
     with brain.mutex("locks"):
+        before = _read_index(brain)
         lk = _owned(brain, scope, owner)
         new = Lock(lk.scope, lk.owner, lk.mode, lk.token, lk.acquired, now + timedelta(seconds=ttl),
                    lk.holder, lk.path)
         brain.write(new.path, _dump(new))
+        if before is not None:
+            _reindex(brain, before)  # same files: only the folder's mtime moved
         return new
 
 
@@ -325,8 +533,13 @@ def release_all(brain: Brain, owner: str) -> list[str]:
     """Release every lock of `owner` (used when a step ends or on crash recovery)."""
     released = []
     with brain.mutex("locks"):
+        before = _read_index(brain)
+        gone = []
         for lk in list_locks(brain):
             if lk.owner == owner and lk.path is not None:
                 os.unlink(lk.path)
                 released.append(lk.scope)
+                gone.append(lk.path.name)
+        if before is not None:
+            _reindex(brain, before, remove=gone)
     return released

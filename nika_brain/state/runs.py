@@ -13,7 +13,7 @@ from pathlib import Path
 from nika_brain.support import clock
 from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
-from nika_brain.support.schema import F, fields, name
+from nika_brain.support.schema import F, fields, name, step_id, step_id_error
 from nika_brain.support.yamlsafe import dumps, load_doc
 
 STATUSES = ("running", "gated", "blocked", "breaker", "done", "aborted")
@@ -45,10 +45,15 @@ class Run:
         return self.status in ("running", "gated", "blocked", "breaker")
 
 
+def _cursor_error(value) -> str | None:
+    return None if value == END else step_id_error(value)
+
+
 _SPEC = {
     "workflow": F(str, required=True, check=name), "status": F(str, required=True, choices=STATUSES),
     "mode": F(str, default="assisted", choices=MODES), "started": F(str, required=True),
-    "cursor": F((str, int)), "claim": F(str), "gate": F(str), "after_gate": F((str, int)),
+    "cursor": F((str, int), check=_cursor_error), "claim": F(str), "gate": F(str),
+    "after_gate": F((str, int)),
     "reason": F(str, default=""), "context": F(dict, default={}), "history": F(list, default=[]),
     "adaptations": F(list, default=[]), "gates": F(list, default=[]), "finished": F(str),
     "report": F(dict), "halted": F(bool, default=False),
@@ -78,7 +83,7 @@ def load_path(path: Path) -> Run:
     except BrainError as exc:
         raise doc.error(exc.message, "started") from exc
     return Run(v["workflow"], v["status"], v["mode"], started,
-               None if v["cursor"] is None else str(v["cursor"]), v["claim"], v["gate"],
+               None if v["cursor"] is None else step_id(v["cursor"]), v["claim"], v["gate"],
                None if v["after_gate"] is None else str(v["after_gate"]), v["reason"], v["context"],
                tuple(v["history"]), tuple(v["adaptations"]), tuple(str(g) for g in v["gates"]),
                finished, v["report"], v["halted"])

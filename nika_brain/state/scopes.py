@@ -11,11 +11,16 @@ import re
 from nika_brain.errors import BrainError, InvalidScope
 
 _WILD = re.compile(r"[*?\[]")
+MAX_SCOPE = 1024
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")   # never in a scope (the lock index is tab-separated)
 
 
 def normalize_scope(scope: str) -> str:
     """Brain-relative posix form; a folder keeps its trailing '/'; '.' or '' is the whole brain."""
     s = str(scope).strip().replace("\\", "/")
+    if len(s) > MAX_SCOPE or _CONTROL.search(s):
+        shown = s[:60] + ("..." if len(s) > 60 else "")
+        raise InvalidScope(f"scope must be one line of at most {MAX_SCOPE} characters, got {shown!r}")
     if not s or s in (".", "./", "/"):
         return "."
     if s.startswith("/") or s.startswith("../") or "/../" in s or s == "..":

@@ -18,6 +18,8 @@ from typing import Any, Callable, Iterable
 from nika_brain.state import agents, breakers, claims, gates, grants, locks, runs, workflows, zones
 from nika_brain.brain import CONFIG_NAME, KIND_FOLDERS, STATE_FOLDERS, load_config
 from nika_brain.errors import BrainError
+from nika_brain.support import fsio
+from nika_brain.support.schema import name as schema_name
 from nika_brain.support.yamlsafe import load_doc
 
 # Folders of *.yml files of one kind, in LAYOUT order: the files others refer to come first.
@@ -90,6 +92,7 @@ class Problem:
 class Report:
     files: int = 0
     problems: list[Problem] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)   # reported, not failing: temp files of writers
 
     @property
     def ok(self) -> bool:
@@ -114,12 +117,15 @@ def _problem(exc: BrainError, display: str) -> Problem:
 
 def locate_root(start: Path | str) -> Path | None:
     """Nearest folder at or above `start` holding nika-brain.yml, without loading it (it may be bad)."""
-    here = Path(start).resolve()
-    if here.is_file():
-        here = here.parent
-    for folder in (here, *here.parents):
-        if (folder / CONFIG_NAME).is_file():
-            return folder
+    try:
+        here = Path(start).resolve()
+        if here.is_file():
+            here = here.parent
+        for folder in (here, *here.parents):
+            if (folder / CONFIG_NAME).is_file():
+                return folder
+    except (OSError, ValueError):  # a name too long for the file system, a NUL byte
+        return None
     return None
 
 
@@ -154,6 +160,8 @@ class _Checker:
             return None  # its own problem is reported when KERNEL.md itself is validated
 
     def _card_exists(self, name: str, staged_cards: set[str]) -> bool:
+        if schema_name(name):  # not a card name at all (and maybe too long for a file name)
+            return False
         return name in staged_cards or (self.root / "agents" / f"{name}.md").is_file()
 
     def _gate_forged(self, g: Any) -> str | None:
@@ -243,6 +251,21 @@ def _walk_brain(root: Path) -> Iterable[tuple[str, Path]]:
                 yield "kernel", p / "kernel.yml"
 
 
+def temp_notes(root: Path) -> list[str]:
+    """One line per writer temp file in a state folder (git ignores them; listing sweeps them)."""
+    out = []
+    for folder in (*_WALK, "journal"):
+        try:
+            names = sorted(os.listdir(root / folder))
+        except OSError:
+            continue
+        for n in names:
+            if fsio.temp_pid(n) is not None:
+                out.append(f"{folder}/{n}: temp file of writer pid {fsio.temp_pid(n)} "
+                           f"(ignored by git, swept once its writer is gone)")
+    return out
+
+
 def _rel(root: Path, path: Path) -> str | None:
     try:
         return Path(os.path.normpath(path)).relative_to(root).as_posix()
@@ -257,9 +280,15 @@ def validate(root: Path | str, paths: Iterable[Path | str] | None = None) -> Rep
     if paths is None:
         for kind, p in _walk_brain(root):
             checker.check(kind, p, _rel(root, p) or str(p))
+        checker.report.notes += temp_notes(root)
     else:
         for given in paths:
-            _check_given(checker, root, Path(given), str(given))
+            try:
+                _check_given(checker, root, Path(given), str(given))
+            except (OSError, ValueError) as exc:  # a name too long, a NUL byte...
+                reason = getattr(exc, "strerror", None) or "not a usable path"
+                checker.report.files += 1
+                checker.report.problems.append(Problem(str(given)[:120], None, None, reason))
     checker.cross_check()
     return checker.report
 

@@ -20,7 +20,7 @@ from nika_brain.brain import Brain
 from nika_brain.state.claims import LEVELS, SATELLITE_TYPES
 from nika_brain.errors import BrainError
 from nika_brain.state.scopes import normalize_scope
-from nika_brain.support.schema import F, fields, name, str_list
+from nika_brain.support.schema import F, fields, name, step_id, step_id_error, str_list
 from nika_brain.support.yamlsafe import Doc, load_doc
 
 SIGNALS = ("STEP_DONE", "GATE_PENDING", "BLOCKED", "BLOCKED_ON", "DONE", "CIRCUIT_BREAK", "ABORT",
@@ -127,7 +127,7 @@ class Workflow:
 
 
 _STEP_SPEC = {
-    "step": F((int, str), required=True),
+    "step": F((int, str), required=True, check=step_id_error),
     "type": F(str, required=True, choices=SATELLITE_TYPES),
     "scope": F((str, list), required=True),
     "zone": F(str),
@@ -167,7 +167,7 @@ def _step(doc: Doc, data, i: int) -> Step:
                 actions[key] = parse_action(v[key])
             except BrainError as exc:
                 raise doc.error(exc.message, "chain", i, key) from exc
-    return Step(str(v["step"]), v["type"], scopes, v["zone"], v["story_angle"], v["agent"], v["gate"],
+    return Step(step_id(v["step"]), v["type"], scopes, v["zone"], v["story_angle"], v["agent"], v["gate"],
                 v["test"], v["level"], actions.get("on_done", Action("trigger", "next")),
                 actions.get("on_partial"), actions.get("on_fail", Action("signal", "BLOCKED_ON")))
 

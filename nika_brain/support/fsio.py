@@ -49,6 +49,60 @@ def _temp_file(path: Path) -> tuple[int, str]:
             continue
 
 
+# ---- temp files left by killed writers ------------------------------------------------------------
+# `.<name>.<pid>.<n>.tmp`: git ignores them (init writes `.*.tmp` to .gitignore), commit_state never
+# stages them, the commands that list a state folder sweep them once their writer is gone, and
+# `validate` reports them.
+TEMP_GLOB = ".*.tmp"
+SWEEP_AGE = 60.0  # seconds: a live writer renames its temp file within milliseconds
+
+
+def temp_pid(name: str) -> int | None:
+    """The writer pid in a temp file name of ours, or None when `name` is not one."""
+    if not (name.startswith(".") and name.endswith(".tmp")):
+        return None
+    parts = name[:-4].rsplit(".", 2)
+    if len(parts) != 3 or not parts[1].isascii() or not parts[1].isdigit():
+        return None
+    return int(parts[1])
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True  # someone else's process (or a pid we cannot judge): keep its file
+    return True
+
+
+def sweep_temp(folder: Path | str, names: list[str] | None = None, *, min_age: float = SWEEP_AGE,
+               now: float | None = None) -> list[str]:
+    """Remove our temp files in `folder` older than `min_age` whose writer process is gone."""
+    import time
+    folder = Path(folder)
+    if names is None:
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            return []
+    now = time.time() if now is None else now
+    removed = []
+    for n in names:
+        pid = temp_pid(n)
+        if pid is None or pid == os.getpid() or _pid_alive(pid):
+            continue  # not ours, or its writer may still rename it
+        try:
+            if now - os.stat(folder / n).st_mtime < min_age:
+                continue
+            os.unlink(folder / n)
+            removed.append(n)
+        except OSError:
+            continue
+    return removed
+
+
 def _open_creating_parents(path: Path, flags: int) -> int:
     # mkdir only when the folder is missing: a mkdir per write is a syscall on every lock cycle.
     try:

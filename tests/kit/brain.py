@@ -32,7 +32,7 @@ def make_brain(root: Path, config: str = MINIMAL_CONFIG) -> Brain:
     root.mkdir(parents=True, exist_ok=True)
     git_out(root, "init", "-q", "-b", "main")
     (root / CONFIG_NAME).write_text(config, encoding="utf-8")
-    (root / ".gitignore").write_text(".nika/\n", encoding="utf-8")
+    (root / ".gitignore").write_text(".nika/\n.*.tmp\n", encoding="utf-8")
     git_out(root, "add", CONFIG_NAME, ".gitignore")
     git_out(root, "commit", "-q", "-m", "init brain")
     return Brain.at(root)

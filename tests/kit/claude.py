@@ -86,6 +86,11 @@ class Answer:
         return (self.json or {}).get("hookSpecificOutput", {})
 
     @property
+    def allowed(self) -> bool:
+        """Allowed silently: exit 0 and nothing on stdout (a crash on an allow path is not an allow)."""
+        return self.code == 0 and self.stdout == ""
+
+    @property
     def denied(self) -> bool:
         return self.specific.get("permissionDecision") == "deny"
 

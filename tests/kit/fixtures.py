@@ -16,6 +16,12 @@ from tests.kit.claude import hook_brain
 from tests.kit.github_standin import GitHubStandin
 from tests.kit.redis import RedisServer, RedisUnavailable
 
+# Every `python -m nika_brain` a test starts (the CLI, git hooks, satellites) must import the checkout
+# under test, not whatever nika-brain is installed: the checkout goes first on PYTHONPATH.
+CHECKOUT = str(Path(__file__).resolve().parents[2])
+if os.environ.get("PYTHONPATH", "").split(os.pathsep)[0] != CHECKOUT:
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (CHECKOUT, os.environ.get("PYTHONPATH")) if p)
+
 
 @pytest.fixture
 def git_env(tmp_path_factory, monkeypatch) -> dict[str, str]:

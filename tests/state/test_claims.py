@@ -8,7 +8,7 @@ import pytest
 
 from nika_brain.state import claims
 from nika_brain.support import clock
-from nika_brain.errors import EXIT_REFUSED, BrainError
+from nika_brain.errors import EXIT_REFUSED, BrainError, Invalid
 from nika_brain.support.yamlsafe import dumps, load_file
 
 T0 = datetime(2031, 5, 6, 7, 8, 9, tzinfo=timezone.utc)
@@ -48,10 +48,23 @@ def test_open_writes_the_claim_file(brain):
 
 
 def test_theme_and_step_become_a_safe_file_name(brain):
-    c = open_one(brain, theme="Auth Flow/../../etc", step="../x")
+    c = open_one(brain, theme="Auth Flow/../../etc", step="x")
     assert c.id == "sess-20310506-0708-Auth-Flow-..-..-etc-step-x"
     assert claims.claim_path(brain, c.id).parent == brain.claims_dir
     assert [p.name for p in brain.claims_dir.iterdir()] == [f"{c.id}.yml"]
+
+
+@pytest.mark.parametrize("bad", ["../x", "²", "", "a" * 65, "-1", -1, True, "1\n"])
+def test_a_step_id_that_is_not_one_is_refused_before_anything_is_written(brain, bad):
+    with pytest.raises(Invalid):
+        open_one(brain, step=bad)
+    assert not brain.claims_dir.exists() or list(brain.claims_dir.iterdir()) == []
+
+
+def test_a_step_id_is_text_whether_written_as_a_number_or_not(brain):
+    c = open_one(brain, step=2)
+    assert c.step == "2" and claims.load_claim(brain, c.id).step == "2"
+    assert "step: 2\n" in claims.claim_path(brain, c.id).read_text()
 
 
 def test_close_records_the_result(brain):

