@@ -63,8 +63,8 @@ A satellite.
 
 
 def make_brain(root: Path) -> tuple[str, Path]:
-    from nika_brain.state import claims, kernels, locks
     from nika_brain.brain import Brain
+    from nika_brain.state import claims, kernels, locks
     subprocess.run(["git", "init", "-q", str(root)], check=True)
     (root / "nika-brain.yml").write_text("version: 1\n")
     (root / "brain").mkdir()
@@ -92,7 +92,7 @@ def make_brain(root: Path) -> tuple[str, Path]:
             "role": "user", "content": [{"type": "tool_result", "content": "x" * 1500}]}}))
         usage = {"input_tokens": 3, "cache_creation_input_tokens": 200,
                  "cache_read_input_tokens": 20_000 + 30 * n, "output_tokens": 150}
-        for part in range(2):
+        for _part in range(2):
             lines.append(json.dumps({"type": "assistant", "timestamp": ts, "isSidechain": False,
                                      "message": {"id": f"msg_{n}", "role": "assistant",
                                                  "model": "claude-sonnet-4-5", "usage": usage,

@@ -23,8 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from nika_brain.engine import index
 from nika_brain.brain import Brain
+from nika_brain.engine import index
 from nika_brain.support.yamlsafe import dumps
 
 TARGET = 1.0  # seconds, warm median
@@ -116,7 +116,7 @@ def main() -> int:
             one.append(timed(lambda: index.regenerate(brain)))
             env = dict(os.environ, NIKA_BRAIN_DIR=str(brain.root))
             brain.index_path.unlink()
-            proc.append(timed(lambda: subprocess.run([sys.executable, "-m", "nika_brain", "index"], env=env,
+            proc.append(timed(lambda env=env: subprocess.run([sys.executable, "-m", "nika_brain", "index"], env=env,
                                                      check=True, capture_output=True)))
         lines = brain.index_path.read_text().count("\n")
         print(f"BRAIN-INDEX.md: {lines} lines, {brain.index_path.stat().st_size} bytes")

@@ -20,8 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from nika_brain.state import locks
 from nika_brain.brain import Brain
+from nika_brain.state import locks
 from nika_brain.support.fsio import atomic_write
 
 TARGET = 1000.0  # cycles/s, median

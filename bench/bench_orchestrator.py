@@ -32,10 +32,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from nika_brain.state import claims, locks
-from nika_brain.gitrepo import git
-from nika_brain.engine import service as launch, orchestrator, preflight, satellites, signals  # noqa: E402
 from nika_brain.brain import Brain  # noqa: E402
+from nika_brain.engine import orchestrator, preflight, satellites, signals  # noqa: E402
+from nika_brain.engine import service as launch  # noqa: E402
+from nika_brain.gitrepo import git  # noqa: E402
+from nika_brain.state import claims, locks  # noqa: E402
 from tests.kit.orch import CARD, KERNEL, SATELLITE  # noqa: E402
 
 STEP_TARGET_MS = 250.0

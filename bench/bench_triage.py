@@ -213,10 +213,12 @@ def main() -> int:
             a, r, p = c["baseline"]
             print(f"  plain kNN   in-scope {a:.1%}  oos recall {r:.1%}  oos precision {p:.1%}  "
                   f"(max cosine, global threshold {c['baseline_thr']:.3f} from the canonical prompts)")
-            for label, key in (("oos>=80%", "baseline_best_on_val_at_oos80"), ("oos>=90%", "baseline_best_on_val_at_oos90")):
+            for label, key in (("oos>=80%", "baseline_best_on_val_at_oos80"),
+                               ("oos>=90%", "baseline_best_on_val_at_oos90")):
                 b = c[key]
                 if b:
-                    print(f"  plain kNN, threshold picked ON VAL for {label}: in-scope {b[0]:.1%}  oos recall {b[1]:.1%}")
+                    print(f"  plain kNN, threshold picked ON VAL for {label}: in-scope {b[0]:.1%}  "
+                          f"oos recall {b[1]:.1%}")
             print(f"  floor >= 90 % / >= 80 %: {'met' if c['ours'][0] >= .9 and c['ours'][1] >= .8 else 'NOT met'}; "
                   f"aim >= 92 % / >= 90 %: {'met' if c['ours'][0] >= .92 and c['ours'][1] >= .9 else 'not met'}")
 

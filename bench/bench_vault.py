@@ -5,7 +5,8 @@ ingest   `rag ingest` of CHUNKS chunks (incident notes in Markdown files, one pa
          included; beside it the embedder's own raw rate on a sample of the same texts at the same
          batch size, and the ratio (the vault's overhead). Target: 1,000 chunks under 60 s.
 query    `query.search` for one kernel over RECORDS records of KERNELS kernels in one embedded Chroma
-         store (each kernel's records in its own collection, as the vault keeps them). The stored vectors are synthetic (random unit vectors with the vault's
+         store (each kernel's records in its own collection, as the vault keeps them). The stored vectors are
+         synthetic (random unit vectors with the vault's
          metadata; built once and kept in --store, reused while the count matches); every query text
          is new and embedded by the real model (the cache never hits). Prints the median and p95 of
          the whole call, and of its two parts (embedding, scoped Chroma query). Target: median

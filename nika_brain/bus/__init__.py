@@ -21,8 +21,18 @@ import threading
 from typing import TYPE_CHECKING
 
 from nika_brain.bus.embedded import EmbeddedBus
-from nika_brain.bus.protocol import (DB_NAME, DIRECTIVES, FEDERATION_CHANNELS, GOALS, HEALTH, KV_PREFIX,
-                                     MAXLEN, WORK_STEALING, Bus, Message)
+from nika_brain.bus.protocol import (
+    DB_NAME,
+    DIRECTIVES,
+    FEDERATION_CHANNELS,
+    GOALS,
+    HEALTH,
+    KV_PREFIX,
+    MAXLEN,
+    WORK_STEALING,
+    Bus,
+    Message,
+)
 from nika_brain.bus.redis_streams import RedisBus, redis_url
 from nika_brain.errors import BrainError
 

@@ -13,10 +13,17 @@ from nika_brain.support import clock, fsio
 if TYPE_CHECKING:
     from nika_brain.brain import Brain
 
-from nika_brain.bus.codec import (Deadline, check_count, check_name, check_seconds, check_ttl, decode,
-                                 encode, one_line)
+from nika_brain.bus.codec import (
+    Deadline,
+    check_count,
+    check_name,
+    check_seconds,
+    check_ttl,
+    decode,
+    encode,
+    one_line,
+)
 from nika_brain.bus.protocol import DB_NAME, MAXLEN, Message
-
 
 _SCHEMA_VERSION = 1
 _SCHEMA = """

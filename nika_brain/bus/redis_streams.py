@@ -12,10 +12,17 @@ from nika_brain.errors import BrainError
 if TYPE_CHECKING:
     from nika_brain.brain import Brain
 
-from nika_brain.bus.codec import (Deadline, check_count, check_name, check_seconds, check_ttl, decode,
-                                 encode, one_line)
+from nika_brain.bus.codec import (
+    Deadline,
+    check_count,
+    check_name,
+    check_seconds,
+    check_ttl,
+    decode,
+    encode,
+    one_line,
+)
 from nika_brain.bus.protocol import KV_PREFIX, MAXLEN, Message
-
 
 
 def redis_url(brain: "Brain") -> str:
@@ -160,7 +167,7 @@ class RedisBus:
             left = deadline.remaining()
             wait = self._ms(min(left, self._chunk)) if left > 0 else None
             with self._redis() as r:
-                res = self._with_group(r, channel, group, lambda: r.xreadgroup(
+                res = self._with_group(r, channel, group, lambda wait=wait: r.xreadgroup(
                     group, consumer, {channel: ">"}, count=count, block=wait))
             if res or deadline.remaining() <= 0:
                 return self._messages(channel, res[0][1] if res else ())
@@ -179,7 +186,7 @@ class RedisBus:
         start = "0-0"
         with self._redis() as r:
             while len(out) < count:
-                nxt, entries, *_ = self._with_group(r, channel, group, lambda: r.xautoclaim(
+                nxt, entries, *_ = self._with_group(r, channel, group, lambda start=start: r.xautoclaim(
                     channel, group, consumer, idle, start_id=start, count=count - len(out)))
                 out.extend(entries)
                 if nxt in ("0-0", start):

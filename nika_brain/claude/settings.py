@@ -25,7 +25,6 @@ from typing import Any
 
 from nika_brain.errors import BrainError
 
-
 SIDECAR = "nika-brain.json"
 FILE_TOOLS = "Edit|Write|MultiEdit|NotebookEdit"
 # Event -> (matcher or None for "every", timeout in seconds). Matchers are exact-name lists: a

@@ -54,9 +54,21 @@ def json_object(text: str, what: str) -> dict:
 
 def _register() -> None:
     # Command modules attach themselves to `app` (and its sub-apps) on import.
-    from nika_brain.cli import bus, claude, index, kernel, operator, state, triage, workflow  # noqa: F401
-    from nika_brain.cli import federation  # noqa: F401
-    from nika_brain.cli import proposals, rag, registry, stealing  # noqa: F401
+    from nika_brain.cli import (  # noqa: F401  # noqa: F401
+        bus,
+        claude,
+        federation,  # noqa: F401
+        index,
+        kernel,
+        operator,
+        proposals,
+        rag,
+        registry,
+        state,
+        stealing,
+        triage,
+        workflow,
+    )
 
 
 def run(argv: list[str]) -> int:

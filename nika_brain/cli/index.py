@@ -8,8 +8,8 @@ from typing import List, Optional
 import typer
 
 from nika_brain.brain import Brain
-from nika_brain.errors import BrainError
 from nika_brain.cli import app
+from nika_brain.errors import BrainError
 
 hooks_app = typer.Typer(no_args_is_help=True, help="Git hooks: validate, guard locks, keep BRAIN-INDEX.md current.")
 app.add_typer(hooks_app, name="hooks")
@@ -37,7 +37,8 @@ def init_cmd(directory: Path = typer.Argument(Path("."), help="the brain folder 
 
 
 @app.command("validate")
-def validate_cmd(paths: Optional[List[Path]] = typer.Argument(None, help="files or folders (default: the whole brain)")):
+def validate_cmd(paths: Optional[List[Path]] = typer.Argument(None,
+                                                              help="files or folders (default: the whole brain)")):
     """Check brain files against their schemas; one `file:line: key: message` line per problem."""
     from nika_brain.state.validate import locate_root, validate
     start = Path.cwd()

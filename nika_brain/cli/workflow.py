@@ -6,14 +6,14 @@ from typing import Optional
 
 import typer
 
-from nika_brain.state import runs
+from nika_brain.brain import Brain
+from nika_brain.cli import app, json_object
 from nika_brain.engine import merging, nextstep, orchestrator, preflight, signals
 from nika_brain.engine import service as launch
-from nika_brain.brain import Brain
 from nika_brain.errors import EXIT_BLOCKED, Invalid
+from nika_brain.state import runs
 from nika_brain.state.workflows import find_workflow
 from nika_brain.support.yamlsafe import loads
-from nika_brain.cli import app, json_object
 
 wf_app = typer.Typer(no_args_is_help=True, help="Workflow runs: status, resume, abort, adapt, listen.")
 pre_app = typer.Typer(no_args_is_help=True, help="Preflight checks and circuit-breaker reset.")

@@ -11,9 +11,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nika_brain.gitrepo import git
 from nika_brain.brain import CONFIG_NAME, LAYOUT, Brain, load_config
 from nika_brain.errors import BrainError
+from nika_brain.gitrepo import git
 
 TEMPLATE_ROOT = Path(__file__).parent.parent / "templates" / "brain"
 EMPTY_DIRS = tuple(f.path for f in LAYOUT if f.kept)

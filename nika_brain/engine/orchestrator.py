@@ -14,18 +14,16 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
-
-from nika_brain.gitrepo import branches
-from nika_brain.state import breakers, claims, gates, locks, runs
-from nika_brain.support import clock, faults
+from nika_brain.brain import Brain
 from nika_brain.engine import gatebackends, halts, merging, preflight, satellites, signals
 from nika_brain.engine.merging import base_checkout, commit_state, merge_into_base  # noqa: F401 (re-exported)
-from nika_brain.brain import Brain
 from nika_brain.errors import EXIT_BLOCKED, EXIT_GATE_PENDING, EXIT_REFUSED, BrainError
+from nika_brain.gitrepo import branches
+from nika_brain.state import breakers, claims, gates, locks, runs
+from nika_brain.state import zones as zones_mod
 from nika_brain.state.runs import END, Run
 from nika_brain.state.workflows import Action, Step, Workflow, find_workflow, parse_action, resolve_target
-from nika_brain.state import zones as zones_mod
-
+from nika_brain.support import clock, faults
 
 
 @dataclass(frozen=True)
@@ -88,12 +86,12 @@ def _agent(brain: Brain, wf: Workflow, step: Step) -> str:
     return step.agent or wf.agent or brain.config.default_agent
 
 
-def tier_of(wf: Workflow, step: Step) -> str:
+def tier_of(step: Step) -> str:
     """Tiered close: validated (code/test steps), atomic (everything else)."""
     return "validated" if step.type in ("code", "test") else "atomic"
 
 
-def effective(brain: Brain, wf: Workflow, run: Run | None) -> Workflow:
+def effective(wf: Workflow, run: Run | None) -> Workflow:
     """The workflow with the run's recorded ADAPT changes applied (insert, skip, replace)."""
     if run is None or not run.adaptations:
         return wf
@@ -156,7 +154,7 @@ def step_once(brain: Brain, name: str, now: datetime | None = None) -> Outcome:
         run = runs.load_run(brain, name)
         if run is None:
             raise BrainError(f"workflow {name} has no run (start it with workflow-launch)")
-        wf = effective(brain, find_workflow(brain, name), run)
+        wf = effective(find_workflow(brain, name), run)
         if run.status == "done" and run.report:
             return Outcome(name, "done", f"merged {wf.branch} into {base_of(brain, wf)} "
                                          f"({run.report.get('merge')})")
@@ -392,7 +390,7 @@ def _route(brain: Brain, wf: Workflow, run: Run, c: claims.Claim, now: datetime)
         reindex(brain)
         return Outcome(wf.name, "breaker", run.reason, claim=c.id, gate=out.gate, step=step.id)
     action = {"ok": step.on_done, "partial": step.partial_action, "failed": step.on_fail}[status]
-    if status == "ok" and tier_of(wf, step) == "validated" and not step.test and c.result \
+    if status == "ok" and tier_of(step) == "validated" and not step.test and c.result \
             and c.result.tests_failed is None:
         history = with_history(run, step.id, c.id, status, "gate:no-tests", now)
         return _open_gate(brain, wf, run, gate_id(wf, run, step.id, c.id, "no-tests"),

@@ -8,13 +8,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from nika_brain.state import agents, breakers, claims, locks, zones
-from nika_brain.state.scopes import normalize_scope, scopes_overlap
-
-from nika_brain.support import clock
-from nika_brain.gitrepo import git
 from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
+from nika_brain.gitrepo import git
+from nika_brain.state import agents, breakers, claims, locks, zones
+from nika_brain.state.scopes import normalize_scope, scopes_overlap
+from nika_brain.support import clock
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,8 @@ def launch(brain: Brain, ref: str, *, mode: str = "assisted", wait: bool = False
     if before is not None and before.status == "done" and step is not None and not restart:
         raise Refused(f"workflow {wf.name} is done (merged {(before.report or {}).get('merge')}); "
                       "run it again only when asked: --restart (ORCHESTRATE: rerun)")
-    run = orchestrator.start_run(brain, wf, mode=mode, step=step, context=context, restart=restart)
-    out = drive(brain, wf.name, wait=wait, poll=poll, timeout=timeout, on_event=on_event, mode=run.mode)
+    orchestrator.start_run(brain, wf, mode=mode, step=step, context=context, restart=restart)
+    out = drive(brain, wf.name, wait=wait, poll=poll, timeout=timeout, on_event=on_event)
     if wait and out.status == "done":  # the operator is in the loop: triggered runs start at once
         done = runs.load_run(brain, wf.name)
         for target in (done.report or {}).get("triggered", []) if done else []:
@@ -49,7 +49,7 @@ def _finished(brain: Brain, name: str) -> bool:
 
 
 def drive(brain: Brain, name: str, *, wait: bool = False, poll: float = 1.0, timeout: float | None = None,
-          on_event: Printer | None = None, mode: str = "assisted") -> Outcome:
+          on_event: Printer | None = None) -> Outcome:
     """Run transitions until the workflow needs someone: a human (mode 1) or it ends/blocks."""
     deadline = None if timeout is None else time.monotonic() + timeout
     shown: set[str] = set()
@@ -91,7 +91,7 @@ def _keep_locks(brain: Brain, claim_id: str) -> None:
 
 def _run_satellite(brain: Brain, name: str, out: Outcome) -> None:
     run = runs.load_run(brain, name)
-    wf = orchestrator.effective(brain, find_workflow(brain, name), run)
+    wf = orchestrator.effective(find_workflow(brain, name), run)
     c = claims.load_claim(brain, out.claim)
     step = wf.step(c.step)
     worktree = orchestrator.worktree_of(brain, wf)
@@ -127,7 +127,7 @@ def _context(brain: Brain, c: claims.Claim):
     if run is None:
         return None, None, None
     try:
-        wf = orchestrator.effective(brain, find_workflow(brain, c.workflow), run)
+        wf = orchestrator.effective(find_workflow(brain, c.workflow), run)
         return run, wf, wf.step(c.step)
     except BrainError:
         return run, None, None
@@ -163,7 +163,7 @@ def report(brain: Brain, claim_id: str, status: str, summary: str = "", *, tests
         worktree = orchestrator.worktree_of(brain, wf)
         if worktree.is_dir() and status != "failed":
             warnings += _where_is_the_work(brain, worktree, c, step, empty=empty)
-        if validate and status == "ok" and orchestrator.tier_of(wf, step) == "validated" and step.test:
+        if validate and status == "ok" and orchestrator.tier_of(step) == "validated" and step.test:
             tr = satellites.run_tests(step.test, worktree if worktree.is_dir() else brain.root)
             if not tr.green:
                 signals.emit(brain, "INFO", workflow=wf.name, step=step.id, claim=c.id,
@@ -248,9 +248,7 @@ def resume(brain: Brain, name: str, *, retry: bool = False, skip: bool = False, 
     name = find_workflow(brain, name).name
     if retry or skip:
         halts.resume_halted(brain, name, retry=retry, skip=skip)
-    run = runs.load_run(brain, name)
-    return drive(brain, name, wait=wait, poll=poll, timeout=timeout, on_event=on_event,
-                 mode=run.mode if run else "assisted")
+    return drive(brain, name, wait=wait, poll=poll, timeout=timeout, on_event=on_event)
 
 
 def decide_gate(brain: Brain, gate_id: str, decision: str, *,
@@ -375,7 +373,7 @@ def assisted_hint(brain: Brain, name: str) -> str | None:
     run = runs.load_run(brain, name)
     if run is None:
         return None
-    wf = orchestrator.effective(brain, find_workflow(brain, name), run)
+    wf = orchestrator.effective(find_workflow(brain, name), run)
     worktree = orchestrator.worktree_of(brain, wf)
     settings = satellites.session_settings(brain, run.context.get("kernel"))
     env = f"NIKA_CLAIM={run.claim} " if run.claim else ""

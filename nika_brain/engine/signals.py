@@ -11,9 +11,9 @@ import os
 from datetime import datetime
 from typing import Any
 
-from nika_brain.support import clock
 from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
+from nika_brain.support import clock
 
 CHANNEL = "nika:orchestrator:signals"        # outbound, to brain-hypervisor and friends
 INBOX = "nika:orchestrator:inbox"            # inbound ORCHESTRATE / ADAPT / ABORT

@@ -183,7 +183,7 @@ class OnnxEmbedder:
 
 # ---- registry and configuration ---------------------------------------------------------------
 
-def _e5(cfg: Mapping[str, Any], root: Path | None) -> Embedder:
+def _e5(cfg: Mapping[str, Any], root: Path | None) -> Embedder:  # noqa: ARG001 (the registry signature)
     return E5Embedder(variant=cfg.get("variant", "original"), threads=cfg.get("threads"))
 
 

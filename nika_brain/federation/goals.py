@@ -117,7 +117,7 @@ def settings(brain: Brain | None) -> Settings:
                 try:
                     re.compile(p)
                 except re.error as exc:
-                    raise _bad(f"data_classes[{i}].patterns", f"bad regular expression {p!r}: {exc}")
+                    raise _bad(f"data_classes[{i}].patterns", f"bad regular expression {p!r}: {exc}") from exc
             if regions is not None and (not isinstance(regions, list)
                                         or not all(isinstance(r, str) for r in regions)):
                 raise _bad(f"data_classes[{i}].regions", "must be a list of region names")

@@ -43,7 +43,16 @@ DEFAULT_LEX_WEIGHT = 0.1   # when there are no pseudo-negatives to learn it from
 UNCALIBRATED = 0.5     # confidence threshold when no kernel has two examples to calibrate on
 
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
-STOPWORDS = frozenset(["a", "an", "the", "i", "my", "me", "mine", "you", "your", "yours", "he", "she", "it", "its", "we", "our", "us", "they", "them", "their", "this", "that", "these", "those", "to", "of", "in", "on", "for", "at", "by", "with", "from", "about", "into", "over", "under", "up", "down", "out", "off", "as", "is", "are", "was", "were", "be", "been", "being", "am", "do", "does", "did", "doing", "have", "has", "had", "can", "could", "would", "should", "will", "shall", "may", "might", "must", "what", "how", "when", "where", "who", "whom", "which", "why", "please", "tell", "and", "or", "but", "if", "then", "so", "than", "too", "very", "just", "also", "there", "here", "any", "some", "all", "no", "not", "yes", "hey", "hi", "okay", "ok", "le", "la", "les", "l", "un", "une", "des", "du", "de", "d", "au", "aux", "et", "ou", "mais", "donc", "or", "ni", "car", "que", "qu", "qui", "quoi", "dont", "ou", "est", "sont", "je", "j", "tu", "il", "elle", "on", "nous", "vous", "ils", "elles", "me", "m", "te", "t", "se", "s", "mon", "ma", "mes", "ton", "ta", "tes", "son", "sa", "ses", "notre", "nos", "votre", "vos", "leur", "leurs", "ce", "cet", "cette", "ces", "c", "en", "y", "a", "dans", "sur", "sous", "pour", "par", "avec", "sans", "chez", "vers", "pas", "ne", "n", "plus", "moins", "tres", "bien", "peux", "peut", "pouvez", "veux", "voudrais", "merci", "stp", "svp", "est-ce"])
+STOPWORDS = frozenset("""a an the i my me mine you your yours he she it its we our us they them their this
+that these those
+to of in on for at by with from about into over under up down out off as is are was were be been
+being am do does did doing have has had can could would should will shall may might must what how
+when where who whom which why please tell and or but if then so than too very just also there here
+any some all no not yes hey hi okay ok le la les l un une des du de d au aux et ou mais donc or ni
+car que qu qui quoi dont ou est sont je j tu il elle on nous vous ils elles me m te t se s mon ma
+mes ton ta tes son sa ses notre nos votre vos leur leurs ce cet cette ces c en y a dans sur sous
+pour par avec sans chez vers pas ne n plus moins tres bien peux peut pouvez veux voudrais merci stp
+svp est-ce""".split())
 
 
 def words(text: str) -> list[str]:

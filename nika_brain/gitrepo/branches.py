@@ -16,8 +16,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from nika_brain.gitrepo import git
 from nika_brain.errors import BrainError, DirtyCheckout
+from nika_brain.gitrepo import git
 
 # Files in a worktree's git dir that mean an operation is half done there.
 _IN_PROGRESS = {

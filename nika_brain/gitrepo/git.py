@@ -11,7 +11,6 @@ from pathlib import Path
 
 from nika_brain.errors import BrainError
 
-
 FALLBACK_IDENTITY = {"GIT_AUTHOR_NAME": "nika-brain", "GIT_AUTHOR_EMAIL": "nika-brain@localhost",
                      "GIT_COMMITTER_NAME": "nika-brain", "GIT_COMMITTER_EMAIL": "nika-brain@localhost"}
 _has_identity: dict[str, bool] = {}

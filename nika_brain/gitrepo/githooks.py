@@ -21,8 +21,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from nika_brain.gitrepo import git
 from nika_brain.errors import BrainError
+from nika_brain.gitrepo import git
 
 HOOKS = ("pre-commit", "post-merge", "post-checkout", "post-rewrite")
 MARKER = "# nika-brain-managed-hook"

@@ -84,9 +84,9 @@ def lock_conflicts(state_brain: Brain, paths: list[str], owner: str | None) -> l
 
     Any lock file that cannot be read raises: the caller refuses the commit (fail closed).
     """
-    from nika_brain.support import clock
     from nika_brain.state import scopes
     from nika_brain.state.validate import load
+    from nika_brain.support import clock
     folder = state_brain.locks_dir
     # Every *.yml, hidden ones included: a lock the listing would miss must still guard (fail closed).
     files = sorted(p for p in folder.iterdir() if p.suffix == ".yml") if folder.is_dir() else []

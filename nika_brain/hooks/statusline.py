@@ -15,9 +15,9 @@ from nika_brain.errors import BrainError
 def render_statusline(info: dict[str, Any], env: dict[str, str] | None = None) -> str:
     """One line: kernel, claim and context use of the session described by `info` (the status
     line's stdin). Each part that cannot be known is left out, never guessed."""
-    from nika_brain.state import sessions
-    from nika_brain.claude import transcript
     from nika_brain.brain import Brain
+    from nika_brain.claude import transcript
+    from nika_brain.state import sessions
 
     env = os.environ if env is None else env
     sid = info.get("session_id") if isinstance(info.get("session_id"), str) else None

@@ -12,10 +12,10 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
-from nika_brain.support import clock
 from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
 from nika_brain.state.scopes import check_scope, normalize_scope, scope_slug, scopes_overlap
+from nika_brain.support import clock
 from nika_brain.support.schema import F, fields
 from nika_brain.support.yamlsafe import dumps, load_doc
 
@@ -30,7 +30,8 @@ class Breaker:
     gate: str | None = None
 
 
-_SPEC = {"scope": F(str, required=True, check=check_scope), "fails": F(int, required=True), "tripped": F(bool, required=True),
+_SPEC = {"scope": F(str, required=True, check=check_scope), "fails": F(int, required=True),
+         "tripped": F(bool, required=True),
          "updated": F(str, required=True), "last_claim": F(str), "gate": F(str)}
 
 

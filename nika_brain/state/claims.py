@@ -9,11 +9,12 @@ import re
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
-from nika_brain.support import clock
 from nika_brain.brain import Brain
 from nika_brain.errors import BrainError, InvalidScope, Refused
 from nika_brain.state.scopes import normalize_scope
+from nika_brain.support import clock
 from nika_brain.support.schema import F, fields, name, step_id, step_id_error, step_id_yaml, str_list
 from nika_brain.support.yamlsafe import dumps, load_doc
 
@@ -132,7 +133,7 @@ def load_path(path: Path) -> Claim:
 
 
 def to_dict(c: Claim) -> dict:
-    d = {"id": c.id, "workflow": c.workflow, "theme": c.theme, "step": step_id_yaml(c.step),
+    d: dict[str, Any] = {"id": c.id, "workflow": c.workflow, "theme": c.theme, "step": step_id_yaml(c.step),
          "satellite_type": c.satellite_type, "satellite_level": c.satellite_level, "agent": c.agent,
          "scope": list(c.scope), "zone": c.zone, "story_angle": c.story_angle, "on_done": c.on_done,
          "on_partial": c.on_partial, "on_fail": c.on_fail, "status": c.status,

@@ -142,7 +142,7 @@ def lock_path(brain: Brain, scope: str, owner: str) -> Path:
 
 
 def _dump(lock: Lock) -> str:
-    holder = {"host": lock.holder.host}
+    holder: dict[str, str | int] = {"host": lock.holder.host}
     if lock.holder.pid is not None:
         holder["pid"] = lock.holder.pid
     if lock.holder.started is not None:
@@ -418,7 +418,7 @@ def _try_acquire(brain: Brain, scope: str, owner: str, mode: str, ttl: float, pi
         # not silently become TTL-only.
         holder = mine.holder if mine is not None and pid is None else holder_for(pid)
         lock = Lock(scope, owner, mode, token, acquired, now + timedelta(seconds=ttl), holder, path)
-        brain.write(lock.path, _dump(lock))
+        brain.write(path, _dump(lock))
         _reindex(brain, entries, {path.name: scope}, removed)
         return lock
 
@@ -521,9 +521,10 @@ def renew(brain: Brain, scope: str, owner: str, *, ttl: float | None = None,
     with brain.mutex("locks"):
         before = _read_index(brain)
         lk = _owned(brain, scope, owner)
+        target = lk.path or lock_path(brain, lk.scope, lk.owner)
         new = Lock(lk.scope, lk.owner, lk.mode, lk.token, lk.acquired, now + timedelta(seconds=ttl),
-                   lk.holder, lk.path)
-        brain.write(new.path, _dump(new))
+                   lk.holder, target)
+        brain.write(target, _dump(new))
         if before is not None:
             _reindex(brain, before)  # same files: only the folder's mtime moved
         return new

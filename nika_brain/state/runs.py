@@ -10,9 +10,9 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 
-from nika_brain.support import clock
 from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
+from nika_brain.support import clock
 from nika_brain.support.schema import F, fields, name, step_id, step_id_error
 from nika_brain.support.yamlsafe import dumps, load_doc
 

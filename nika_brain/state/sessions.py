@@ -17,9 +17,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
-from nika_brain.support import clock
 from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
+from nika_brain.support import clock
 
 # Claude session ids are UUIDs; anything path-like must never reach the file system.
 _SID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from nika_brain.state import agents, breakers, claims, gates, grants, locks, runs, workflows, zones
 from nika_brain.brain import CONFIG_NAME, KIND_FOLDERS, STATE_FOLDERS, load_config
 from nika_brain.errors import BrainError
+from nika_brain.state import agents, breakers, claims, gates, grants, locks, runs, workflows, zones
 from nika_brain.support import fsio
 from nika_brain.support.schema import name as schema_name
 from nika_brain.support.yamlsafe import load_doc
@@ -177,7 +177,7 @@ class _Checker:
                     f"for this brain ({pub}) to check its signature; the orchestrator treats it as "
                     "pending")
         from nika_brain.state.gates import authentic
-        why = authentic(_RootOnly(self.root), g)
+        why = authentic(_RootOnly(self.root), g)  # type: ignore[arg-type]  # only .root is read
         return f"not an authentic decision: {why}" if why else None
 
     def cross_check(self) -> None:
@@ -233,17 +233,17 @@ def _line(path: Path, keypath: tuple) -> int | None:
 
 def _walk_brain(root: Path) -> Iterable[tuple[str, Path]]:
     """(kind, path) of every brain file by location, in a stable order."""
-    for rel in (CONFIG_NAME, "brain/KERNEL.md"):
+    for rel, kind in ((CONFIG_NAME, "config"), ("brain/KERNEL.md", "zones")):
         if (root / rel).is_file():
-            yield kind_of(rel), root / rel
+            yield kind, root / rel
     for folder in _WALK:
         d = root / folder
         if not d.is_dir():
             continue
         for p in sorted(d.iterdir()):
-            kind = kind_of(f"{folder}/{p.name}")
-            if kind and not p.is_dir():
-                yield kind, p
+            found = kind_of(f"{folder}/{p.name}")
+            if found and not p.is_dir():
+                yield found, p
     kdir = root / "kernels"
     if kdir.is_dir():
         for p in sorted(kdir.iterdir()):
@@ -303,8 +303,8 @@ def _check_given(checker: _Checker, root: Path, given: Path, display: str) -> No
         return
     if path.is_dir():
         if rel == ".":
-            for kind, p in _walk_brain(root):
-                checker.check(kind, p, _rel(root, p) or str(p))
+            for walked, p in _walk_brain(root):
+                checker.check(walked, p, _rel(root, p) or str(p))
             return
         for dirpath, dirnames, filenames in os.walk(path):
             dirnames[:] = sorted(d for d in dirnames if d not in (".git", ".nika"))

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nika_brain.brain import Brain
-from nika_brain.state.claims import LEVELS, SATELLITE_TYPES
 from nika_brain.errors import BrainError
+from nika_brain.state.claims import LEVELS, SATELLITE_TYPES
 from nika_brain.state.scopes import normalize_scope
 from nika_brain.support.schema import F, fields, name, step_id, step_id_error, str_list
 from nika_brain.support.yamlsafe import Doc, load_doc

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nika_brain.state.agents import front_matter
 from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
+from nika_brain.state.agents import front_matter
 from nika_brain.state.scopes import covers, normalize_scope
 from nika_brain.support.schema import F, fields, name, str_list
 

@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 
 from nika_brain import bus
-from nika_brain.engine import signals
 from nika_brain.brain import Brain
+from nika_brain.engine import signals
 from nika_brain.errors import BrainError
 from tests.kit.brain import make_brain
 from tests.kit.redis import nothing_listening

@@ -185,7 +185,7 @@ def test_test_and_code_steps_close_validated_others_atomic():
         f"  - step: {i}\n    type: {t}\n    scope: s{i}/\n"
         for i, t in enumerate(claims.SATELLITE_TYPES, 1)), "<t>")
     wf = workflows.build(doc)
-    tiers = {s.type: orchestrator.tier_of(wf, s) for s in wf.chain}
+    tiers = {s.type: orchestrator.tier_of(s) for s in wf.chain}
     assert tiers == {"code": "validated", "test": "validated", "brain-write": "atomic",
                      "deploy": "atomic", "search": "atomic"}
 

@@ -6,9 +6,8 @@ import threading
 
 import pytest
 
-from nika_brain.state import kernels, sessions
 from nika_brain.errors import BrainError
-
+from nika_brain.state import kernels, sessions
 from tests.kit.claude import hook_brain
 
 

@@ -13,9 +13,8 @@ from pathlib import Path
 import pytest
 
 from nika_brain.claude import settings as claude_settings
-from nika_brain.state import sessions
 from nika_brain.errors import BrainError
-
+from nika_brain.state import sessions
 from tests.kit.claude import FIXTURES, SID, bound_env, clean_env, fixture, hook_brain
 
 EVENTS = ("PreToolUse", "PostToolUse", "UserPromptSubmit", "SessionStart", "Stop", "PreCompact",

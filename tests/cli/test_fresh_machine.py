@@ -6,7 +6,6 @@ import subprocess
 import sys
 
 from nika_brain.gitrepo.git import FALLBACK_IDENTITY
-
 from tests.kit.brain import IDENTITY
 
 

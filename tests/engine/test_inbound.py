@@ -7,7 +7,6 @@ from __future__ import annotations
 from nika_brain.bus import open_bus
 from nika_brain.engine.signals import INBOX
 from nika_brain.support.yamlsafe import load_file
-
 from tests.kit.brain import git_out as git
 from tests.kit.orch import claims_of, journal, nb, open_claim_id, orch_brain, run_file, satellite_config
 

@@ -7,12 +7,21 @@ import subprocess
 
 import pytest
 
-from nika_brain.engine import index
 from nika_brain.brain import Brain
+from nika_brain.engine import index
 from nika_brain.errors import BrainError
-
-from tests.kit.brain import (GOLDEN, PYTHON_NIKA, populate_golden, put_claim, put_gate, put_kernel,
-                       put_lock, put_run, put_workflow, write)
+from tests.kit.brain import (
+    GOLDEN,
+    PYTHON_NIKA,
+    populate_golden,
+    put_claim,
+    put_gate,
+    put_kernel,
+    put_lock,
+    put_run,
+    put_workflow,
+    write,
+)
 
 
 def test_golden_index(brain):

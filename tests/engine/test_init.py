@@ -7,15 +7,14 @@ import subprocess
 
 import pytest
 
-from nika_brain.state import agents, zones
-from nika_brain.gitrepo import githooks
-from nika_brain.engine import index
 from nika_brain.brain import Brain, load_config
-from nika_brain.errors import BrainError
+from nika_brain.engine import index
 from nika_brain.engine.init import TEMPLATE_ROOT, init, template_files
+from nika_brain.errors import BrainError
+from nika_brain.gitrepo import githooks
+from nika_brain.state import agents, zones
 from nika_brain.state.validate import validate
 from nika_brain.state.workflows import load_workflow
-
 from tests.kit.brain import PYTHON_NIKA, git, out, snapshot, write
 
 LAYOUT = ["nika-brain.yml", "BRAIN-INDEX.md", ".gitignore", "brain/KERNEL.md",
@@ -133,6 +132,7 @@ def test_the_template_files_all_validate_and_the_package_ships_them():
 
 def test_the_config_template_shows_every_setting_with_its_default():
     from dataclasses import fields as dc_fields
+
     from nika_brain.brain import Config
     text = (TEMPLATE_ROOT / "nika-brain.yml").read_text()
     for f in dc_fields(Config):

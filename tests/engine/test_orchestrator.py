@@ -5,7 +5,6 @@ import pytest
 
 from nika_brain.support import faults
 from nika_brain.support.yamlsafe import load_file
-
 from tests.kit.brain import git_out as git
 from tests.kit.orch import journal, nb, open_claim_id, orch_brain, run_file, worktree
 

@@ -12,7 +12,6 @@ import os
 import sys
 
 from nika_brain.support.yamlsafe import load_file
-
 from tests.kit.brain import git_out as git
 from tests.kit.orch import SATELLITE, claims_of, journal, nb, orch_brain, run_file, satellite_config, worktree
 

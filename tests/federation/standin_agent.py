@@ -11,7 +11,8 @@ Headless (headless runtime): `standin_agent.py -p PROMPT --output-format json (-
 prints Claude Code's headless JSON result object.
 
 A UserPromptSubmit hook answering `decision: block` erases the prompt (no turn, answer `blocked:
-<reason>`), as Claude Code does. Words in a prompt are instructions: `alloc=MB` allocates and touches MB megabytes (to cross a memory
+<reason>`), as Claude Code does. Words in a prompt are instructions: `alloc=MB` allocates and touches MB
+megabytes (to cross a memory
 limit), `crash` exits 3 at once, `sleep=S` waits S seconds before answering, `env=NAME` says whether NAME
 is in its environment (never its value). The answer is
 `stand-in answer to: <prompt>` followed by any hook context it was given (directives).

@@ -10,7 +10,6 @@ from nika_brain.bus import GOALS, open_bus
 from nika_brain.errors import BrainError
 from nika_brain.federation import goals, router
 from nika_brain.federation.triage import clauses, triage
-from tests.kit.brain import make_brain
 from tests.federation.triagekit import (
     ALPHA,
     BETA,
@@ -21,6 +20,7 @@ from tests.federation.triagekit import (
     seed_kernels,
     write_kernel,
 )
+from tests.kit.brain import make_brain
 
 CONFIG = "version: 1\nlock_poll: 0.01\nfederation:\n  triage: {default: kernel-generalist}\n"
 

@@ -11,9 +11,9 @@ import textwrap
 import pytest
 
 from nika_brain.federation import goals
-from tests.kit.brain import make_brain
 from tests.federation.chroma_server import chroma_server  # noqa: F401  (fixture)
 from tests.federation.triagekit import ALPHA, GAMMA, seed_kernels, write_kernel
+from tests.kit.brain import make_brain
 
 CONFIG = "version: 1\nlock_poll: 0.01\nfederation:\n  triage: {default: kernel-generalist}\n"
 

@@ -13,8 +13,8 @@ import pytest
 from nika_brain.brain import Brain
 from nika_brain.errors import EXIT_BUSY, BrainError
 from nika_brain.federation import chroma
-from tests.kit.brain import make_brain
 from tests.federation.chroma_server import chroma_server  # noqa: F401  (fixture)
+from tests.kit.brain import make_brain
 from tests.kit.redis import free_port
 
 

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from nika_brain.engine import gatebackends
-from nika_brain.state import gates
 from nika_brain.brain import Brain
+from nika_brain.engine import gatebackends
 from nika_brain.errors import BrainError
-
+from nika_brain.state import gates
 from tests.kit.orch import orch_brain
 
 WF = """name: g

@@ -136,7 +136,7 @@ def test_decision_reads_every_page(gate, github_standin, pr):
         github_standin.add_review(pr, f"user{i % 7}", "COMMENTED")
     github_standin.add_review(pr, "alice", "APPROVED")       # review 151, on page 2
     assert gate.decision(pr) == ("approved", "alice")
-    for i in range(60):
+    for _ in range(60):
         github_standin.add_review(pr, "bob", "COMMENTED")
     github_standin.add_review(pr, "alice", "CHANGES_REQUESTED")  # review 212, on page 3
     assert gate.decision(pr) == ("rejected", "alice")
@@ -146,7 +146,7 @@ def test_decision_reads_every_page(gate, github_standin, pr):
 
 
 def test_exactly_one_full_page(gate, github_standin, pr):
-    for i in range(99):
+    for _ in range(99):
         github_standin.add_review(pr, "bob", "COMMENTED")
     github_standin.add_review(pr, "bob", "APPROVED")
     assert gate.decision(pr) == ("approved", "bob")

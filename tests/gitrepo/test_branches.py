@@ -8,9 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from nika_brain.gitrepo import git
-from nika_brain.gitrepo.branches import MergeResult, merge_theme_branch, open_theme_branch, remove_theme_worktree, theme_worktree_path
 from nika_brain.errors import BrainError
+from nika_brain.gitrepo import git
+from nika_brain.gitrepo.branches import (
+    MergeResult,
+    merge_theme_branch,
+    open_theme_branch,
+    remove_theme_worktree,
+    theme_worktree_path,
+)
 
 
 @pytest.fixture(autouse=True)

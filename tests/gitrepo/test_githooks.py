@@ -8,10 +8,9 @@ import sys
 
 import pytest
 
-from nika_brain.gitrepo import githooks
 from nika_brain.errors import BrainError
-
-from tests.kit.brain import (commit, git, out, put_claim, put_gate, put_lock, write)
+from nika_brain.gitrepo import githooks
+from tests.kit.brain import commit, git, out, put_claim, put_gate, put_lock, write
 
 FUTURE = "2999-01-01T00:00:00Z"
 

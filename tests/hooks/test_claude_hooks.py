@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from nika_brain.state import claims, kernels, locks, sessions
 from nika_brain.brain import Brain
-
+from nika_brain.state import claims, kernels, locks, sessions
 from tests.kit.brain import git_out as git
 from tests.kit.claude import FIXTURES, SID, bound_env, clean_env, fixture, hook
 

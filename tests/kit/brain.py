@@ -7,12 +7,17 @@ into a test (NIKA_*, CLAUDECODE) are removed.
 """
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 from nika_brain.brain import CONFIG_NAME, Brain
+from nika_brain.engine.init import init
+from nika_brain.state import scopes
+from nika_brain.support.yamlsafe import dumps
 
 IDENTITY = {"GIT_AUTHOR_NAME": "Nika Test", "GIT_AUTHOR_EMAIL": "nika@example.invalid",
             "GIT_COMMITTER_NAME": "Nika Test", "GIT_COMMITTER_EMAIL": "nika@example.invalid"}
@@ -36,16 +41,6 @@ def make_brain(root: Path, config: str = MINIMAL_CONFIG) -> Brain:
     git_out(root, "add", CONFIG_NAME, ".gitignore")
     git_out(root, "commit", "-q", "-m", "init brain")
     return Brain.at(root)
-
-import hashlib
-import re
-
-
-
-from nika_brain.state import scopes
-from nika_brain.engine.init import init
-from nika_brain.support.yamlsafe import dumps
-
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"
 PYTHON_NIKA = f"{sys.executable} -m nika_brain"   # what the scripts run instead of `nika-brain`

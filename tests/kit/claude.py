@@ -9,7 +9,6 @@ from pathlib import Path
 
 from nika_brain.brain import Brain
 from nika_brain.state import claims, locks
-
 from tests.kit.brain import make_brain
 from tests.kit.orch import CARD
 

@@ -16,12 +16,11 @@ Use the `github_standin` fixture (registered in tests/kit/fixtures.py) or
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
 import re
 import threading
 import urllib.parse
+from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 
 _PULLS = re.compile(r"^/repos/([^/]+)/([^/]+)/pulls$")
 _REVIEWS = re.compile(r"^/repos/([^/]+)/([^/]+)/pulls/(\d+)/reviews$")

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 from nika_brain.brain import Brain
-
-from tests.kit.brain import git_out as git, make_brain
+from tests.kit.brain import git_out as git
+from tests.kit.brain import make_brain
 
 KERNEL = """---
 zones:
@@ -45,7 +45,8 @@ Work inside the claim's scope, then report with `nika-brain claim close`.
 """
 
 
-def orch_brain(root: Path, workflows: dict[str, str], *, config: str = "", files: dict[str, str] | None = None) -> Brain:
+def orch_brain(root: Path, workflows: dict[str, str], *, config: str = "",
+               files: dict[str, str] | None = None) -> Brain:
     make_brain(root, "version: 1\nlock_poll: 0.01\nfsync: false\n" + config)
     (root / "brain").mkdir()
     (root / "brain" / "KERNEL.md").write_text(KERNEL)

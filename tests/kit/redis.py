@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-
 START_TIMEOUT = 20.0
 
 

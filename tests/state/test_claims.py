@@ -6,9 +6,9 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from nika_brain.errors import EXIT_REFUSED, BrainError, Invalid
 from nika_brain.state import claims
 from nika_brain.support import clock
-from nika_brain.errors import EXIT_REFUSED, BrainError, Invalid
 from nika_brain.support.yamlsafe import dumps, load_file
 
 T0 = datetime(2031, 5, 6, 7, 8, 9, tzinfo=timezone.utc)

@@ -15,10 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from nika_brain.support import clock
-from nika_brain.state import locks
-from nika_brain.state import scopes
 from nika_brain.errors import EXIT_BUSY, EXIT_REFUSED, BrainError
+from nika_brain.state import locks, scopes
+from nika_brain.support import clock
 from nika_brain.support.yamlsafe import dump_plain, dumps, load_file
 
 T0 = datetime(2031, 5, 6, 7, 8, 9, tzinfo=timezone.utc)

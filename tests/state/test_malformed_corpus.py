@@ -12,12 +12,11 @@ from dataclasses import dataclass
 
 import pytest
 
-from nika_brain.errors import BrainError
 from nika_brain.engine.init import TEMPLATE_ROOT
+from nika_brain.errors import BrainError
 from nika_brain.state.validate import load
 from nika_brain.support.yamlsafe import MAX_BYTES, MAX_DEPTH, dumps, loads
-
-from tests.kit.brain import (breaker_doc, claim_doc, gate_doc, lock_doc, run_doc, write)
+from tests.kit.brain import breaker_doc, claim_doc, gate_doc, lock_doc, run_doc, write
 
 CLAIM_ID = "sess-20260317-1000-corpus-step-1"
 
@@ -179,7 +178,7 @@ def _yaml_cases(kind: str, rel: str, base, nested: list) -> list[Case]:
     add("huge comment", "#" + "y" * (MAX_BYTES + 10) + "\n" + text, True)
     # Encoding: invalid UTF-8 anywhere, NUL and control characters.
     raw = _wrap(kind, text).encode("utf-8")
-    for i, pos in enumerate((0, len(raw) // 3, len(raw) // 2, len(raw) - 1)):
+    for pos in (0, len(raw) // 3, len(raw) // 2, len(raw) - 1):
         add(f"invalid utf-8 at {pos}", raw[:pos] + b"\xff\xfe\xc3" + raw[pos:], True)
     add("latin-1 text", _wrap(kind, text + "note: 'caf\u00e9'\n").encode("latin-1", "replace")
         .replace(b"caf?", b"caf\xe9"), True)

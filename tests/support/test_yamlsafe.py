@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from nika_brain.state import locks
 from nika_brain.brain import CONFIG_NAME, load_config
 from nika_brain.errors import BrainError
+from nika_brain.state import locks
 from nika_brain.support.yamlsafe import MAX_BYTES, MAX_DEPTH, MAX_NODES, dumps, load_doc, load_file, loads
 
 

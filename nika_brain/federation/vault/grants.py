@@ -20,7 +20,6 @@ from nika_brain.support import clock
 from nika_brain.support.yamlsafe import dumps
 
 
-
 def active_for(brain: Brain, reader: str, *, now: datetime | None = None) -> dict[str, Grant]:
     """owner -> grant, for the grants that let `reader` read now."""
     now = now or clock.now()

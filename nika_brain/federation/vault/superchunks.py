@@ -6,7 +6,8 @@ merged when its weight (members plus their dropped duplicates) reaches `merge_mi
 is extractive by default (the seed's text, then the sentences the others add), or the output of
 `superchunk_command` (argv; the members' texts on stdin, separated by lines of `---`). It keeps the
 links both ways: `replaces` on the super-chunk, `superseded_by` on each member; the members move to
-the kernel's `merged` collection, which default queries skip (`--all` includes it). Only one kernel's records are ever read for its super-chunks.
+the kernel's `merged` collection, which default queries skip (`--all` includes it). Only one kernel's records
+are ever read for its super-chunks.
 """
 from __future__ import annotations
 
