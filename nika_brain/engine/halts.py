@@ -26,7 +26,7 @@ def resume_halted(brain: Brain, name: str, *, retry: bool = False, skip: bool = 
         if run is None or not (run.status == "blocked" and run.halted):
             raise Invalid(f"workflow {name} is not halted ({run.status if run else 'no run'}): "
                           f"go on with `nika-brain workflow resume {name}`")
-        wf = orch.effective(brain, find_workflow(brain, name), run)
+        wf = orch.effective(find_workflow(brain, name), run)
         step = wf.step(run.cursor)
         if retry:
             run = runs.update(brain, run, status="running", reason="", halted=False)
