@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from nika_brain.brain import Brain
+from nika_brain.brain import STATE_FOLDERS, Brain, is_state_path
 from nika_brain.errors import BrainError
 from nika_brain.state.claims import LEVELS, SATELLITE_TYPES
 from nika_brain.state.scopes import normalize_scope
@@ -160,6 +160,11 @@ def _step(doc: Doc, data, i: int) -> Step:
         scopes = tuple(normalize_scope(s) for s in scope)
     except BrainError as exc:
         raise doc.error(exc.message, "chain", i, "scope") from exc
+    for s in scopes:
+        if s != "." and is_state_path(s.rstrip("/")):
+            raise doc.error(f"scope {s} lies in a folder only nika-brain writes "
+                            f"({', '.join(f'{d}/' for d in STATE_FOLDERS)}): a step cannot work there",
+                            "chain", i, "scope")
     actions = {}
     for key in ("on_done", "on_partial", "on_fail"):
         if v[key] is not None:

@@ -162,3 +162,17 @@ def test_problem_formats():
     assert str(Problem("a.yml", None, "k", "bad")) == "a.yml: k: bad"
     assert str(Problem("a.yml", 2, None, "bad")) == "a.yml:2: bad"
     assert str(Problem("a.yml", None, None, "bad")) == "a.yml: bad"
+
+
+def test_a_step_scope_in_a_state_folder_or_outside_the_repository_is_a_validation_error(ibrain, cli):
+    root = ibrain.root
+    for name, scope in (("in-claims", "claims/"), ("in-gates", "gates/g1.yml"), ("index", "BRAIN-INDEX.md"),
+                        ("outside", "../elsewhere/"), ("fine", "src/ok/")):
+        doc = {"name": name, "branch": f"theme/{name}",
+               "chain": [{"step": 1, "type": "code", "scope": scope, "zone": "project"}]}
+        write(root, f"workflows/{name}.yml", doc)
+    proc = cli("validate", "workflows/", cwd=root)
+    assert proc.returncode == 1
+    bad = {line.split(":", 1)[0] for line in proc.stdout.splitlines() if "chain.0.scope" in line}
+    assert bad == {f"workflows/{n}.yml" for n in ("in-claims", "in-gates", "index", "outside")}
+    assert "only nika-brain writes" in proc.stdout and "inside the brain" in proc.stdout
