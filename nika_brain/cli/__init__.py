@@ -52,8 +52,21 @@ def json_object(text: str, what: str) -> dict:
     return value
 
 
-def _register() -> None:
+# Top-level commands that one module owns entirely: a call of one of them imports only that module
+# (a cold `nika-brain triage` or `rag query` does not pay for the workflow commands). Anything else
+# (help, `kernel`, which several modules extend) registers every module.
+_OWNER = {"triage": "triage", "rag": "rag", "bus": "bus", "claude": "claude", "federation": "federation",
+          "registry": "registry", "operator": "operator", "doctor": "operator", "init": "index",
+          "validate": "index", "index": "index", "hooks": "index"}
+
+
+def _register(argv: list[str] | None = None) -> None:
     # Command modules attach themselves to `app` (and its sub-apps) on import.
+    owner = _OWNER.get(argv[0]) if argv else None
+    if owner:
+        import importlib
+        importlib.import_module(f"nika_brain.cli.{owner}")
+        return
     from nika_brain.cli import (  # noqa: F401  # noqa: F401
         bus,
         claude,
@@ -78,7 +91,7 @@ def run(argv: list[str]) -> int:
     except ImportError:  # pragma: no cover - older typer uses click itself
         from click import exceptions as click_exc
     app = __getattr__("app") if "app" not in globals() else globals()["app"]
-    _register()
+    _register(argv)
     try:
         # Without standalone mode click returns (not raises) a typer.Exit's code.
         rv = app(args=argv, prog_name="nika-brain", standalone_mode=False)
