@@ -142,9 +142,11 @@ def cold_processes(runs: int) -> dict:
                 {"id": e.id, "goal": e.goal, "tags": list(e.domains), "examples": list(e.examples)}))
         brain = Brain.at(root)
         goals.refresh(brain, store=False)
-        env = dict(os.environ, PYTHONPATH=str(ROOT), NIKA_BRAIN_DIR=str(root),
-                   PYTHONPYCACHEPREFIX=str(Path(tmp) / "pycache"))
+        # Bytecode cached, as in an installed tool: the first round writes it (a sandbox may set
+        # PYTHONDONTWRITEBYTECODE, which would make every "cold" run compile everything again).
+        env = dict(os.environ, PYTHONPATH=str(ROOT), NIKA_BRAIN_DIR=str(root))
         env.pop("NIKA_EMBED_CACHE", None)
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
         probe = ("import runpy, sys, time; t=time.perf_counter(); sys.argv=['nika-brain','triage',"
                  "'vérifie les sauvegardes du serveur de fichiers'];\n"
                  "from nika_brain.__main__ import main\ncode=main(sys.argv[1:])\n"
