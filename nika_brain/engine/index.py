@@ -213,8 +213,8 @@ def _yaml_rows(brain: Brain, folder: Path) -> list[tuple[str, dict]]:
 
 
 def federation_rows(brain: Brain) -> dict:
-    """Work stealing (journal), handovers (registry/handovers/) and pending spawn proposals
-    (proposals/), read from files; the federation package writes them."""
+    """Work stealing (journal), handovers (registry/handovers/), pending spawn proposals
+    (proposals/) and vault read grants (grants/), read from files; the federation package writes them."""
     steal = [{"kernel": k, **v} for k, v in sorted(stealing_counts(brain).items())]
     handovers = [{"successor": name, "from_kernel": h.get("from_kernel"),
                   "from_session": h.get("from_session"), "pct": h.get("pct"), "root": h.get("root"),
@@ -223,7 +223,10 @@ def federation_rows(brain: Brain) -> dict:
     pending = [{"id": p.get("id"), "trigger": p.get("trigger"), "kernel": p.get("kernel") or "",
                 "goal": p.get("goal"), "memory": p.get("memory_estimate"), "gate": p.get("gate")}
                for _, p in _yaml_rows(brain, brain.root / "proposals") if p.get("status") == "pending"]
-    return {"stealing": steal, "handovers": handovers, "proposals": pending}
+    grants = [{"owner": g.get("owner"), "reader": g.get("reader"),
+               "levels": ", ".join(map(str, g.get("levels") or [])) or "all", "until": g.get("until") or "-"}
+              for _, g in _yaml_rows(brain, brain.grants_dir)]
+    return {"stealing": steal, "handovers": handovers, "proposals": pending, "grants": grants}
 
 
 def model(brain: Brain) -> dict:

@@ -46,6 +46,9 @@ def test_grant_and_revoke_are_files_in_the_brain_and_journaled(kbrain, cli):
     assert data["owner"] == "alpha" and data["reader"] == "beta" and data["levels"] == ["task"]
     assert data["until"] == "2999-01-01T00:00:00Z"
     assert cli("rag", "grants").stdout.startswith("alpha -> beta\ttask")
+    assert cli("index").returncode == 0  # grants are visible in BRAIN-INDEX.md
+    assert "| `alpha` | `beta` | task | 2999-01-01T00:00:00Z |" in (kbrain.root / "BRAIN-INDEX.md").read_text()
+    assert cli("validate", "grants/").returncode == 0
     assert cli("rag", "revoke", "alpha", "beta").returncode == 0
     assert not path.exists()
     again = cli("rag", "revoke", "alpha", "beta")
