@@ -26,6 +26,7 @@ sys.path.insert(0, str(ROOT))
 from nika_brain.brain import Brain  # noqa: E402
 from nika_brain.federation import health, registry, verbs  # noqa: E402
 from tests.kit import wait  # noqa: E402
+from tests.kit.brain import IDENTITY  # noqa: E402
 
 STANDIN = ROOT / "tests" / "federation" / "standin_agent.py"
 
@@ -37,13 +38,7 @@ def until(fn, timeout=60.0):
 def one(tmp: Path) -> float:
     root = tmp / "brain"
     root.mkdir(parents=True)
-    env = {
-        **os.environ,
-        "GIT_AUTHOR_NAME": "b",
-        "GIT_AUTHOR_EMAIL": "b@b",
-        "GIT_COMMITTER_NAME": "b",
-        "GIT_COMMITTER_EMAIL": "b@b",
-    }
+    env = {**os.environ, **IDENTITY}
     fed = {
         "agent_command": [sys.executable, str(STANDIN)],
         "tmux_socket": str(tmp / "tmux.sock"),
