@@ -134,21 +134,18 @@ def test_saturation_through_the_stop_hook(brain, tmp_path):
     assert again is not None and again["measures"]["mean"] > 90
 
 
+def _rnd_doctrine(folder, external_writes: str) -> None:
+    """The R&D doctrine of kernel alpha, with the external_writes invariant given."""
+    (folder / "rnd-exploration.yml").write_text(dumps({
+        "id": "rnd-exploration", "title": "R&D explores", "status": "active", "kernels": ["alpha"],
+        "invariants": {"external_writes": external_writes, "tests": "required"}}))
+
+
 def test_doctrine_conflict(brain):
     add_kernel(brain, doctrine="client-validation")
     folder = brain.root / "doctrines"
     folder.mkdir()
-    (folder / "rnd-exploration.yml").write_text(
-        dumps(
-            {
-                "id": "rnd-exploration",
-                "title": "R&D explores",
-                "status": "active",
-                "kernels": ["alpha"],
-                "invariants": {"external_writes": "allowed", "tests": "required"},
-            }
-        )
-    )
+    _rnd_doctrine(folder, "allowed")
     (folder / "client-validation.yml").write_text(
         dumps(
             {
@@ -173,17 +170,7 @@ def test_doctrine_conflict(brain):
     no_spawn(brain, "alpha")
     proposals.decide(brain, p["id"], "reject")
     assert triggers.check_doctrine(brain, "alpha") is None
-    (folder / "rnd-exploration.yml").write_text(
-        dumps(
-            {
-                "id": "rnd-exploration",
-                "title": "R&D explores",
-                "status": "active",
-                "kernels": ["alpha"],
-                "invariants": {"external_writes": "sandbox-only", "tests": "required"},
-            }
-        )
-    )
+    _rnd_doctrine(folder, "sandbox-only")
     assert triggers.check_doctrine(brain, "alpha") is not None  # the measure changed
     (folder / "bad.yml").write_text("id: bad\ninvariants: []\n")
     with pytest.raises(BrainError, match="needs invariants"):
