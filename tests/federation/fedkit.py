@@ -45,3 +45,10 @@ def fbrain(brain, tmp_path):
         limits.remove_groups(limits.group_name(b.root, d.name))
 
 
+
+
+def transcript_turn(path: Path, *, input_tokens: int, model: str, text: str) -> None:
+    """A Claude Code transcript of one assistant message that used `input_tokens` of context."""
+    path.write_text(json.dumps({"type": "assistant", "message": {
+        "id": "m1", "role": "assistant", "model": model, "content": [{"type": "text", "text": text}],
+        "usage": {"input_tokens": input_tokens, "output_tokens": 1}}}) + "\n")

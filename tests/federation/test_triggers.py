@@ -15,7 +15,7 @@ from nika_brain.federation import proposals, triggers
 from nika_brain.state import gates, kernels
 from nika_brain.support.yamlsafe import dumps
 
-from .fedkit import configure, fbrain, until  # noqa: F401
+from .fedkit import configure, fbrain, transcript_turn, until  # noqa: F401
 
 GOAL = "IT operations: servers, backups, network and user accounts"
 TOPICS = {
@@ -101,21 +101,7 @@ def test_saturation_through_the_stop_hook(brain, tmp_path):
     brain = configure(brain, tmp_path, handover={"window": 10000, "threshold": 99})
     add_kernel(brain)
     transcript = tmp_path / "t.jsonl"
-    transcript.write_text(
-        json.dumps(
-            {
-                "type": "assistant",
-                "message": {
-                    "id": "m1",
-                    "role": "assistant",
-                    "model": "x",
-                    "content": [{"type": "text", "text": "ok"}],
-                    "usage": {"input_tokens": 8000, "output_tokens": 1},
-                },
-            }
-        )
-        + "\n"
-    )
+    transcript_turn(transcript, input_tokens=8000, model="x", text="ok")
     from nika_brain.state import sessions
 
     sessions.bind(brain, "s1", kernel="alpha", claim=None)
