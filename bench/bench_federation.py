@@ -37,6 +37,7 @@ from nika_brain import bus  # noqa: E402
 from nika_brain.brain import Brain  # noqa: E402
 from nika_brain.federation import health, runtimes, supervisor, verbs  # noqa: E402
 from nika_brain.state import locks  # noqa: E402
+from tests.kit.wait import until  # noqa: E402
 
 STANDIN = ROOT / "tests" / "federation" / "standin_agent.py"
 
@@ -51,13 +52,7 @@ def make_brain(folder: Path, **fed) -> Brain:
 
 
 def wait_for(fn, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = fn()
-        if v:
-            return v
-        time.sleep(0.005)
-    raise RuntimeError("timed out")
+    return until(fn, timeout, every=0.005)
 
 
 def rss_kb(pid: int) -> int:

@@ -18,7 +18,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -26,30 +25,20 @@ sys.path.insert(0, str(ROOT))
 
 from nika_brain.brain import Brain  # noqa: E402
 from nika_brain.federation import health, registry, verbs  # noqa: E402
+from tests.kit import wait  # noqa: E402
+from tests.kit.brain import IDENTITY  # noqa: E402
 
 STANDIN = ROOT / "tests" / "federation" / "standin_agent.py"
 
 
 def until(fn, timeout=60.0):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = fn()
-        if v:
-            return v
-        time.sleep(0.02)
-    raise SystemExit(f"timed out: {fn}")
+    return wait.until(fn, timeout, every=0.02)
 
 
 def one(tmp: Path) -> float:
     root = tmp / "brain"
     root.mkdir(parents=True)
-    env = {
-        **os.environ,
-        "GIT_AUTHOR_NAME": "b",
-        "GIT_AUTHOR_EMAIL": "b@b",
-        "GIT_COMMITTER_NAME": "b",
-        "GIT_COMMITTER_EMAIL": "b@b",
-    }
+    env = {**os.environ, **IDENTITY}
     fed = {
         "agent_command": [sys.executable, str(STANDIN)],
         "tmux_socket": str(tmp / "tmux.sock"),

@@ -31,21 +31,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-CARD = """---
-name: satellite-boot
-type: protocol
-context_tier: warm
-status: active
-brain:
-  scope: project
-  owner: human
-  writer: human
-  lifecycle: permanent
-  ipc:
-    zone_access: [project]
----
-A satellite.
-"""
+from tests.kit.orch import CARD  # noqa: E402  (the satellite card of the orchestrator tests)
+
 KERNEL_MD = """---
 zones:
   - name: state
@@ -67,7 +54,7 @@ def make_brain(root: Path, n_locks: int, n_claims: int) -> str:
     (root / "brain").mkdir()
     (root / "brain" / "KERNEL.md").write_text(KERNEL_MD)
     (root / "agents").mkdir()
-    (root / "agents" / "satellite-boot.md").write_text(CARD)
+    (root / "agents" / "satellite-boot.md").write_text(CARD.format(name="satellite-boot", zones="project"))
     brain = Brain.at(root)
     claim = claims.open_claim(brain, workflow="auth", step=1, satellite_type="code", scope=["src/auth/"])
     now = datetime.now(timezone.utc)

@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 from nika_brain import bus as busmod  # noqa: E402
 from nika_brain.brain import Brain  # noqa: E402
 from nika_brain.federation import stealing  # noqa: E402
+from tests.kit.brain import IDENTITY  # noqa: E402
 from tests.kit.redis import RedisServer  # noqa: E402
 
 PROGRAM = """
@@ -50,13 +51,7 @@ CONFIG = "version: 1\nfederation:\n  stealing: {threshold: 0.8, window: 0.2}\n"
 
 def brain_at(root: Path) -> Brain:
     root.mkdir(parents=True)
-    env = {
-        **os.environ,
-        "GIT_AUTHOR_NAME": "b",
-        "GIT_AUTHOR_EMAIL": "b@b",
-        "GIT_COMMITTER_NAME": "b",
-        "GIT_COMMITTER_EMAIL": "b@b",
-    }
+    env = {**os.environ, **IDENTITY}
     subprocess.run(["git", "init", "-q", "-b", "main", str(root)], check=True, env=env)
     (root / "nika-brain.yml").write_text(CONFIG)
     (root / ".gitignore").write_text(".nika/\n")

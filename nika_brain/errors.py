@@ -69,6 +69,13 @@ class Refused(BrainError):
     exit_code = 6
 
 
+def os_error_line(exc: OSError) -> str:
+    """One line for a path the file system refuses (name too long, permission...), never a traceback."""
+    name = str(exc.filename or "")
+    name = name if len(name) <= 120 else name[:117] + "..."
+    return f"nika-brain: {name + ': ' if name else ''}{exc.strerror or exc}"
+
+
 EXIT_BUSY = Busy.exit_code
 EXIT_BLOCKED = Blocked.exit_code
 EXIT_GATE_PENDING = GatePending.exit_code

@@ -13,16 +13,7 @@ from nika_brain.support import clock, fsio
 if TYPE_CHECKING:
     from nika_brain.brain import Brain
 
-from nika_brain.bus.codec import (
-    Deadline,
-    check_count,
-    check_name,
-    check_seconds,
-    check_ttl,
-    decode,
-    encode,
-    one_line,
-)
+from nika_brain.bus import codec
 from nika_brain.bus.protocol import DB_NAME, MAXLEN, Message
 
 _SCHEMA_VERSION = 1
@@ -63,7 +54,7 @@ class EmbeddedBus:
         self.where = str(self.path)
         self.closed = False
         self._now = now
-        self._maxlen = check_count(maxlen)
+        self._maxlen = codec.check_count(maxlen)
         self._busy_timeout = busy_timeout
         self._poll = poll
         self._lock = threading.RLock()
@@ -109,16 +100,16 @@ class EmbeddedBus:
             try:
                 yield self._db
             except sqlite3.OperationalError as exc:
-                text = one_line(exc)
+                text = codec.one_line(exc)
                 if "locked" in text or "busy" in text:
                     raise BrainError(f"bus: sqlite store {self.where} is locked by another process "
                                      f"(waited {self._busy_timeout:g}s): {text}") from exc
                 raise BrainError(f"bus: sqlite store {self.where} failed: {text}") from exc
             except sqlite3.DatabaseError as exc:  # not a database, malformed image
                 raise BrainError(f"bus: sqlite store {self.where} is unreadable (corrupt?): "
-                                 f"{one_line(exc)}") from exc
+                                 f"{codec.one_line(exc)}") from exc
             except sqlite3.Error as exc:
-                raise BrainError(f"bus: sqlite store {self.where} failed: {one_line(exc)}") from exc
+                raise BrainError(f"bus: sqlite store {self.where} failed: {codec.one_line(exc)}") from exc
 
     @contextlib.contextmanager
     def _txn(self) -> Iterator:
@@ -144,13 +135,13 @@ class EmbeddedBus:
         raise BrainError(f"bus: {value!r} is not a message id of the embedded bus")
 
     def _messages(self, channel: str, rows) -> list[Message]:
-        return [(str(i), decode(f"message {i} on {channel}", body)) for i, body in rows]
+        return [(str(i), codec.decode(f"message {i} on {channel}", body)) for i, body in rows]
 
     def publish(self, channel: str, message: dict) -> str:
         # Ids come from one AUTOINCREMENT under SQLite's single writer and each insert commits on its
         # own, so a reader never sees id N+1 before id N: `after=` cannot skip a message.
-        channel = check_name("channel", channel)
-        body = encode("message", message)
+        channel = codec.check_name("channel", channel)
+        body = codec.encode("message", message)
         with self._sql() as db:
             mid = db.execute("INSERT INTO messages(channel, body) VALUES (?, ?)",
                              (channel, body)).lastrowid
@@ -162,8 +153,8 @@ class EmbeddedBus:
 
     def read(self, channel: str, after: str | None = None, count: int = 100,
              block: float = 0) -> list[Message]:
-        channel, start, count = check_name("channel", channel), self._id(after), check_count(count)
-        deadline = Deadline(check_seconds("block", block), self._poll)
+        channel, start, count = codec.check_name("channel", channel), self._id(after), codec.check_count(count)
+        deadline = codec.Deadline(codec.check_seconds("block", block), self._poll)
         while True:
             with self._sql() as db:
                 rows = db.execute("SELECT id, body FROM messages WHERE channel = ? AND id > ?"
@@ -173,9 +164,9 @@ class EmbeddedBus:
 
     def group_read(self, channel: str, group: str, consumer: str, count: int = 1,
                    block: float = 0) -> list[Message]:
-        channel, group = check_name("channel", channel), check_name("group", group)
-        consumer, count = check_name("consumer", consumer), check_count(count)
-        deadline = Deadline(check_seconds("block", block), self._poll)
+        channel, group = codec.check_name("channel", channel), codec.check_name("group", group)
+        consumer, count = codec.check_name("consumer", consumer), codec.check_count(count)
+        deadline = codec.Deadline(codec.check_seconds("block", block), self._poll)
         while True:
             rows = self._deliver(channel, group, consumer, count)
             if rows or not deadline.sleep():
@@ -205,17 +196,17 @@ class EmbeddedBus:
         return rows
 
     def ack(self, channel: str, group: str, id: str) -> bool:
-        channel, group, mid = check_name("channel", channel), check_name("group", group), self._id(id)
+        channel, group, mid = codec.check_name("channel", channel), codec.check_name("group", group), self._id(id)
         with self._sql() as db:
             return db.execute("DELETE FROM pending WHERE channel = ? AND grp = ? AND id = ?",
                               (channel, group, mid)).rowcount > 0
 
     def reclaim(self, channel: str, group: str, consumer: str, min_idle: float,
                 count: int = 100) -> list[Message]:
-        channel, group = check_name("channel", channel), check_name("group", group)
-        consumer, count = check_name("consumer", consumer), check_count(count)
+        channel, group = codec.check_name("channel", channel), codec.check_name("group", group)
+        consumer, count = codec.check_name("consumer", consumer), codec.check_count(count)
         now = self._ts()
-        cutoff = now - check_seconds("min_idle", min_idle)
+        cutoff = now - codec.check_seconds("min_idle", min_idle)
         with self._txn() as db:
             rows = db.execute("SELECT p.id, m.body FROM pending p LEFT JOIN messages m ON m.id = p.id"
                               " WHERE p.channel = ? AND p.grp = ? AND p.delivered <= ?"
@@ -229,7 +220,7 @@ class EmbeddedBus:
         return self._messages(channel, rows)
 
     def set(self, key: str, value: dict, ttl: float | None = None) -> None:
-        key, body, ttl = check_name("key", key), encode("value", value), check_ttl(ttl)
+        key, body, ttl = codec.check_name("key", key), codec.encode("value", value), codec.check_ttl(ttl)
         now = self._ts()
         with self._sql() as db:
             db.execute("INSERT INTO kv(key, value, expires) VALUES (?, ?, ?) ON CONFLICT(key) DO UPDATE"
@@ -240,14 +231,14 @@ class EmbeddedBus:
                 db.execute("DELETE FROM kv WHERE expires <= ?", (now,))
 
     def get(self, key: str) -> dict | None:
-        key = check_name("key", key)
+        key = codec.check_name("key", key)
         with self._sql() as db:
             row = db.execute("SELECT value FROM kv WHERE key = ? AND (expires IS NULL OR expires > ?)",
                              (key, self._ts())).fetchone()
-        return None if row is None else decode(f"value of key {key!r}", row[0])
+        return None if row is None else codec.decode(f"value of key {key!r}", row[0])
 
     def set_if_absent(self, key: str, value: dict, ttl: float | None = None) -> bool:
-        key, body, ttl = check_name("key", key), encode("value", value), check_ttl(ttl)
+        key, body, ttl = codec.check_name("key", key), codec.encode("value", value), codec.check_ttl(ttl)
         now = self._ts()
         # One statement, so atomic: insert, or take over a row whose TTL has run out.
         with self._sql() as db:
@@ -257,7 +248,7 @@ class EmbeddedBus:
                               (key, body, None if ttl is None else now + ttl, now)).rowcount == 1
 
     def delete(self, key: str) -> bool:
-        key = check_name("key", key)
+        key = codec.check_name("key", key)
         with self._sql() as db:
             live = db.execute("DELETE FROM kv WHERE key = ? AND (expires IS NULL OR expires > ?)",
                               (key, self._ts())).rowcount > 0
@@ -266,7 +257,7 @@ class EmbeddedBus:
         return live
 
     def keys(self, prefix: str = "") -> list[str]:
-        prefix = check_name("prefix", prefix, empty=True)
+        prefix = codec.check_name("prefix", prefix, empty=True)
         with self._sql() as db:
             rows = db.execute("SELECT key FROM kv WHERE substr(key, 1, ?) = ? AND (expires IS NULL"
                               " OR expires > ?) ORDER BY key", (len(prefix), prefix, self._ts()))

@@ -1,25 +1,9 @@
-"""The bus between kernels and the orchestrator: durable channels, work queues, small keyed state.
-
-Two interchangeable backends behind the `Bus` protocol, chosen by `brain.config.bus` (`NIKA_BUS`
-overrides it, `NIKA_REDIS_URL` overrides `brain.config.redis_url`):
-
-- embedded: one SQLite file in WAL mode under the git-ignored state folder (`.nika/bus.sqlite3`);
-- redis: a Stream per channel (XADD with an approximate MAXLEN) plus a PUBLISH of the same JSON for
-  live subscribers; consumer groups are XREADGROUP / XACK / XAUTOCLAIM; keys live under `nika:kv:`
-  so that they never collide with the channels' streams.
-
-Message ids are opaque strings, ordered per channel: hand them back (`after=`, `ack`), do not compare
-them. A work queue's group starts at the beginning of its channel, so work published before the first
-worker arrived is not lost. Every failure of a store (dead server, locked or corrupt file, bad JSON)
-leaves this module as one BrainError line. `redis` and `sqlite3` are imported only when their backend
-is opened: the hook path must not pay for them.
+"""The Bus protocol every backend implements, the message type and the channel names (the seed's
+nika:federation:* channels). How the backends behave: the package docstring (nika_brain.bus).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
-
-if TYPE_CHECKING:
-    pass
+from typing import Protocol, runtime_checkable
 
 # The seed's federation channels (nika:federation:*).
 DIRECTIVES = "nika:federation:directives"        # kernel A -> kernel B: an event that concerns you

@@ -12,16 +12,7 @@ from nika_brain.errors import BrainError
 if TYPE_CHECKING:
     from nika_brain.brain import Brain
 
-from nika_brain.bus.codec import (
-    Deadline,
-    check_count,
-    check_name,
-    check_seconds,
-    check_ttl,
-    decode,
-    encode,
-    one_line,
-)
+from nika_brain.bus import codec
 from nika_brain.bus.protocol import KV_PREFIX, MAXLEN, Message
 
 
@@ -58,7 +49,7 @@ class RedisBus:
         self.url = url
         self.where = _redis_where(url)
         self.closed = False
-        self._maxlen = check_count(maxlen)
+        self._maxlen = codec.check_count(maxlen)
         self._chunk = chunk      # blocking reads wait in slices shorter than the socket timeout
         self._groups: set[tuple[str, str]] = set()
         try:
@@ -76,7 +67,7 @@ class RedisBus:
                 url, decode_responses=True, socket_timeout=timeout, socket_connect_timeout=timeout,
                 retry=Retry(ExponentialBackoff(cap=0.1, base=0.01), 1))
         except (ValueError, redis.exceptions.RedisError) as exc:
-            raise BrainError(f"bus: bad redis url {url!r}: {one_line(exc)}") from exc
+            raise BrainError(f"bus: bad redis url {url!r}: {codec.one_line(exc)}") from exc
 
     @classmethod
     def from_brain(cls, brain: "Brain") -> "RedisBus":
@@ -90,13 +81,13 @@ class RedisBus:
         try:
             yield self._r
         except errors.AuthenticationError as exc:
-            raise BrainError(f"bus: redis at {self.where} refused the login: {one_line(exc)}") from exc
+            raise BrainError(f"bus: redis at {self.where} refused the login: {codec.one_line(exc)}") from exc
         except (errors.ConnectionError, errors.TimeoutError, OSError) as exc:
-            raise BrainError(f"bus: redis at {self.where} is unreachable: {one_line(exc)}") from exc
+            raise BrainError(f"bus: redis at {self.where} is unreachable: {codec.one_line(exc)}") from exc
         except errors.ResponseError as exc:
-            raise BrainError(f"bus: redis at {self.where} refused a command: {one_line(exc)}") from exc
+            raise BrainError(f"bus: redis at {self.where} refused a command: {codec.one_line(exc)}") from exc
         except errors.RedisError as exc:
-            raise BrainError(f"bus: redis at {self.where} failed: {one_line(exc)}") from exc
+            raise BrainError(f"bus: redis at {self.where} failed: {codec.one_line(exc)}") from exc
 
     def _id(self, value: str) -> str:
         if isinstance(value, str) and _REDIS_ID.match(value):
@@ -108,14 +99,14 @@ class RedisBus:
         for mid, fields in entries or ():
             if fields is None:  # an entry deleted by a trim while it was pending
                 continue
-            out.append((mid, decode(f"message {mid} on {channel}", fields.get("m"))))
+            out.append((mid, codec.decode(f"message {mid} on {channel}", fields.get("m"))))
         return out
 
     def _ms(self, seconds: float) -> int:
         return max(1, int(seconds * 1000))
 
     def publish(self, channel: str, message: dict) -> str:
-        channel, body = check_name("channel", channel), encode("message", message)
+        channel, body = codec.check_name("channel", channel), codec.encode("message", message)
         with self._redis() as r:
             pipe = r.pipeline(transaction=False)
             pipe.xadd(channel, {"m": body}, maxlen=self._maxlen, approximate=True)
@@ -125,9 +116,9 @@ class RedisBus:
 
     def read(self, channel: str, after: str | None = None, count: int = 100,
              block: float = 0) -> list[Message]:
-        channel, count = check_name("channel", channel), check_count(count)
+        channel, count = codec.check_name("channel", channel), codec.check_count(count)
         start = "0-0" if after is None else self._id(after)
-        deadline = Deadline(check_seconds("block", block), 0)
+        deadline = codec.Deadline(codec.check_seconds("block", block), 0)
         while True:
             left = deadline.remaining()
             with self._redis() as r:
@@ -160,9 +151,9 @@ class RedisBus:
 
     def group_read(self, channel: str, group: str, consumer: str, count: int = 1,
                    block: float = 0) -> list[Message]:
-        channel, group = check_name("channel", channel), check_name("group", group)
-        consumer, count = check_name("consumer", consumer), check_count(count)
-        deadline = Deadline(check_seconds("block", block), 0)
+        channel, group = codec.check_name("channel", channel), codec.check_name("group", group)
+        consumer, count = codec.check_name("consumer", consumer), codec.check_count(count)
+        deadline = codec.Deadline(codec.check_seconds("block", block), 0)
         while True:
             left = deadline.remaining()
             wait = self._ms(min(left, self._chunk)) if left > 0 else None
@@ -173,15 +164,15 @@ class RedisBus:
                 return self._messages(channel, res[0][1] if res else ())
 
     def ack(self, channel: str, group: str, id: str) -> bool:
-        channel, group, mid = check_name("channel", channel), check_name("group", group), self._id(id)
+        channel, group, mid = codec.check_name("channel", channel), codec.check_name("group", group), self._id(id)
         with self._redis() as r:
             return bool(r.xack(channel, group, mid))
 
     def reclaim(self, channel: str, group: str, consumer: str, min_idle: float,
                 count: int = 100) -> list[Message]:
-        channel, group = check_name("channel", channel), check_name("group", group)
-        consumer, count = check_name("consumer", consumer), check_count(count)
-        idle = int(check_seconds("min_idle", min_idle) * 1000)
+        channel, group = codec.check_name("channel", channel), codec.check_name("group", group)
+        consumer, count = codec.check_name("consumer", consumer), codec.check_count(count)
+        idle = int(codec.check_seconds("min_idle", min_idle) * 1000)
         out: list = []
         start = "0-0"
         with self._redis() as r:
@@ -195,29 +186,29 @@ class RedisBus:
         return self._messages(channel, out)
 
     def set(self, key: str, value: dict, ttl: float | None = None) -> None:
-        key, body, ttl = check_name("key", key), encode("value", value), check_ttl(ttl)
+        key, body, ttl = codec.check_name("key", key), codec.encode("value", value), codec.check_ttl(ttl)
         with self._redis() as r:
             r.set(KV_PREFIX + key, body, px=None if ttl is None else self._ms(ttl))
 
     def get(self, key: str) -> dict | None:
-        key = check_name("key", key)
+        key = codec.check_name("key", key)
         with self._redis() as r:
             text = r.get(KV_PREFIX + key)
-        return None if text is None else decode(f"value of key {key!r}", text)
+        return None if text is None else codec.decode(f"value of key {key!r}", text)
 
     def set_if_absent(self, key: str, value: dict, ttl: float | None = None) -> bool:
-        key, body, ttl = check_name("key", key), encode("value", value), check_ttl(ttl)
+        key, body, ttl = codec.check_name("key", key), codec.encode("value", value), codec.check_ttl(ttl)
         with self._redis() as r:
             return bool(r.set(KV_PREFIX + key, body, nx=True,
                               px=None if ttl is None else self._ms(ttl)))
 
     def delete(self, key: str) -> bool:
-        key = check_name("key", key)
+        key = codec.check_name("key", key)
         with self._redis() as r:
             return bool(r.delete(KV_PREFIX + key))
 
     def keys(self, prefix: str = "") -> list[str]:
-        prefix = check_name("prefix", prefix, empty=True)
+        prefix = codec.check_name("prefix", prefix, empty=True)
         with self._redis() as r:
             found = r.scan_iter(match=_glob_escape(KV_PREFIX + prefix) + "*", count=1000)
             return sorted({k[len(KV_PREFIX):] for k in found})

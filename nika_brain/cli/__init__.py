@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from nika_brain.errors import BrainError
+from nika_brain.errors import BrainError, os_error_line
 
 
 def __getattr__(name: str) -> Any:
@@ -107,9 +107,7 @@ def run(argv: list[str]) -> int:
         print("nika-brain: aborted", file=sys.stderr)
         return 130
     except OSError as exc:  # a path the file system refuses (name too long, permission...): one line
-        name = str(exc.filename or "")
-        name = name if len(name) <= 120 else name[:117] + "..."
-        print(f"nika-brain: {name + ': ' if name else ''}{exc.strerror or exc}", file=sys.stderr)
+        print(os_error_line(exc), file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("nika-brain: interrupted", file=sys.stderr)

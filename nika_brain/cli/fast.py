@@ -182,16 +182,14 @@ def run(argv: list[str]) -> int | None:
         ("lock", "acquire"): lock_acquire, ("lock", "release"): lock_release,
         ("lock", "renew"): lock_renew, ("lock", "status"): lock_status, ("claim", "close"): claim_close}
     body = bodies[key]
-    from nika_brain.errors import BrainError
+    from nika_brain.errors import BrainError, os_error_line
     try:
         return body(**args)
     except BrainError as exc:
         print(f"nika-brain: {exc}", file=sys.stderr)
         return exc.exit_code
     except OSError as exc:
-        name = str(exc.filename or "")
-        name = name if len(name) <= 120 else name[:117] + "..."
-        print(f"nika-brain: {name + ': ' if name else ''}{exc.strerror or exc}", file=sys.stderr)
+        print(os_error_line(exc), file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("nika-brain: interrupted", file=sys.stderr)

@@ -24,7 +24,6 @@ else what the transcript shows (transcript.window_for). The threshold: `federati
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import time
@@ -32,6 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from nika_brain.errors import BrainError
+from nika_brain.support import fsio
 
 DEFAULT_THRESHOLD = 41.0
 SUMMARY_CAP = 4000
@@ -105,15 +105,7 @@ def _tail_lines(path: str | None) -> list[dict]:
             raw = fh.read().splitlines()
     except OSError:
         return []
-    out = []
-    for line in raw:
-        try:
-            obj = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(obj, dict):
-            out.append(obj)
-    return out
+    return fsio.json_objects(raw)
 
 
 def _text(msg: Any) -> str:

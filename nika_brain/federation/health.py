@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from nika_brain.brain import Brain
-from nika_brain.support import clock
+from nika_brain.support import clock, fsio
 
 
 def heartbeat_key(kernel_id: str) -> str:
@@ -59,15 +59,7 @@ def read_events(brain: Brain, kernel_id: str, offset: int = 0) -> tuple[list[dic
     except FileNotFoundError:
         return [], offset
     end = data.rfind(b"\n") + 1
-    out = []
-    for raw in data[:end].splitlines():
-        try:
-            obj = json.loads(raw)
-        except ValueError:
-            continue
-        if isinstance(obj, dict):
-            out.append(obj)
-    return out, offset + end
+    return fsio.json_objects(data[:end].splitlines()), offset + end
 
 
 def tail_events(brain: Brain, kernel_id: str, max_bytes: int = 256 * 1024) -> list[dict]:

@@ -17,7 +17,7 @@ from pathlib import Path
 from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
 from nika_brain.state.kernels import kernel_dir
-from nika_brain.support import clock
+from nika_brain.support import clock, fsio
 
 MAX_PROMPT = 100_000
 
@@ -32,15 +32,7 @@ def _lines(brain: Brain, kernel_id: str) -> list[dict]:
             raw = fh.readlines()
     except FileNotFoundError:
         return []
-    out = []
-    for line in raw:
-        try:
-            obj = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(obj, dict) and isinstance(obj.get("id"), str):
-            out.append(obj)
-    return out
+    return [obj for obj in fsio.json_objects(raw) if isinstance(obj.get("id"), str)]
 
 
 def _append(brain: Brain, kernel_id: str, obj: dict) -> None:

@@ -1,15 +1,7 @@
 """Git hooks: install / uninstall / status of the managed hook scripts (what they do: nika_brain.hooks.git).
 
 The installed scripts call `<python> -m nika_brain githook <name> "$@"`, which `__main__` dispatches
-here without importing the CLI framework: a commit pays only for what the hook needs (PyYAML and the
-loaders; Jinja2 only when the index must be regenerated).
-
-  pre-commit     validate the staged content of brain files; refuse a commit touching a path that
-                 another owner holds under a live exclusive lock; regenerate + stage BRAIN-INDEX.md
-                 when state files are staged
-  post-merge     regenerate BRAIN-INDEX.md (main worktree only: a theme worktree is not the state)
-  post-checkout  idem
-  post-rewrite   idem
+to nika_brain.hooks.git (what each hook does) without importing the CLI framework.
 
 A hook already in place is moved to `<hook>.nika-chained` and run first (its failure stops ours);
 the marker line makes installing idempotent and tells uninstall which hooks are ours.

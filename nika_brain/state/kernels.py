@@ -20,7 +20,7 @@ from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
 from nika_brain.state import sessions
 from nika_brain.state.scopes import check_scope, normalize_scope
-from nika_brain.support import clock
+from nika_brain.support import clock, fsio
 from nika_brain.support.schema import F, fields, name, str_list
 from nika_brain.support.yamlsafe import load_doc
 
@@ -419,15 +419,9 @@ def list_directives(brain: Brain, kernel_id: str) -> list[Directive]:
     except OSError as exc:
         raise BrainError(f"cannot read directives: {exc.strerror}",
                          file=str(directives_path(brain, kernel_id))) from exc
-    out = []
-    for line in lines:
-        try:
-            obj = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(obj, dict) and isinstance(obj.get("id"), str) and isinstance(obj.get("text"), str):
-            out.append(Directive(obj["id"], str(obj.get("at", "")), obj["text"], str(obj.get("by", ""))))
-    return out
+    return [Directive(obj["id"], str(obj.get("at", "")), obj["text"], str(obj.get("by", "")))
+            for obj in fsio.json_objects(lines)
+            if isinstance(obj.get("id"), str) and isinstance(obj.get("text"), str)]
 
 
 def unseen_directives(brain: Brain, kernel_id: str, session_id: str) -> list[Directive]:

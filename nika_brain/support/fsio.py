@@ -12,7 +12,7 @@ import contextlib
 import fcntl
 import os
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from nika_brain.errors import BrainError
 
@@ -156,3 +156,18 @@ def read_text(path: Path | str, *, limit: int) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise BrainError(f"not valid UTF-8 (byte {exc.start})", file=str(path)) from exc
+
+
+def json_objects(lines: "Iterable[str | bytes]") -> list[dict]:
+    """The JSON objects of a JSONL file's lines; a torn or foreign line (a writer killed mid-append,
+    a hand edit) is skipped, not fatal."""
+    import json
+    out = []
+    for line in lines:
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(obj, dict):
+            out.append(obj)
+    return out

@@ -26,8 +26,10 @@ import itertools
 import json
 import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.kit.http_standin import HTTPStandin
 
 Block = dict[str, Any]
 _ids = itertools.count(1)
@@ -42,7 +44,7 @@ def tool_use(name: str, **tool_input: Any) -> Block:
             "input": tool_input}
 
 
-class MessagesStandin:
+class MessagesStandin(HTTPStandin):
     """Scripted Messages API on 127.0.0.1:<free port>; use as a context manager."""
 
     def __init__(self, script: list[list[Block]] | None = None, *,
@@ -55,35 +57,6 @@ class MessagesStandin:
         self.respond = respond            # optional: decide a turn from the request itself
         self.requests: list[dict[str, Any]] = []
         self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
-
-    # --- lifecycle ------------------------------------------------------------------------------
-    def start(self) -> MessagesStandin:
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-        self._server.daemon_threads = True
-        self._server.standin = self  # type: ignore[attr-defined]
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,),
-                                        daemon=True, name="messages-standin")
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-
-    def __enter__(self) -> MessagesStandin:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    @property
-    def url(self) -> str:
-        assert self._server is not None, "stand-in not started"
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     # --- what was received ----------------------------------------------------------------------
     def conversation(self) -> list[dict[str, Any]]:
@@ -232,3 +205,7 @@ class _Handler(BaseHTTPRequestHandler):
                                 "usage": {"output_tokens": usage.get("output_tokens", 1)}})
         event("message_stop", {"type": "message_stop"})
         self.wfile.flush()
+
+
+MessagesStandin.handler = _Handler
+MessagesStandin.thread_name = "messages-standin"

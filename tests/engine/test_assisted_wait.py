@@ -6,10 +6,10 @@ import shlex
 import shutil
 import subprocess
 import sys
-import time
 import uuid
 
 from tests.kit.orch import nb, open_claim_id, orch_brain, run_file, worktree
+from tests.kit.wait import until
 
 WF = """name: duo
 branch: theme/duo
@@ -37,13 +37,7 @@ def _screen(session: str) -> str:
 
 
 def _wait_for(predicate, what: str, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
+    return until(predicate, timeout, every=0.1, what=what)
 
 
 def test_launch_wait_in_a_terminal_routes_each_report_until_done(tmp_path, git_env):

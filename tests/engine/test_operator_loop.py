@@ -14,6 +14,7 @@ import pytest
 from nika_brain.support.yamlsafe import load_file
 from tests.kit.brain import git_out as git
 from tests.kit.orch import (
+    BREAKER,
     claims_of,
     journal,
     nb,
@@ -100,15 +101,6 @@ def test_1_a_failed_step_halts_and_json_says_so(tmp_path, git_env):
 
 
 # ---- 2. approving the breaker gate resets the breaker ----------------------------------------------
-
-BREAKER = """name: brk
-branch: theme/brk
-chain:
-  - step: 1
-    type: search
-    scope: src/
-    on_fail: trigger:1
-"""
 
 
 def test_2_approving_the_breaker_gate_is_the_reset(tmp_path, git_env):

@@ -6,7 +6,7 @@ import pytest
 from nika_brain.support import faults
 from nika_brain.support.yamlsafe import load_file
 from tests.kit.brain import git_out as git
-from tests.kit.orch import journal, nb, open_claim_id, orch_brain, run_file, worktree
+from tests.kit.orch import BREAKER, journal, nb, open_claim_id, orch_brain, run_file, worktree
 
 FOUR = """name: four
 branch: theme/four
@@ -146,15 +146,6 @@ def test_code_step_without_tests_goes_to_a_human_gate_and_leaf_closes_at_once(tm
     assert run_file(brain, "atom")["status"] == "aborted"
     assert "ABORT" in [r["type"] for r in journal(brain, "atom")]
 
-
-BREAKER = """name: brk
-branch: theme/brk
-chain:
-  - step: 1
-    type: search
-    scope: src/
-    on_fail: trigger:1
-"""
 
 
 def test_breaker_trips_on_third_consecutive_failure_and_needs_a_human_reset(tmp_path, git_env):

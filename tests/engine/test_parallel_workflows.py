@@ -13,16 +13,7 @@ import sys
 import time
 
 from tests.kit.brain import git_out as git
-from tests.kit.orch import (
-    claims_of,
-    journal,
-    nb,
-    open_claim_id,
-    orch_brain,
-    run_file,
-    satellite_config,
-    worktree,
-)
+from tests.kit.orch import claims_of, journal, nb, open_claim_id, orch_brain, run_file, satellite_config, worktree
 
 
 def _wf(name: str, scopes: list[str], angles: list[str]) -> str:

@@ -7,16 +7,12 @@ Use: `from tests.federation.chroma_server import chroma_server  # noqa: F401` th
 """
 from __future__ import annotations
 
-import shutil
-import subprocess
-import time
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from tests.kit.redis import free_port
+from tests.kit.servers import LocalServer
 
 START_TIMEOUT = 60.0
 
@@ -33,55 +29,25 @@ def _alive(port: int) -> bool:
         return False
 
 
-class ChromaServer:
-    def __init__(self, folder: Path | str):
-        self.folder = Path(folder)
-        self.proc: subprocess.Popen | None = None
-        self.port = 0
+class ChromaServer(LocalServer):
+    exe_name = "chroma"
+    missing = ("the `chroma` CLI is not on PATH: pip install chromadb - the "
+               "vault's server mode is tested against a real `chroma run`")
+    not_ready = "`chroma run` did not answer its heartbeat"
+    unavailable = ChromaUnavailable
+    start_timeout = START_TIMEOUT
+    poll = 0.1
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> str:
-        exe = shutil.which("chroma")
-        if exe is None:
-            raise ChromaUnavailable("the `chroma` CLI is not on PATH: pip install chromadb - the "
-                                    "vault's server mode is tested against a real `chroma run`")
-        self.folder.mkdir(parents=True, exist_ok=True)
-        tail = ""
-        for _attempt in range(3):  # the free port may be taken before the server binds it
-            self.port = free_port()
-            log = self.folder / f"chroma-{self.port}.log"
-            with open(log, "wb") as out:
-                self.proc = subprocess.Popen(
-                    [exe, "run", "--path", str(self.folder / "data"), "--host", "127.0.0.1",
-                     "--port", str(self.port)], cwd=self.folder, stdout=out,
-                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-            deadline = time.monotonic() + START_TIMEOUT
-            while time.monotonic() < deadline and self.proc.poll() is None:
-                if _alive(self.port):
-                    return self.url
-                time.sleep(0.1)
-            self.stop()
-            tail = log.read_text(errors="replace")[-2000:]
-        raise ChromaUnavailable(f"`chroma run` did not answer its heartbeat; its log ends with:\n{tail}")
+    def command(self, exe: str) -> list[str]:
+        return [exe, "run", "--path", str(self.folder / "data"), "--host", "127.0.0.1",
+                "--port", str(self.port)]
 
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        self.proc = None
-
-    def __enter__(self) -> str:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
+    def ready(self) -> bool:
+        return _alive(self.port)
 
 
 @pytest.fixture(scope="session")

@@ -12,6 +12,7 @@ import pytest
 
 from nika_brain.brain import Brain
 from tests.kit.brain import make_brain
+from tests.kit.wait import until  # noqa: F401  (the federation tests take it from here)
 
 STANDIN = Path(__file__).with_name("standin_agent.py")
 
@@ -44,12 +45,10 @@ def fbrain(brain, tmp_path):
         limits.remove_groups(limits.group_name(b.root, d.name))
 
 
-def until(fn, timeout: float = 30.0, every: float = 0.05):
-    """Poll fn() until it returns something truthy; fail the test with fn's name after timeout."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = fn()
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError(f"timed out waiting for {getattr(fn, '__name__', fn)}")
+
+
+def transcript_turn(path: Path, *, input_tokens: int, model: str, text: str) -> None:
+    """A Claude Code transcript of one assistant message that used `input_tokens` of context."""
+    path.write_text(json.dumps({"type": "assistant", "message": {
+        "id": "m1", "role": "assistant", "model": model, "content": [{"type": "text", "text": text}],
+        "usage": {"input_tokens": input_tokens, "output_tokens": 1}}}) + "\n")

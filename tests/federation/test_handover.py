@@ -15,7 +15,7 @@ from nika_brain.errors import BrainError
 from nika_brain.federation import health, registry, verbs
 from nika_brain.state import kernels, sessions
 
-from .fedkit import configure, fbrain, until  # noqa: F401
+from .fedkit import configure, fbrain, transcript_turn, until  # noqa: F401
 
 GOAL = "IT operations: servers, backups, network and user accounts"
 
@@ -129,21 +129,7 @@ def test_failed_spawn_keeps_the_old_session(brain, tmp_path):
     kernels.kernel_dir(brain, "beta").mkdir(parents=True)
     kernels.save_kernel(brain, k)
     transcript = tmp_path / "t.jsonl"
-    transcript.write_text(
-        json.dumps(
-            {
-                "type": "assistant",
-                "message": {
-                    "id": "m1",
-                    "role": "assistant",
-                    "model": "stand-in",
-                    "content": [{"type": "text", "text": "hi"}],
-                    "usage": {"input_tokens": 5000, "output_tokens": 1},
-                },
-            }
-        )
-        + "\n"
-    )
+    transcript_turn(transcript, input_tokens=5000, model="stand-in", text="hi")
     sessions.bind(brain, "s-beta", kernel="beta", claim=None)
     payload = {
         "session_id": "s-beta",

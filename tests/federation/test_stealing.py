@@ -321,22 +321,8 @@ def test_visible_in_observe_journal_and_index(tmp_path, git_env, monkeypatch):
     brain = fed_brain(tmp_path / "b")
     bus = busmod.open_bus(brain)
     ran: list = []
-    a = Worker(
-        bus,
-        "alpha",
-        lambda t: ran.append(t["id"]) or {},
-        aptitude=lambda xs: [0.9] * len(xs),
-        config=FAST,
-        journal=stealing.brain_journal(brain),
-    )
-    b = Worker(
-        bus,
-        "beta",
-        lambda t: ran.append(t["id"]) or {},
-        aptitude=lambda xs: [0.9] * len(xs),
-        config=FAST,
-        journal=stealing.brain_journal(brain),
-    )
+    a, b = (Worker(bus, name, lambda t: ran.append(t["id"]) or {}, aptitude=lambda xs: [0.9] * len(xs),
+                   config=FAST, journal=stealing.brain_journal(brain)) for name in ("alpha", "beta"))
     b.beat(force=True)
     for i in range(4):
         enqueue(bus, "alpha", f"task {i}", task_id=f"t{i}")

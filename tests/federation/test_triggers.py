@@ -15,7 +15,7 @@ from nika_brain.federation import proposals, triggers
 from nika_brain.state import gates, kernels
 from nika_brain.support.yamlsafe import dumps
 
-from .fedkit import configure, fbrain, until  # noqa: F401
+from .fedkit import configure, fbrain, transcript_turn, until  # noqa: F401
 
 GOAL = "IT operations: servers, backups, network and user accounts"
 TOPICS = {
@@ -101,21 +101,7 @@ def test_saturation_through_the_stop_hook(brain, tmp_path):
     brain = configure(brain, tmp_path, handover={"window": 10000, "threshold": 99})
     add_kernel(brain)
     transcript = tmp_path / "t.jsonl"
-    transcript.write_text(
-        json.dumps(
-            {
-                "type": "assistant",
-                "message": {
-                    "id": "m1",
-                    "role": "assistant",
-                    "model": "x",
-                    "content": [{"type": "text", "text": "ok"}],
-                    "usage": {"input_tokens": 8000, "output_tokens": 1},
-                },
-            }
-        )
-        + "\n"
-    )
+    transcript_turn(transcript, input_tokens=8000, model="x", text="ok")
     from nika_brain.state import sessions
 
     sessions.bind(brain, "s1", kernel="alpha", claim=None)
@@ -134,21 +120,18 @@ def test_saturation_through_the_stop_hook(brain, tmp_path):
     assert again is not None and again["measures"]["mean"] > 90
 
 
+def _rnd_doctrine(folder, external_writes: str) -> None:
+    """The R&D doctrine of kernel alpha, with the external_writes invariant given."""
+    (folder / "rnd-exploration.yml").write_text(dumps({
+        "id": "rnd-exploration", "title": "R&D explores", "status": "active", "kernels": ["alpha"],
+        "invariants": {"external_writes": external_writes, "tests": "required"}}))
+
+
 def test_doctrine_conflict(brain):
     add_kernel(brain, doctrine="client-validation")
     folder = brain.root / "doctrines"
     folder.mkdir()
-    (folder / "rnd-exploration.yml").write_text(
-        dumps(
-            {
-                "id": "rnd-exploration",
-                "title": "R&D explores",
-                "status": "active",
-                "kernels": ["alpha"],
-                "invariants": {"external_writes": "allowed", "tests": "required"},
-            }
-        )
-    )
+    _rnd_doctrine(folder, "allowed")
     (folder / "client-validation.yml").write_text(
         dumps(
             {
@@ -173,17 +156,7 @@ def test_doctrine_conflict(brain):
     no_spawn(brain, "alpha")
     proposals.decide(brain, p["id"], "reject")
     assert triggers.check_doctrine(brain, "alpha") is None
-    (folder / "rnd-exploration.yml").write_text(
-        dumps(
-            {
-                "id": "rnd-exploration",
-                "title": "R&D explores",
-                "status": "active",
-                "kernels": ["alpha"],
-                "invariants": {"external_writes": "sandbox-only", "tests": "required"},
-            }
-        )
-    )
+    _rnd_doctrine(folder, "sandbox-only")
     assert triggers.check_doctrine(brain, "alpha") is not None  # the measure changed
     (folder / "bad.yml").write_text("id: bad\ninvariants: []\n")
     with pytest.raises(BrainError, match="needs invariants"):

@@ -15,7 +15,7 @@ from nika_brain.errors import EXIT_BUSY, BrainError
 from nika_brain.federation import chroma
 from tests.federation.chroma_server import chroma_server  # noqa: F401  (fixture)
 from tests.kit.brain import make_brain
-from tests.kit.redis import free_port
+from tests.kit.servers import free_port
 
 
 @pytest.fixture(autouse=True)

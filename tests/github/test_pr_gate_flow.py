@@ -13,16 +13,7 @@ import time
 import pytest
 
 from nika_brain.support.yamlsafe import load_file
-from tests.kit.orch import (
-    claims_of,
-    journal,
-    nb,
-    open_claim_id,
-    orch_brain,
-    run_file,
-    satellite_config,
-    worktree,
-)
+from tests.kit.orch import claims_of, journal, nb, open_claim_id, orch_brain, run_file, satellite_config, worktree
 
 REVIEW = """name: review
 branch: theme/review

@@ -20,14 +20,16 @@ import re
 import threading
 import urllib.parse
 from datetime import datetime, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from tests.kit.http_standin import HTTPStandin
 
 _PULLS = re.compile(r"^/repos/([^/]+)/([^/]+)/pulls$")
 _REVIEWS = re.compile(r"^/repos/([^/]+)/([^/]+)/pulls/(\d+)/reviews$")
 _COMMENTS = re.compile(r"^/repos/([^/]+)/([^/]+)/issues/(\d+)/comments$")
 
 
-class GitHubStandin:
+class GitHubStandin(HTTPStandin):
     """In-memory GitHub for one repository, served by a ThreadingHTTPServer in a thread."""
 
     def __init__(self, repo: str = "nika/brain", token: str = "standin-token"):
@@ -43,38 +45,6 @@ class GitHubStandin:
         self._lock = threading.Lock()
         self._next_number = 1
         self._next_id = 1000
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
-
-    # --- lifecycle ------------------------------------------------------------------------------
-
-    def start(self) -> "GitHubStandin":
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-        self._server.daemon_threads = True
-        self._server.standin = self  # type: ignore[attr-defined]
-        # A short poll interval so that stop() (and each test's teardown) does not wait 0.5 s.
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.02,),
-                                        daemon=True, name="github-standin")
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._thread.join(timeout=5)
-            self._server = None
-
-    def __enter__(self) -> "GitHubStandin":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
-    @property
-    def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
 
     # --- helpers for tests ----------------------------------------------------------------------
 
@@ -204,3 +174,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format, *args):  # keep pytest output clean
         pass
+
+
+GitHubStandin.handler = _Handler
+GitHubStandin.thread_name = "github-standin"
+GitHubStandin.poll = 0.02  # so that stop() (and each test's teardown) does not wait 0.5 s

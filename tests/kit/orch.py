@@ -44,6 +44,16 @@ brain:
 Work inside the claim's scope, then report with `nika-brain claim close`.
 """
 
+# One step on src/ that re-triggers itself on failure: three failures in a row trip the breaker.
+BREAKER = """name: brk
+branch: theme/brk
+chain:
+  - step: 1
+    type: search
+    scope: src/
+    on_fail: trigger:1
+"""
+
 
 def orch_brain(root: Path, workflows: dict[str, str], *, config: str = "",
                files: dict[str, str] | None = None) -> Brain:

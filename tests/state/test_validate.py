@@ -2,16 +2,7 @@
 from __future__ import annotations
 
 from nika_brain.state.validate import Problem, kind_of, validate, validate_blobs
-from tests.kit.brain import (
-    put_breaker,
-    put_claim,
-    put_gate,
-    put_kernel,
-    put_lock,
-    put_run,
-    put_workflow,
-    write,
-)
+from tests.kit.brain import put_breaker, put_claim, put_gate, put_kernel, put_lock, put_run, put_workflow, write
 
 
 def test_kinds_by_location():
