@@ -15,6 +15,7 @@ from nika_brain.support.yamlsafe import load_file
 from tests.kit.brain import git_out as git
 from tests.kit.orch import (
     BREAKER,
+    PLAIN,
     claims_of,
     journal,
     nb,
@@ -182,14 +183,6 @@ def test_3_theme_branch_merge_refuses_a_run_with_failed_steps_unless_a_human_for
 
 # ---- 4. a satellite that cannot start, dies, or hangs ---------------------------------------------
 
-PLAIN = """name: plain
-branch: theme/plain
-chain:
-  - step: 1
-    type: search
-    scope: notes/
-    story_angle: "{angle}"
-"""
 
 
 @pytest.mark.parametrize("case", ["missing", "crash", "timeout"])

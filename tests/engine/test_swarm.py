@@ -13,7 +13,7 @@ import sys
 
 from nika_brain.support.yamlsafe import load_file
 from tests.kit.brain import git_out as git
-from tests.kit.orch import SATELLITE, claims_of, journal, nb, orch_brain, run_file, satellite_config, worktree
+from tests.kit.orch import PLAIN, SATELLITE, claims_of, journal, nb, orch_brain, run_file, satellite_config, worktree
 
 SWARM = """name: swarm
 branch: theme/swarm
@@ -187,14 +187,6 @@ def test_a_protected_zone_needs_a_human_go_before_the_satellite_runs(tmp_path, g
     assert run_file(brain, "prot")["status"] == "done"
 
 
-PLAIN = """name: plain
-branch: theme/plain
-chain:
-  - step: 1
-    type: search
-    scope: notes/
-    story_angle: "look around"
-"""
 
 
 def test_default_satellite_command_is_claude_headless_with_the_kernel_settings(tmp_path, git_env, monkeypatch):
@@ -206,7 +198,8 @@ def test_default_satellite_command_is_claude_headless_with_the_kernel_settings(t
     claude.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
     settings = '{"permissions": {"deny": ["Bash(git push:*)"]}}\n'
-    brain = orch_brain(tmp_path / "b", {"plain": PLAIN}, files={"kernels/k1/kernel.yml": "id: k1\ngoal: g\n"})
+    brain = orch_brain(tmp_path / "b", {"plain": PLAIN.format(angle="look around")},
+                       files={"kernels/k1/kernel.yml": "id: k1\ngoal: g\n"})
     # Untracked, as Claude Code settings are (they hold machine paths); the user's own rules.
     (brain.kernels_dir / "k1" / ".claude").mkdir()
     (brain.kernels_dir / "k1" / ".claude" / "settings.json").write_text(settings)
@@ -230,7 +223,7 @@ def test_default_satellite_command_is_claude_headless_with_the_kernel_settings(t
 
 
 def test_a_missing_satellite_command_fails_the_step_frees_the_scope_and_a_retry_runs_it(tmp_path, git_env):
-    brain = orch_brain(tmp_path / "b", {"plain": PLAIN},
+    brain = orch_brain(tmp_path / "b", {"plain": PLAIN.format(angle="look around")},
                        config='satellite_command: ["nika-no-such-satellite", "{claim}"]\n')
     out = nb(brain, "workflow-launch", "plain", "--mode", "swarm", check=4)
     assert "satellite could not start: command not found: nika-no-such-satellite" in out.stdout

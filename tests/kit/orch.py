@@ -119,3 +119,14 @@ def claims_of(brain: Brain, workflow: str) -> list[dict]:
     from nika_brain.support.yamlsafe import load_file
     found = [load_file(p) for p in sorted((brain.root / "claims").glob("*.yml"))]
     return sorted((c for c in found if c["workflow"] == workflow), key=lambda c: parse(c["opened"]))
+
+
+# A one-step workflow with no test (a search step on notes/); `angle` is its story angle.
+PLAIN = """name: plain
+branch: theme/plain
+chain:
+  - step: 1
+    type: search
+    scope: notes/
+    story_angle: "{angle}"
+"""
