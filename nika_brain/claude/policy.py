@@ -71,7 +71,7 @@ class Facts(NamedTuple):
     claim: str | None = None                   # the session's open claim
     scope: tuple[str, ...] | None = None       # that claim's scope; None when no open claim
     owners: frozenset[str] = frozenset()       # lock owners that are this session
-    locks: tuple[Any, ...] = ()                # locks.Lock
+    locks: Any = ()   # a locks.LockView (its covering(rel) reads only candidate locks), or Lock records
     zones: tuple[Any, ...] = ()                # zones.Zone
     card: str | None = None                    # card governing zone access; None: no card applies
     zone_access: tuple[str, ...] = ()

@@ -6,6 +6,7 @@ import shutil
 import socket
 import subprocess
 import time
+from abc import ABC, abstractmethod
 from pathlib import Path
 
 
@@ -15,7 +16,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class LocalServer:
+class LocalServer(ABC):
     """Subclasses name the executable, how to run it on a port, how to see it answer, and what to
     raise; `with Subclass(folder) as url:` runs it on a free port until the block ends."""
 
@@ -32,14 +33,17 @@ class LocalServer:
         self.port = 0
 
     @property
+    @abstractmethod
     def url(self) -> str:
-        raise NotImplementedError
+        """Where clients reach the started server."""
 
+    @abstractmethod
     def command(self, exe: str) -> list[str]:
-        raise NotImplementedError
+        """The command line that starts the server on self.port."""
 
+    @abstractmethod
     def ready(self) -> bool:
-        raise NotImplementedError
+        """True once the server answers."""
 
     def start(self) -> str:
         exe = shutil.which(self.exe_name)
