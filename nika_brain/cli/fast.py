@@ -151,8 +151,9 @@ def claim_close(claim_id: str, status: str, summary: str = "", tests_passed: int
     """Close a claim; the orchestrator routes its exit action at once, and one line says what follows."""
     from nika_brain.brain import Brain
     from nika_brain.engine import nextstep, service
+    from nika_brain.state.claims import id_from_argument
     brain = Brain.find()
-    done = service.report(brain, claim_id, status, summary, tests_passed=tests_passed,
+    done = service.report(brain, id_from_argument(claim_id), status, summary, tests_passed=tests_passed,
                           tests_failed=tests_failed, empty=empty)
     nxt = nextstep.line(brain, done.outcome) if done.outcome else \
         f"next: nothing to route — claim {done.claim.id} is not the step of a workflow run"

@@ -124,6 +124,7 @@ def claim_close(claim_id: str, status: str = typer.Option(..., help="ok | partia
 @claim_app.command("show")
 def claim_show(claim_id: str, as_json: bool = typer.Option(False, "--json")):
     """One claim: its step, scope, status and result."""
+    claim_id = claims.id_from_argument(claim_id)
     c = claims.load_claim(Brain.find(), claim_id)
     if as_json:
         print(json.dumps(_claim_dict(c)))
