@@ -115,13 +115,13 @@ def run(routes: Path, queries: Path, calibration: Path | None = None, *,
     ins = [(q, d) for q, d in preds if q.expected and len(q.expected) == 1 and q.expected[0] != default]
     oos = [(q, d) for q, d in preds if q.expected is None or q.expected == (default,)]
     hyb = [(q, d) for q, d in preds if q.expected and len(q.expected) > 1]
-    to_default = [(q, d) for q, d in preds if d.decision == "fallback"]
+    to_default = [(q, d) for q, d in preds if d.decision in ("fallback", "refused")]
 
     def ratio(good: int, total: int) -> float | None:
         return round(good / total, 4) if total else None
     return {
         "in_scope_accuracy": ratio(sum(d.decision == "kernel" and d.kernels == q.expected for q, d in ins), len(ins)),
-        "oos_recall": ratio(sum(d.decision == "fallback" for _, d in oos), len(oos)),
+        "oos_recall": ratio(sum(d.decision in ("fallback", "refused") for _, d in oos), len(oos)),
         "oos_precision": ratio(sum(q.expected is None or q.expected == (default,) for q, _ in to_default),
                                len(to_default)),
         "split_accuracy": ratio(sum(d.decision == "split" and set(d.kernels) == set(q.expected or ())
