@@ -46,6 +46,7 @@ CLAUSE_MARGIN = 1.0  # a clause splits off only when it clearly passes its kerne
 CLAUSE_LEAD = 0.5    # ... and no other kernel comes within this of it
 ASPECT_MARGIN = 1.5  # single-clause hybrid: the two kernels this far above their thresholds ...
 ASPECT_LEAD = 1.5    # ... and each aspect this far ahead of any other kernel
+ASPECT_WORDS = 30    # longer single clauses are not looked at for aspects (bounded latency)
 _SEPARATORS = re.compile(
     r"\s*(?:;|\n+|(?<=[.!?])\s+|"
     r",?\s+(?:et(?:\s+(?:aussi|ensuite|puis|en\s+parall[eè]le))?|puis|ensuite|apr[eè]s\s+(?:[cç]a|cela)|"
@@ -342,7 +343,9 @@ class Triage:
         if len(top) < 2 or any(s.score < s.threshold + ASPECT_MARGIN for s in top):
             return None
         pair = {s.kernel for s in top}
-        cuts = [m.start() for m in _ASPECT.finditer(text)]
+        if len(text.split()) > ASPECT_WORDS:
+            return None  # a long single clause is a brief, not a two-aspect request
+        cuts = [m.start() for m in _ASPECT.finditer(text)][:3]
         spans = [(text[:c].strip(), text[c:].strip()) for c in cuts]
         spans = [(h, t) for h, t in spans if len(h.split()) >= 2 and len(t.split()) >= 2]
         if not spans:

@@ -6,9 +6,10 @@ Pure numpy, one scale for every kernel (issue 21):
    (everyday.txt, shipped with the package: requests in French and English that belong to no work
    kernel). e5's embeddings share a large common component; removing a fixed mean spreads the scores
    without making them depend on which other kernels exist.
-2. A kernel's raw similarity to a prompt: half the mean cosine to its TOPK nearest examples, half the
-   cosine to the centroid of its examples (its canonical prompts and its domains), plus LEX_WEIGHT x
-   the share of the prompt's word stems that occur in the kernel's own texts.
+2. A kernel's raw similarity to a prompt: the mean cosine to its TOPK nearest texts (goal line,
+   domains, canonical prompts) blended with the cosine to their centroid (half and half for a dozen
+   texts, less for hundreds), plus LEX_WEIGHT x the share of the prompt's word stems that occur in
+   the kernel's own texts.
 3. Calibration against the background: the same raw similarity is computed for every everyday
    request; a kernel's *calibrated score* is (raw - background mean) / background std, the number of
    standard deviations above everyday chatter. Hundreds of background requests make the location and
@@ -35,7 +36,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
 
-TOPK = 2               # nearest examples averaged into the neighbour half of the raw similarity
+TOPK = 2               # nearest examples averaged into the neighbour part of the raw similarity
+CENTROID_TEXTS = 6.0   # the centroid's weight is min(0.5, CENTROID_TEXTS / texts of the kernel)
 LEX_WEIGHT = 0.1       # weight of the lexical coverage in the raw similarity
 THRESHOLD = 2.5        # shared: background standard deviations a prompt must clear
 MIN_THRESHOLD = 1.0    # a self-calibrated threshold never goes below this
@@ -121,6 +123,12 @@ class Model:
         return (j, float(sims[j])) if sims[j] >= CORRECTION_RADIUS else None
 
 
+def centroid_weight(n: int) -> float:
+    """Share of the centroid in the raw similarity: half for a kernel described in a dozen texts,
+    less as examples grow (one centroid cannot summarise fifteen sub-topics; neighbours can)."""
+    return min(0.5, CENTROID_TEXTS / max(n, 1))
+
+
 def raw_similarity(centred, texts, examples, owner, centroids, vocab) -> np.ndarray:
     import numpy as np
     K = len(centroids)
@@ -136,7 +144,8 @@ def raw_similarity(centred, texts, examples, owner, centroids, vocab) -> np.ndar
         t = min(TOPK, sub.shape[1])
         near = (-np.partition(-sub, t - 1, axis=1)[:, :t]).mean(axis=1)
         lex = np.array([len(s & vocab[k]) / len(s) if s else 0.0 for s in q_stems], dtype=np.float32)
-        out[:, k] = 0.5 * near + 0.5 * cent[:, k] + LEX_WEIGHT * lex
+        w = centroid_weight(sub.shape[1])
+        out[:, k] = (1 - w) * near + w * cent[:, k] + LEX_WEIGHT * lex
     return out
 
 
@@ -205,7 +214,8 @@ def fit(kernels: list[str], vectors: np.ndarray, owner: np.ndarray, texts: list[
             cent = float(x[i] @ c / (np.linalg.norm(c) or 1.0))
             ws = text_stems[i]
             lex = sum(counts.get(s, 0) > 1 for s in ws) / len(ws) if ws else 0.0
-            r = 0.5 * near + 0.5 * cent + LEX_WEIGHT * lex
+            w = centroid_weight(len(idx) - 1)
+            r = (1 - w) * near + w * cent + LEX_WEIGHT * lex
             loo[j] = (r - model.loc[k]) / model.scale[k]
     for k, kid in enumerate(kernels):
         mine = loo[(owner[cal] == k) & np.isfinite(loo)]
