@@ -99,7 +99,6 @@ def run_set(routes: Path, queries: Path, emb) -> dict:
 
 def stability(emb) -> dict:
     """Remove each kernel in turn: how far do the other kernels' thresholds and calibration move?"""
-    import numpy as np
 
     from nika_brain.federation.triage import goals
     from nika_brain.federation.triage.bench import read_routes

@@ -120,7 +120,7 @@ def peer_scores(index, embedder, texts: list[str]) -> dict[str, Any]:
     return out
 
 
-def peer_figures(index, embedder, texts: list[str], expected: list[str | None]) -> dict[str, dict[str, float]]:
+def peer_figures(index, embedder, texts: list[str], expected: list[str | None]) -> dict[str, dict[str, Any]]:
     """In-scope accuracy and out-of-scope recall of each peer (expected None: out of scope)."""
     import numpy as np
     kernels = index.model.kernels

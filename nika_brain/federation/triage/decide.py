@@ -250,7 +250,7 @@ class Triage:
         z, centred = m.score(vecs, texts)
         raw = z * m.scale + m.loc
         scores = self._scores(z[0], raw[0], dc)
-        extra = {"representative": text} if text != prompt else {}
+        extra: dict[str, Any] = {"representative": text} if text != prompt else {}
 
         fix = m.correction(centred[0])
         if fix is not None:
@@ -261,15 +261,15 @@ class Triage:
                     prompt, f"operator correction {cid} (similarity {sim:.2f}): no kernel", scores, dc,
                     context, extra))
             kid = m.kernels[k]
-            why = self._why_not(kid, dc)
-            if why is None:
+            blocked = self._why_not(kid, dc)
+            if blocked is None:
                 mine = next((s for s in scores if s.kernel == kid), None)
                 return self._finish(Decision(
                     prompt, "kernel", (kid,), f"operator correction {cid} (similarity {sim:.2f}): {kid}",
                     tuple(scores), (), dc.name, context, extra=extra | {"correction": cid,
                                                                          "score": None if mine is None
                                                                          else round(mine.score, 4)}))
-            extra = extra | {"correction_overruled": f"{cid} names {kid}, not allowed: {why}"}
+            extra = extra | {"correction_overruled": f"{cid} names {kid}, not allowed: {blocked}"}
 
         split = None
         if len(parts) > 1:
@@ -356,13 +356,15 @@ class Triage:
         z, _ = m.score(vecs, flat)
         raw = z * m.scale + m.loc
         for i in range(len(spans)):
-            picks = []
+            picks: list[Score] = []
             for row in (2 * i, 2 * i + 1):
                 sc = [s for s in self._scores(z[row], raw[row], dc) if s.kernel != self.index.default]
                 clear = (sc[0].kernel in pair and sc[0].score >= sc[0].threshold + ASPECT_MARGIN
                          and sc[0].score >= sc[1].score + ASPECT_LEAD)
-                picks.append(sc[0] if clear else None)
-            if picks[0] is not None and picks[1] is not None and picks[0].kernel != picks[1].kernel:
+                if not clear:
+                    break
+                picks.append(sc[0])
+            if len(picks) == 2 and picks[0].kernel != picks[1].kernel:
                 return [Part(prompt, s.kernel, s.score, s.threshold, clause)
                         for s, clause in zip(picks, spans[i])]
         return None

@@ -222,7 +222,8 @@ def fit(kernels: list[str], vectors: np.ndarray, owner: np.ndarray, texts: list[
         if len(mine) >= SELF_CALIBRATION:
             model.thresholds[k] = max(MIN_THRESHOLD, min(THRESHOLD, float(np.quantile(mine, miss_rate))))
         report["kernels"][kid] = {
-            "examples": int((owner == k).sum()),
+            "examples": int(((owner == k) & np.asarray(calibrate, dtype=bool)).sum()),
+            "texts": int((owner == k).sum()),
             "threshold": round(float(model.thresholds[k]), 4),
             "self_calibrated": bool(len(mine) >= SELF_CALIBRATION),
             "background_mean": round(float(model.loc[k]), 4),
@@ -253,7 +254,8 @@ def refine(model: Model, z: np.ndarray, expected: list[int | None]) -> float:
         acc = ((top == exp) & accept)[ins].mean() if ins.any() else 0.0
         rec = (~accept)[oos].mean() if oos.any() else 0.0
         return float(acc + rec)
-    candidates = sorted(set(np.round(np.r_[0.0, -margin.max(axis=1)], 6).tolist()), key=abs)
+    offsets = [0.0] + [float(-v) for v in margin.max(axis=1)]
+    candidates = sorted(set(offsets), key=abs)
     best, best_off = -1.0, 0.0
     for off in candidates:
         val = outcome(off + (1e-6 if off else 0.0))
