@@ -197,7 +197,7 @@ def test_a_single_kernel_and_no_examples_still_route(tmp_path, git_env):
     assert d.kernels in (("solo",), (GENERALIST,)) and d.scores[0].kernel == "solo"
     empty = make_brain(tmp_path / "e", CONFIG)
     d = triage(empty, "bonjour")
-    assert (d.decision, d.kernels, d.reason) == ("fallback", (GENERALIST,), "no kernel has a goal yet")
+    assert (d.decision, d.kernels, d.reason) == ("fallback", (GENERALIST,), "fallback: no kernel has a goal yet")
 
 
 # ---- policy: region and data class ---------------------------------------------------------------

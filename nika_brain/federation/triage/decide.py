@@ -46,11 +46,12 @@ CLAUSE_MARGIN = 1.0  # a clause splits off only when it clearly passes its kerne
 CLAUSE_LEAD = 0.5    # ... and no other kernel comes within this of it
 ASPECT_MARGIN = 1.5  # single-clause hybrid: the two kernels this far above their thresholds ...
 ASPECT_LEAD = 1.5    # ... and each aspect this far ahead of any other kernel
+WRONG_GAP = 2.0      # the wrong-kernel hint: the context kernel this far behind the routed one
 ASPECT_WORDS = 30    # longer single clauses are not looked at for aspects (bounded latency)
 _SEPARATORS = re.compile(
     r"\s*(?:;|\n+|(?<=[.!?])\s+|"
     r",?\s+(?:et(?:\s+(?:aussi|ensuite|puis|en\s+parall[eè]le))?|puis|ensuite|apr[eè]s\s+(?:[cç]a|cela)|"
-    r"au\s+passage|en\s+parall[eè]le|and(?:\s+(?:also|then))?|then|also|as\s+well\s+as|plus|"
+    r"au\s+passage|en\s+parall[eè]le|and(?:\s+(?:also|then))?|then|also|as\s+well\s+as|"
     r"after\s+that|meanwhile)\s+|"
     r",\s+|\s+(?=en\s+(?:y\s+|les?\s+|la\s+)?\w+ant\b))\s*", re.IGNORECASE)
 _LEADING = re.compile(r"^(?:(?:et|and|then|puis|ensuite|also|aussi|après|apres|after)\s+)+",
@@ -373,11 +374,13 @@ class Triage:
         if d.context is None:
             return d
         own = next((s for s in d.scores if s.kernel == d.context), None)
-        # wrong kernel: it clearly belongs elsewhere and the kernel it was typed in would not take it
-        wrong = (d.decision == "kernel" and d.kernels[0] != d.context
-                 and (own is None or own.score < own.threshold))
+        top = d.scores[0].score if d.scores else 0.0
+        # wrong kernel: it clearly belongs elsewhere, and the kernel it was typed in would not take
+        # it or is far behind (WRONG_GAP) the kernel it belongs to
+        far = own is None or not own.passes or own.score < top - WRONG_GAP
+        wrong = d.decision == "kernel" and d.kernels[0] != d.context and far
         if d.decision == "split":
-            wrong = d.context not in d.kernels and (own is None or own.score < own.threshold)
+            wrong = d.context not in d.kernels and far
         return Decision(d.prompt, d.decision, d.kernels, d.reason, d.scores, d.parts, d.data_class,
                         d.context, wrong, d.extra)
 
