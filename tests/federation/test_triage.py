@@ -17,6 +17,7 @@ from tests.federation.triagekit import (
     EPSILON,
     GAMMA,
     GENERALIST,
+    policy_config,
     seed_kernels,
     write_kernel,
 )
@@ -202,15 +203,7 @@ def test_a_single_kernel_and_no_examples_still_route(tmp_path, git_env):
 
 # ---- policy: region and data class ---------------------------------------------------------------
 
-POLICY_CONFIG = """version: 1
-lock_poll: 0.01
-federation:
-  triage:
-    default: kernel-generalist
-    data_classes:
-      - public
-      - {name: sensitive, patterns: ["(?i)\\\\bclient\\\\b", "(?i)pulsa"], regions: [fr]}
-"""
+POLICY_CONFIG = policy_config(r"(?i)\bclient\b", "(?i)pulsa")
 
 
 def test_sensitive_prompts_only_reach_kernels_their_policy_allows(tmp_path, git_env):

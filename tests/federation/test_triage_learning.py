@@ -12,7 +12,7 @@ import pytest
 from nika_brain.brain import is_state_path
 from nika_brain.federation.triage import corrections, goals
 from nika_brain.federation.triage.decide import HEAD, TAIL, representative, triage
-from tests.federation.triagekit import ALPHA, BETA, DELTA, GAMMA, GENERALIST, ROOT, seed_kernels
+from tests.federation.triagekit import ALPHA, BETA, DELTA, GAMMA, GENERALIST, ROOT, policy_config, seed_kernels
 from tests.kit.brain import make_brain
 
 CONFIG = "version: 1\nlock_poll: 0.01\nfederation:\n  triage: {default: kernel-generalist}\n"
@@ -73,15 +73,7 @@ def test_bad_corrections_are_one_clear_error(tmp_path, git_env, capsys, args, me
     assert not (brain.root / "corrections").exists()
 
 
-POLICY = """version: 1
-lock_poll: 0.01
-federation:
-  triage:
-    default: kernel-generalist
-    data_classes:
-      - public
-      - {name: sensitive, patterns: ["(?i)salaire", "(?i)\\\\bclient\\\\b"], regions: [fr]}
-"""
+POLICY = policy_config("(?i)salaire", r"(?i)\bclient\b")
 
 
 def test_the_policy_holds_on_the_fallback_too(tmp_path, git_env):
