@@ -39,7 +39,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from nika_brain.federation.embedding import Embedder
 
 MAX_PROMPT = 20_000  # characters looked at for the data class; longer prompts are cut first
-HEAD, TAIL = 600, 250  # characters of a long prompt the embedder sees (head ... tail)
+HEAD, TAIL = 200, 100  # characters of a long prompt the embedder sees (head ... tail): ~75 tokens
 MIN_CLAUSE_WORDS = 3
 MAX_CLAUSES = 6      # more "requests" than that is a document or a brief: routed whole
 CLAUSE_MARGIN = 1.0  # a clause splits off only when it clearly passes its kernel's threshold ...

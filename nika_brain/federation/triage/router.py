@@ -42,7 +42,7 @@ LEX_WEIGHT = 0.1       # weight of the lexical coverage in the raw similarity
 THRESHOLD = 2.5        # shared: background standard deviations a prompt must clear
 MIN_THRESHOLD = 1.0    # a self-calibrated threshold never goes below this
 SELF_CALIBRATION = 20  # examples a kernel needs before its own data may lower its threshold
-MISS_RATE = 0.03       # share of a self-calibrated kernel's examples allowed below its threshold
+MISS_RATE = 0.1        # share of a self-calibrated kernel's examples allowed below its threshold
 CORRECTION_RADIUS = 0.9   # cosine (centred) within which a correction decides
 STEM = 5               # characters of a word kept as its stem (French and English inflections)
 
