@@ -57,7 +57,7 @@ def json_object(text: str, what: str) -> dict:
 # (help, `kernel`, which several modules extend) registers every module.
 _OWNER = {"triage": "triage", "rag": "rag", "bus": "bus", "claude": "claude", "federation": "federation",
           "registry": "registry", "operator": "operator", "doctor": "operator", "init": "index",
-          "validate": "index", "index": "index", "hooks": "index"}
+          "validate": "index", "index": "index", "hooks": "index", "sync": "sync"}
 
 
 def _register(argv: list[str] | None = None) -> None:
@@ -79,6 +79,7 @@ def _register(argv: list[str] | None = None) -> None:
         registry,
         state,
         stealing,
+        sync,
         triage,
         workflow,
     )
