@@ -31,7 +31,8 @@ def _row(brain: Brain, k: kernels.Kernel) -> dict:
             "status": k.status, "reason": k.status_reason, "runtime": k.runtime,
             "limits": k.limits.to_dict(), "enforcement": k.enforcement,
             "cpu_enforced": bool(state.get("cpu_enforced")) if k.limits.cpu_percent is not None else None,
-            "restarts": k.restarts, "last_heartbeat": hb.get("at") if hb else None}
+            "restarts": k.restarts, "last_heartbeat": hb.get("at") if hb else None,
+            "machine": k.machine, "region": k.region}
 
 
 @kernel_app.command("list")
@@ -46,7 +47,7 @@ def kernel_list(as_json: bool = typer.Option(False, "--json")):
         lim = " ".join(f"{k}={v}" for k, v in r["limits"].items()) or "no-limits"
         if r["cpu_enforced"] is False and r["enforcement"] not in (None, "kubernetes"):
             lim += " (cpu not enforced)"
-        print(f"{r['id']}\t{r['status']}\t{r['runtime']}\t{lim} [{r['enforcement'] or '-'}]\t"
+        print(f"{r['id']}\t{r['status']}\t{r['runtime']}@{r['machine'] or '-'}\t{lim} [{r['enforcement'] or '-'}]\t"
               f"hb={r['last_heartbeat'] or '-'}\t{r['goal']}")
 
 
