@@ -160,7 +160,7 @@ brain = Brain.at(root)
 overlaps = 0
 for i in range(int(cycles)):
     owner = f"sess-c{os.getpid()}-{i}"
-    lk = locks.acquire(brain, scope, owner, wait=120, poll=0.002)
+    lk = locks.acquire(brain, scope, owner, wait=600, poll=0.002)
     try:
         fd = os.open(sentinel, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
     except FileExistsError:
