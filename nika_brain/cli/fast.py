@@ -212,19 +212,28 @@ def claim_show(claim_id: str, as_json: bool = False) -> int:
     return 0
 
 
-def claim_list(status: str | None = None, as_json: bool = False, strict: bool = False) -> int:
+def list_records(folder: Callable[[Any], Any], loader: Callable[[Any], Any], to_dict: Callable[[Any], dict],
+                 line: Callable[[Any], str], status: str | None, as_json: bool, strict: bool) -> int:
+    """`claim list` and `gate list`: the valid records (of `status`), one line or one JSON list; the
+    invalid ones named on stderr."""
     from nika_brain.brain import Brain
-    from nika_brain.state import claims, listing
+    from nika_brain.state import listing
     brain = Brain.find()
-    cs, bad = listing.load_each(brain, brain.claims_dir, claims.load_path)
-    cs = [c for c in cs if status is None or c.status == status]
+    records, bad = listing.load_each(brain, folder(brain), loader)
+    records = [r for r in records if status is None or r.status == status]
     if as_json:
-        print(json.dumps([claims.to_dict(c) for c in cs]))
+        print(json.dumps([to_dict(r) for r in records]))
     else:
-        for c in cs:
-            res = f" {c.result.status}" if c.result else ""
-            print(f"{c.id}\t{c.status}{res}\t{' '.join(c.scope)}")
+        for r in records:
+            print(line(r))
     return report_invalid(bad, strict)
+
+
+def claim_list(status: str | None = None, as_json: bool = False, strict: bool = False) -> int:
+    from nika_brain.state import claims
+    return list_records(lambda b: b.claims_dir, claims.load_path, claims.to_dict,
+                        lambda c: f"{c.id}\t{c.status}{f' {c.result.status}' if c.result else ''}\t"
+                                  f"{' '.join(c.scope)}", status, as_json, strict)
 
 
 def index(check: bool = False, stdout: bool = False) -> int:

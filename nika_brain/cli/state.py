@@ -1,7 +1,6 @@
 """Commands over the brain's state files: lock, claim, gate."""
 from __future__ import annotations
 
-import json
 import os
 from typing import Optional
 
@@ -10,7 +9,7 @@ import typer
 from nika_brain.brain import Brain
 from nika_brain.cli import app, fast
 from nika_brain.engine import gatebackends
-from nika_brain.state import gates, listing
+from nika_brain.state import gates
 
 lock_app = typer.Typer(no_args_is_help=True, help="Path locks on scopes (paths, folders, globs).")
 claim_app = typer.Typer(no_args_is_help=True, help="Claims: one per step execution.")
@@ -138,15 +137,8 @@ def gate_reject(gate_id: str, note: str = ""):
 @gate_app.command("list")
 def gate_list(status: Optional[str] = typer.Option(None), as_json: bool = typer.Option(False, "--json"),
               strict: bool = STRICT):
-    brain = Brain.find()
-    gs, bad = listing.load_each(brain, brain.gates_dir, gates.load_path)
-    gs = [g for g in gs if status is None or g.status == status]
-    if as_json:
-        print(json.dumps([gates.to_dict(g) for g in gs]))
-    else:
-        for g in gs:
-            print(f"{g.id}\t{g.status}\t{g.message}")
-    raise typer.Exit(fast.report_invalid(bad, strict))
+    raise typer.Exit(fast.list_records(lambda b: b.gates_dir, gates.load_path, gates.to_dict,
+                                       lambda g: f"{g.id}\t{g.status}\t{g.message}", status, as_json, strict))
 
 
 @gate_app.command("sync")
