@@ -92,12 +92,14 @@ def claim_close(claim_id: str, status: str = typer.Option(..., help="ok | partia
 
 @claim_app.command("show")
 def claim_show(claim_id: str, as_json: bool = typer.Option(False, "--json")):
+    """One claim: its step, scope, status and result."""
     raise typer.Exit(fast.claim_show(claim_id, as_json))
 
 
 @claim_app.command("list")
 def claim_list(status: Optional[str] = typer.Option(None, help="open | closed"),
                as_json: bool = typer.Option(False, "--json"), strict: bool = STRICT):
+    """All claims, or those with one status (an invalid claim file is named on stderr)."""
     raise typer.Exit(fast.claim_list(status, as_json, strict))
 
 
@@ -137,6 +139,7 @@ def gate_reject(gate_id: str, note: str = ""):
 @gate_app.command("list")
 def gate_list(status: Optional[str] = typer.Option(None), as_json: bool = typer.Option(False, "--json"),
               strict: bool = STRICT):
+    """All gates, or those with one status (pending, approved, rejected)."""
     raise typer.Exit(fast.list_records(lambda b: b.gates_dir, gates.load_path, gates.to_dict,
                                        lambda g: f"{g.id}\t{g.status}\t{g.message}", status, as_json, strict))
 
