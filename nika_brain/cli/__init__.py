@@ -57,7 +57,8 @@ def json_object(text: str, what: str) -> dict:
 # (help, `kernel`, which several modules extend) registers every module.
 _OWNER = {"triage": "triage", "rag": "rag", "bus": "bus", "claude": "claude", "federation": "federation",
           "registry": "registry", "operator": "operator", "doctor": "operator", "init": "index",
-          "validate": "index", "index": "index", "hooks": "index"}
+          "validate": "index", "index": "index", "hooks": "index", "sync": "sync",
+          "machine": "machine"}
 
 
 def _register(argv: list[str] | None = None) -> None:
@@ -73,12 +74,14 @@ def _register(argv: list[str] | None = None) -> None:
         federation,  # noqa: F401
         index,
         kernel,
+        machine,
         operator,
         proposals,
         rag,
         registry,
         state,
         stealing,
+        sync,
         triage,
         workflow,
     )
