@@ -1,25 +1,26 @@
-"""Routing quality and latency of the semantic triage (issue 12).
+"""Routing quality and latency of the semantic triage (issues 12 and 21), in one run.
 
-1. CLINC150 (../shared/data/clinc150, dev split): each of the 10 domains plays one kernel; its
+1. French/English few-shot (bench/triage_fr/fewshot/): the seed's five kernels declared as a user
+   would (goal, domains, 5 canonical prompts each, routes.yml, written first), and two held-out sets
+   written apart from it in a second style (everyday wording, typos, FR/EN mixing): dev.jsonl (used
+   while developing) and final.jsonl (never tuned on). 80 in-scope, 24 everyday out-of-scope and
+   20 hybrid prompts each. Goals: in-scope >= 95 % with OOS >= 90 %; hybrids >= 80 % exact splits.
+2. The older French set (bench/triage_fr/routes.yml, 12 prompts per kernel, queries.jsonl).
+3. CLINC150 (../shared/data/clinc150, dev split): each of the 10 domains plays one kernel; its
    canonical prompts are the first 20 `train` queries of each of its 15 intents (300 per kernel);
-   measured on `val` (3,000 in scope) + `oos_val` (100 out of scope). Thresholds come from the
-   canonical prompts alone: no val, no oos_train. In the same run, the plain baseline: max cosine
-   to the canonical prompts, one global threshold (calibrated the same way: the miss_rate quantile
-   of the leave-one-out max cosine), plus its best threshold *chosen on val* for reference (an upper
-   bound no calibration can claim).
-   `--prefix query|passage` embeds prompts and examples with e5's `query: ` or `passage: ` prefix.
-   `--generalist-examples` gives the generalist kernel the 100 `oos_train` queries as its own
-   canonical prompts (reported separately: that uses labelled out-of-scope data).
-2. The French set in bench/triage_fr/ (the seed's five kernels + a generalist, with out-of-scope
-   and hybrid prompts), through the `triage bench` contract.
-3. Latency: warm triage per prompt (embedding included, no cache for prompts), a cold
-   `nika-brain triage` process (and whether chromadb was imported), a cold UserPromptSubmit hook
-   process with the wrong-kernel check. Medians.
+   measured on `val` (3,000 in scope) + `oos_val` (100 out of scope). Goal >= 92 % / >= 90 %.
+   Thresholds come from the routes and the shipped everyday background alone, never from val.
+Every set shows the peer methods (kNN max cosine, top-5 mean, centroid) computed in the same run,
+with the same embedder, centring, background calibration and shared threshold.
+4. Stability: the thresholds and calibration of the other kernels when one kernel is removed.
+5. Latency: warm triage per prompt in process (embedding included, no cache), goal p50 < 30 ms;
+   a 5,000-character prompt (goal p95 < 100 ms) and 1,000 emoji; cold `nika-brain triage` and
+   UserPromptSubmit processes (medians).
 
-Embeddings of the dataset are cached under --cache (default: $TMPDIR/nika-bench-embeddings), so a
+Embeddings of the datasets are cached under --cache (default: $TMPDIR/nika-bench-embeddings), so a
 second run takes seconds; accuracy uses cached vectors, latency always embeds afresh.
 
-    python bench/bench_triage.py [--prefix query] [--miss-rate 0.03] [--cache DIR] [--skip-clinc]
+    python bench/bench_triage.py [--cache DIR] [--skip-clinc] [--clinc-sample N] [--runs 5]
 """
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ CLINC = next((p for p in (ROOT.parent / "shared" / "data" / "clinc150" / "clinc1
                           ROOT.parents[1] / "shared" / "data" / "clinc150" / "clinc150_dev.json")
               if p.is_file()), ROOT.parent / "shared" / "data" / "clinc150" / "clinc150_dev.json")
 FR = ROOT / "bench" / "triage_fr"
+FEW = FR / "fewshot"
 
 
 def clinc_routes(data: dict, per_intent: int = 20, generalist_examples: bool = False):
@@ -65,63 +67,85 @@ def score(preds, queries):
     oos = [(p, e) for p, e in zip(preds, queries) if e[1] is None]
     acc = sum(p == e[1] for p, e in ins) / len(ins)
     rec = sum(p is None for p, _ in oos) / len(oos)
-    to_def = [e for p, e in zip(preds, queries) if p is None]
-    prec = sum(e[1] is None for e in to_def) / len(to_def) if to_def else None
-    return acc, rec, prec
+    return acc, rec
 
 
 def run_clinc(args, emb) -> dict:
-    import numpy as np
-
-    from nika_brain.federation.triage import goals, router
+    from nika_brain.federation.triage import goals
+    from nika_brain.federation.triage.bench import peer_figures
     from nika_brain.federation.triage.decide import Triage
     data = json.loads(CLINC.read_text(encoding="utf-8"))
-    entries, queries = clinc_routes(data, generalist_examples=args.generalist_examples)
-    st = goals.Settings(default="generalist", miss_rate=args.miss_rate, split=True)
+    entries, queries = clinc_routes(data)
+    if args.clinc_sample:
+        ins = [q for q in queries if q[1] is not None][::max(1, 3000 // args.clinc_sample)]
+        queries = ins + [q for q in queries if q[1] is None]
+    st = goals.Settings(default="generalist", split=True)
     t0 = time.perf_counter()
     index = goals.build(entries, emb, st)
     build_s = time.perf_counter() - t0
     tri = Triage(index, emb, st)  # cached vectors: accuracy does not depend on where they came from
     decisions = [tri.decide(t) for t, _ in queries]
     preds = [d.kernels[0] if d.decision == "kernel" else None for d in decisions]
-    splits = sum(d.decision == "split" for d in decisions)
-    ours = score(preds, queries)
-
-    # baseline: max cosine to the canonical prompts, raw vectors, one global threshold
-    kern = [e.id for e in entries if e.examples]
-    texts = [x for e in entries if e.examples for x in e.examples]
-    owner = np.array([k for k, e in enumerate(e for e in entries if e.examples) for _ in e.examples])
-    canon = emb.embed(texts, kind=goals.EMBED_KIND)
-    qv = emb.embed([t for t, _ in queries], kind=goals.EMBED_KIND)
-    sims = qv @ canon.T
-    best = sims.argmax(axis=1)
-    top = sims.max(axis=1)
-    self_sims = canon @ canon.T
-    np.fill_diagonal(self_sims, -1)
-    loo = self_sims.max(axis=1)
-    thr = float(np.quantile(loo, args.miss_rate))
-
-    def base_preds(t):
-        return [kern[owner[b]] if s >= t and kern[owner[b]] != "generalist" else None
-                for b, s in zip(best, top)]
-    base = score(base_preds(thr), queries)
-    sweep = []
-    for t in np.quantile(top, np.linspace(0.0, 0.4, 81)):
-        a, r, _ = score(base_preds(t), queries)
-        sweep.append((a, r, float(t)))
-    best80 = max((s for s in sweep if s[1] >= 0.8), default=None)
-    best90 = max((s for s in sweep if s[1] >= 0.9), default=None)
-    return {"ours": ours, "splits": splits, "build_s": build_s, "lex_weight": index.model.lex_weight,
-            "loo_accuracy": index.report.get("loo_accuracy"), "baseline": base, "baseline_thr": thr,
-            "baseline_best_on_val_at_oos80": best80, "baseline_best_on_val_at_oos90": best90,
+    return {"ours": score(preds, queries), "splits": sum(d.decision == "split" for d in decisions),
+            "build_s": build_s, "peers": peer_figures(index, emb, [t for t, _ in queries], [e for _, e in queries]),
             "n_in": sum(1 for _, e in queries if e is not None), "n_oos": sum(1 for _, e in queries if e is None),
-            "router": {"topk": router.TOPK, "subtopic_size": router.SUBTOPIC_SIZE, "shrink": router.SHRINK,
-                       "miss_rate": args.miss_rate, "neg_quantile": router.NEG_QUANTILE}}
+            "self_calibrated": sum(r["self_calibrated"] for r in index.report["kernels"].values())}
 
 
-def run_french(args, emb) -> dict:
+def run_set(routes: Path, queries: Path, emb) -> dict:
     from nika_brain.federation.triage import bench
-    return bench.run(FR / "routes.yml", FR / "queries.jsonl", embedder=emb, miss_rate=args.miss_rate)
+    return bench.run(routes, queries, embedder=emb)
+
+
+def stability(emb) -> dict:
+    """Remove each kernel in turn: how far do the other kernels' thresholds and calibration move?"""
+
+    from nika_brain.federation.triage import goals
+    from nika_brain.federation.triage.bench import read_routes
+    default, entries = read_routes(FEW / "routes.yml")
+    st = goals.Settings(default=default)
+    full = goals.build(entries, emb, st)
+    moved = 0.0
+    for drop in (e.id for e in entries if e.id != default):
+        part = goals.build([e for e in entries if e.id != drop], emb, st)
+        for k, kid in enumerate(part.model.kernels):
+            j = full.model.kernels.index(kid)
+            for a, b in ((part.model.thresholds[k], full.model.thresholds[j]),
+                         (part.model.loc[k], full.model.loc[j]), (part.model.scale[k], full.model.scale[j])):
+                moved = max(moved, abs(float(a) - float(b)))
+    return {"max_change": moved, "thresholds": [round(float(t), 3) for t in full.model.thresholds]}
+
+
+def latency(raw_emb, n: int) -> dict:
+    """Warm in-process latency per prompt (fresh embeddings) on the few-shot routes."""
+    from nika_brain.federation.triage import goals
+    from nika_brain.federation.triage.bench import read_routes
+    from nika_brain.federation.triage.decide import Triage
+    from nika_brain.federation.triage.queries import read_queries
+    default, entries = read_routes(FEW / "routes.yml")
+    st = goals.Settings(default=default)
+    index = goals.build(entries, raw_emb, st)
+    tri = Triage(index, raw_emb, st)
+    texts = [q.text for q in read_queries(FEW / "final.jsonl")][:n]
+    para = " ".join(texts)
+    long = (para * (5000 // len(para) + 1))[:5000]
+    emoji = "\U0001F600" * 1000
+    tri.decide("warm up the model")
+
+    def timed(text: str, times: int) -> list[float]:
+        out = []
+        for _ in range(times):
+            t0 = time.perf_counter()
+            tri.decide(text)
+            out.append((time.perf_counter() - t0) * 1000)
+        return out
+    per = [timed(t, 1)[0] for t in texts]
+    longs = timed(long, 20)
+    emojis = timed(emoji, 5)
+    q = statistics.quantiles
+    return {"p50": statistics.median(per), "p95": q(per, n=20)[18], "n": len(per),
+            "long_p50": statistics.median(longs), "long_p95": q(longs, n=20)[18],
+            "emoji_max": max(emojis)}
 
 
 def cold_processes(runs: int) -> dict:
@@ -135,7 +159,7 @@ def cold_processes(runs: int) -> dict:
         root = Path(tmp) / "brain"
         root.mkdir()
         (root / "nika-brain.yml").write_text("version: 1\nfederation:\n  triage: {default: kernel-generalist}\n")
-        _, entries = read_routes(FR / "routes.yml")
+        _, entries = read_routes(FEW / "routes.yml")
         for e in entries:
             (root / "kernels" / e.id).mkdir(parents=True)
             (root / "kernels" / e.id / "kernel.yml").write_text(dumps(
@@ -182,61 +206,79 @@ def cold_processes(runs: int) -> dict:
     return out
 
 
+def _line(label: str, acc, rec, extra: str = "") -> str:
+    a = "  n/a " if acc is None else f"{acc:6.1%}"
+    r = "  n/a " if rec is None else f"{rec:6.1%}"
+    return f"  {label:<18} in-scope {a}  oos recall {r}{extra}"
+
+
+def print_set(title: str, r: dict, goal: tuple[float, float] | None) -> None:
+    print(f"\n{title} ({r['n']} prompts)")
+    split = "" if r["split_accuracy"] is None else f"  hybrids split exactly {r['split_accuracy']:.1%}"
+    print(_line("triage", r["in_scope_accuracy"], r["oos_recall"], split))
+    for name, p in r["peers"].items():
+        print(_line(name, p["in_scope_accuracy"], p["oos_recall"]))
+    if goal:
+        met = (r["in_scope_accuracy"] or 0) >= goal[0] and (r["oos_recall"] or 0) >= goal[1]
+        hyb = r["split_accuracy"] is None or r["split_accuracy"] >= 0.8
+        print(f"  goal in-scope >= {goal[0]:.0%} with oos >= {goal[1]:.0%}: {'met' if met else 'NOT met'}"
+              + ("" if r["split_accuracy"] is None else f"; hybrids >= 80 %: {'met' if hyb else 'NOT met'}"))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--prefix", choices=("query", "passage"), default="query")
-    ap.add_argument("--miss-rate", type=float, default=0.03)
     ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "nika-bench-embeddings"))
-    ap.add_argument("--generalist-examples", action="store_true")
     ap.add_argument("--skip-clinc", action="store_true")
+    ap.add_argument("--clinc-sample", type=int, default=0, help="in-scope CLINC prompts measured (0: all 3,000)")
     ap.add_argument("--runs", type=int, default=5, help="cold process runs")
-    ap.add_argument("--latency-prompts", type=int, default=100)
+    ap.add_argument("--latency-prompts", type=int, default=124)
     args = ap.parse_args()
 
     from nika_brain.federation.embedding import CachedEmbedder, E5Embedder
-    from nika_brain.federation.triage import decide as triage
-    from nika_brain.federation.triage import goals
-    goals.EMBED_KIND = triage.EMBED_KIND = args.prefix
+    from nika_brain.federation.triage import router
     raw = E5Embedder()
     Path(args.cache).mkdir(parents=True, exist_ok=True)
     emb = CachedEmbedder(raw, Path(args.cache) / f"{raw.model_id.replace('/', '_')}.sqlite")
-    print(f"model {raw.model_id}, prefix {args.prefix!r} for prompts and examples, miss_rate {args.miss_rate}")
+    print(f"model {raw.model_id}; shared threshold {router.THRESHOLD} background standard deviations "
+          f"({len(router.background())} everyday requests shipped); peers use the same calibration")
+
+    print_set("French/English few-shot, 5 canonical prompts per kernel: DEV held-out set",
+              run_set(FEW / "routes.yml", FEW / "dev.jsonl", emb), (0.95, 0.90))
+    print_set("French/English few-shot, 5 canonical prompts per kernel: FINAL held-out set (never tuned on)",
+              run_set(FEW / "routes.yml", FEW / "final.jsonl", emb), (0.95, 0.90))
+    print_set("Older French set (bench/triage_fr, 12 canonical prompts per kernel)",
+              run_set(FR / "routes.yml", FR / "queries.jsonl", emb), None)
 
     if not args.skip_clinc:
         if not CLINC.is_file():
-            print(f"CLINC150 not found at {CLINC}; skipped")
+            print(f"\nCLINC150 not found at {CLINC}; skipped")
         else:
             c = run_clinc(args, emb)
-            a, r, p = c["ours"]
-            print(f"\nCLINC150 dev ({c['n_in']} in scope, {c['n_oos']} out of scope; 10 kernels x 300 canonical prompts"
-                  f"{' + generalist with oos_train' if args.generalist_examples else ''})")
-            print(f"  triage      in-scope {a:.1%}  oos recall {r:.1%}  oos precision {p:.1%}  "
-                  f"(wrongly split: {c['splits']}; fit {c['build_s']:.1f} s; lexical weight "
-                  f"{c['lex_weight']:.3f}; canonical leave-one-out accuracy {c['loo_accuracy']:.1%})")
-            a, r, p = c["baseline"]
-            print(f"  plain kNN   in-scope {a:.1%}  oos recall {r:.1%}  oos precision {p:.1%}  "
-                  f"(max cosine, global threshold {c['baseline_thr']:.3f} from the canonical prompts)")
-            for label, key in (("oos>=80%", "baseline_best_on_val_at_oos80"),
-                               ("oos>=90%", "baseline_best_on_val_at_oos90")):
-                b = c[key]
-                if b:
-                    print(f"  plain kNN, threshold picked ON VAL for {label}: in-scope {b[0]:.1%}  "
-                          f"oos recall {b[1]:.1%}")
-            print(f"  floor >= 90 % / >= 80 %: {'met' if c['ours'][0] >= .9 and c['ours'][1] >= .8 else 'NOT met'}; "
-                  f"aim >= 92 % / >= 90 %: {'met' if c['ours'][0] >= .92 and c['ours'][1] >= .9 else 'not met'}")
+            a, r = c["ours"]
+            print(f"\nCLINC150 dev ({c['n_in']} in scope, {c['n_oos']} out of scope; 10 kernels x 300 canonical "
+                  f"prompts; {c['self_calibrated']} kernels self-calibrated; fit {c['build_s']:.1f} s)")
+            print(_line("triage", a, r, f"  (wrongly split: {c['splits']})"))
+            for name, p in c["peers"].items():
+                print(_line(name, p["in_scope_accuracy"], p["oos_recall"]))
+            print(f"  goal >= 92 % with oos >= 90 %: {'met' if a >= .92 and r >= .9 else 'NOT met'}")
 
-    fr = run_french(args, emb)
-    print(f"\nFrench set (bench/triage_fr: {fr['n']} prompts, the seed's five kernels + generalist)")
-    print(f"  in-scope {fr['in_scope_accuracy']:.1%}  oos recall {fr['oos_recall']:.1%}  "
-          f"oos precision {fr['oos_precision']:.1%}  split accuracy {fr['split_accuracy']:.1%}")
-    print(f"  warm triage per prompt, embedding included: p50 {fr['p50_ms']} ms  p95 {fr['p95_ms']} ms "
-          f"(target p50 < 30 ms)")
+    s = stability(emb)
+    print(f"\nStability: removing any one kernel moves the others' thresholds/calibration by at most "
+          f"{s['max_change']:.2g} (thresholds {s['thresholds']})")
 
-    cold = cold_processes(args.runs)
-    print(f"\nCold processes (medians of {args.runs}; bytecode cached):")
-    for k, v in cold.items():
-        print(f"  {k}: {v}{' ms' if isinstance(v, float) else ''}")
-    print("  targets: nika-brain triage < 400 ms without chromadb; UserPromptSubmit < 250 ms")
+    lat = latency(raw, args.latency_prompts)
+    print(f"\nWarm latency in process, embedding included ({lat['n']} prompts, load average "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores):")
+    print(f"  per prompt p50 {lat['p50']:.1f} ms  p95 {lat['p95']:.1f} ms   (goal p50 < 30 ms)")
+    print(f"  5,000-character prompt p50 {lat['long_p50']:.1f} ms  p95 {lat['long_p95']:.1f} ms   (goal p95 < 100 ms)")
+    print(f"  1,000 emoji: at most {lat['emoji_max']:.1f} ms")
+
+    if args.runs:
+        cold = cold_processes(args.runs)
+        print(f"\nCold processes (medians of {args.runs}; bytecode cached):")
+        for k, v in cold.items():
+            print(f"  {k}: {v}{' ms' if isinstance(v, float) else ''}")
+        print("  targets: nika-brain triage < 400 ms without chromadb; UserPromptSubmit < 250 ms")
     return 0
 
 

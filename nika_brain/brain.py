@@ -48,6 +48,8 @@ LAYOUT: tuple[Folder, ...] = (
            what="session_registry: entities (strategy -> atomic), sessions, handovers (federation)"),
     Folder("proposals", None, state=True, index=True,
            what="spawn proposals written by the federation's triggers, each behind a human gate"),
+    Folder("corrections", None, state=True,
+           what="triage corrections: one YAML per prompt the operator re-routed (`triage correct`)"),
     Folder("doctrines", None, what="doctrines: YAML invariants per kernel (the doctrine-conflict trigger)"),
     Folder("scripts", None, what="the seed's shell entry points"),
     Folder("hooks", None, what="git hook and Claude Code hook templates"),

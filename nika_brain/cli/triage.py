@@ -3,6 +3,8 @@
     nika-brain triage "<prompt>" [--json] [--kernel-context ID] [--data-class NAME]
     nika-brain triage calibrate [--labelled CAL.jsonl] [--json]
     nika-brain triage bench --routes ROUTES.yml --queries QUERIES.jsonl [--calibration CAL.jsonl] --json
+    nika-brain triage correct <ask-id> | --prompt "<prompt>"  --kernel ID | --none
+    nika-brain triage corrections [--json]
 """
 from __future__ import annotations
 
@@ -22,13 +24,14 @@ def _print_decision(d) -> None:
     if d.data_class:
         print(f"  data class: {d.data_class}")
     for p in d.parts:
-        print(f"  part -> {p.kernel} ({p.score:.3f} >= {p.threshold:.3f}): {p.text}")
+        print(f"  part -> {p.kernel} ({p.score:.2f} >= {p.threshold:.2f}): {p.clause or p.text}")
     if d.context:
         print(f"  typed in {d.context}: " + ("WRONG KERNEL, it belongs to " + ", ".join(d.kernels)
                                               if d.wrong_kernel else "fine"))
     for s in d.scores:
         mark = "" if s.allowed else f"   not allowed: {s.why_not}"
-        print(f"  {s.kernel:<32} {s.score:7.3f}  threshold {s.threshold:.3f}{mark}")
+        print(f"  {s.kernel:<32} {s.score:7.2f}  threshold {s.threshold:.2f}"
+              f"{'  passes' if s.passes else ''}{mark}")
 
 
 @app.command("triage", context_settings={"help_option_names": ["-h", "--help"]})
@@ -41,9 +44,18 @@ def triage_cmd(
     queries: Path = typer.Option(None, "--queries", help="bench: QUERIES.jsonl"),
     calibration: Path = typer.Option(None, "--calibration", help="bench: labelled CAL.jsonl"),
     labelled: Path = typer.Option(None, "--labelled", help="calibrate: labelled JSONL refining thresholds"),
+    kernel: str = typer.Option(None, "--kernel", help="correct: the kernel the prompt belongs to"),
+    none: bool = typer.Option(False, "--none", help="correct: the prompt belongs to no kernel"),
+    prompt: str = typer.Option(None, "--prompt", help="correct: the prompt itself (instead of an ask id)"),
 ):
     """Route a prompt to a kernel (scores, thresholds and the reason), or calibrate / bench."""
     words = words or []
+    if words[:1] == ["correct"]:
+        _correct(words[1:], kernel, none, prompt, as_json)
+        return
+    if words == ["corrections"]:
+        _corrections(as_json)
+        return
     if words[:1] == ["bench"] and len(words) == 1:
         from nika_brain.federation.triage import bench
         if routes is None or queries is None:
@@ -63,12 +75,12 @@ def triage_cmd(
         if as_json:
             print(json.dumps({"digest": index.digest, "model_id": index.model_id, **rep}, ensure_ascii=False))
             return
-        print(f"goals index: {len(index.entries)} kernels, model {index.model_id}, "
-              f"lexical weight {rep.get('lex_weight', 0):.3f}"
+        print(f"goals index: {len(index.entries)} kernels, model {index.model_id}, calibrated against "
+              f"{rep.get('background', 0)} everyday requests, {rep.get('corrections', 0)} corrections"
               + (f", refined by {rep['labelled']} labelled prompts" if rep.get("labelled") else ""))
         for kid, r in rep.get("kernels", {}).items():
-            print(f"  {kid:<32} threshold {r['threshold']:.3f}  examples {r['examples']}  "
-                  f"sub-topics {r['subtopics']}")
+            print(f"  {kid:<32} threshold {r['threshold']:.2f}  examples {r['examples']}"
+                  + ("  (self-calibrated)" if r["self_calibrated"] else ""))
         return
     if not words:
         raise Invalid('triage needs a prompt: nika-brain triage "<prompt>"')
@@ -78,3 +90,36 @@ def triage_cmd(
         print(json.dumps(d.as_dict(), ensure_ascii=False))
     else:
         _print_decision(d)
+
+
+def _correct(args: list[str], kernel: str | None, none: bool, prompt: str | None, as_json: bool) -> None:
+    from nika_brain.federation.triage import corrections
+    if (kernel is None) == (not none):
+        raise Invalid("triage correct needs exactly one of --kernel ID or --none")
+    if (prompt is None) == (len(args) != 1) or len(args) > 1:
+        raise Invalid('triage correct needs an ask id or --prompt "..." (one of them)')
+    brain = Brain.find()
+    if kernel is not None:
+        corrections.check_kernel(brain, kernel)
+    ask = args[0] if args else None
+    text = prompt if prompt is not None else corrections.ask_prompt(brain, ask or "")
+    c = corrections.record(brain, text, kernel, ask=ask)
+    if as_json:
+        print(json.dumps({"id": c.id, "prompt": c.prompt, "kernel": c.kernel, "ask": c.ask, "at": c.at},
+                         ensure_ascii=False))
+    else:
+        print(f"recorded {corrections.FOLDER}/{c.id}.yml: {c.kernel or 'no kernel (generalist)'}"
+              " (the goals index takes it in on the next triage)")
+
+
+def _corrections(as_json: bool) -> None:
+    from nika_brain.federation.triage import corrections
+    items = corrections.load_all(Brain.find())
+    if as_json:
+        print(json.dumps([{"id": c.id, "prompt": c.prompt, "kernel": c.kernel, "ask": c.ask, "at": c.at}
+                          for c in items], ensure_ascii=False))
+        return
+    if not items:
+        print("no triage corrections")
+    for c in items:
+        print(f"{c.id}  {c.at}  {c.kernel or '(none)':<32} {c.prompt}")

@@ -103,7 +103,8 @@ def test_two_processes_writing_goals_at_once(fed):
     for p, (out, err) in zip(procs, outs):
         assert p.returncode == 0 and out.strip() == "done", err
     index = goals.load(goals.index_path(fed))
-    assert len(index.entries) == 6 and index.model.examples.shape[0] == 6 + 60
+    texts = sum(1 + len(e.domains) + len(e.examples) for e in index.entries if e.id != index.default)
+    assert len(index.entries) == 6 and index.model.examples.shape[0] == texts == 5 * (1 + 6) + 60
     from nika_brain.federation.vault.chroma import open_store, reset_cache
     reset_cache()
     col = open_store(fed).collection(goals.COLLECTION)

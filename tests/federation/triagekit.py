@@ -2,6 +2,7 @@
 routes file kept in bench/triage_fr/ (the same set the bench reports on)."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from nika_brain.brain import Brain
@@ -36,3 +37,10 @@ def seed_kernels(brain: Brain, **policy: dict) -> None:
     for e in entries:
         extra = policy.get(e.id, {})
         write_kernel(brain, e.id, e.goal, tags=e.domains, examples=e.examples, **extra)
+
+
+def policy_config(*sensitive: str) -> str:
+    """nika-brain.yml with two data classes: public, and sensitive (these regexes) only for region fr."""
+    return ("version: 1\nlock_poll: 0.01\nfederation:\n  triage:\n    default: kernel-generalist\n"
+            "    data_classes:\n      - public\n"
+            f"      - {{name: sensitive, patterns: {json.dumps(list(sensitive))}, regions: [fr]}}\n")

@@ -83,6 +83,63 @@ def _pct(values: list[float], q: float) -> float | None:
     return round(s[min(len(s) - 1, round(q * (len(s) - 1)))], 3)
 
 
+PEERS = ("kNN (max cosine)", "top-5 mean", "centroid")
+
+
+def peer_scores(index, embedder, texts: list[str]) -> dict[str, Any]:
+    """Calibrated scores of the peer methods: the same centring, the same background, the same
+    shared threshold as the triage; only the raw similarity differs (max cosine to a kernel's
+    examples, mean of its 5 nearest, cosine to its centroid). Returns {name: (z (m, K), thresholds)}."""
+    import numpy as np
+
+    from nika_brain.federation.triage import router
+    from nika_brain.federation.triage.goals import EMBED_KIND
+    m = index.model
+    bg = list(router.background())
+    vecs = embedder.embed(list(texts) + bg, kind=EMBED_KIND)
+    c = m.center(vecs)
+    sims = c @ m.examples.T
+    K = len(m.kernels)
+    out: dict[str, Any] = {}
+    for name in PEERS:
+        raw = np.full((len(c), K), -1.0)
+        for k in range(K):
+            sub = sims[:, m.owner == k]
+            if sub.shape[1] == 0:
+                continue
+            if name.startswith("kNN"):
+                raw[:, k] = sub.max(axis=1)
+            elif name == "top-5 mean":
+                t = min(5, sub.shape[1])
+                raw[:, k] = (-np.partition(-sub, t - 1, axis=1)[:, :t]).mean(axis=1)
+            else:
+                raw[:, k] = c @ m.centroids[k]
+        q, b = raw[:len(texts)], raw[len(texts):]
+        z = (q - b.mean(axis=0)) / np.maximum(b.std(axis=0), 1e-3)
+        out[name] = (z, np.full(K, router.THRESHOLD))
+    return out
+
+
+def peer_figures(index, embedder, texts: list[str], expected: list[str | None]) -> dict[str, dict[str, Any]]:
+    """In-scope accuracy and out-of-scope recall of each peer (expected None: out of scope)."""
+    import numpy as np
+    kernels = index.model.kernels
+    res = {}
+    for name, (z, th) in peer_scores(index, embedder, texts).items():
+        passing = np.where(z >= th, z, -np.inf)
+        for k, kid in enumerate(kernels):
+            if kid == index.default:
+                passing[:, k] = -np.inf
+        top = passing.argmax(axis=1)
+        ok = np.isfinite(passing.max(axis=1))
+        pred = [kernels[t] if o else None for t, o in zip(top, ok)]
+        ins = [p == e for p, e in zip(pred, expected) if e is not None]
+        oos = [p is None for p, e in zip(pred, expected) if e is None]
+        res[name] = {"in_scope_accuracy": round(sum(ins) / len(ins), 4) if ins else None,
+                     "oos_recall": round(sum(oos) / len(oos), 4) if oos else None}
+    return res
+
+
 def run(routes: Path, queries: Path, calibration: Path | None = None, *,
         embedder=None, miss_rate: float | None = None) -> dict[str, Any]:
     from nika_brain.federation.embedding import open_embedder
@@ -115,18 +172,22 @@ def run(routes: Path, queries: Path, calibration: Path | None = None, *,
     ins = [(q, d) for q, d in preds if q.expected and len(q.expected) == 1 and q.expected[0] != default]
     oos = [(q, d) for q, d in preds if q.expected is None or q.expected == (default,)]
     hyb = [(q, d) for q, d in preds if q.expected and len(q.expected) > 1]
-    to_default = [(q, d) for q, d in preds if d.decision == "fallback"]
+    to_default = [(q, d) for q, d in preds if d.decision in ("fallback", "refused")]
+
+    single = [(q.text, None if q.expected is None or q.expected == (default,) else q.expected[0])
+              for q in qs if q.expected is None or len(q.expected) == 1]
+    peers = peer_figures(index, emb, [t for t, _ in single], [e for _, e in single]) if single else {}
 
     def ratio(good: int, total: int) -> float | None:
         return round(good / total, 4) if total else None
     return {
         "in_scope_accuracy": ratio(sum(d.decision == "kernel" and d.kernels == q.expected for q, d in ins), len(ins)),
-        "oos_recall": ratio(sum(d.decision == "fallback" for _, d in oos), len(oos)),
+        "oos_recall": ratio(sum(d.decision in ("fallback", "refused") for _, d in oos), len(oos)),
         "oos_precision": ratio(sum(q.expected is None or q.expected == (default,) for q, _ in to_default),
                                len(to_default)),
         "split_accuracy": ratio(sum(d.decision == "split" and set(d.kernels) == set(q.expected or ())
                                     for q, d in hyb), len(hyb)),
-        "p50_ms": _pct(times, 0.5), "p95_ms": _pct(times, 0.95), "n": len(qs),
+        "p50_ms": _pct(times, 0.5), "p95_ms": _pct(times, 0.95), "n": len(qs), "peers": peers,
         "model_id": emb.model_id,
         "thresholds": {k: round(float(t), 4) for k, t in zip(index.model.kernels, index.model.thresholds)},
         "predictions": [{

@@ -1,25 +1,33 @@
 """Triage: route a prompt to the kernel whose /goal it serves, or to the generalist, or split it.
 
-The decision, for a prompt and the goals index (goals.py, router.py):
+The decision, for a prompt and the goals index (goals.py, router.py), one model from end to end:
 1. Policy: the prompt's data class is the most sensitive configured class whose patterns match it
    (or the one the caller states); a kernel may receive it only if its own `data_class` is at least
-   as sensitive and, when the class lists regions, its `region` is one of them. Kernels the policy
-   excludes are shown with the reason and never chosen.
-2. Route: the nearest allowed kernel (sub-topic centroids) takes the prompt when its confidence
-   passes its calibrated threshold ("above threshold"); otherwise the default generalist kernel
-   takes it ("fallback"); when the nearest kernel *is* the generalist (its own examples), the same.
-3. Split: only when the prompt carries several requests (clauses joined by "et", "and", "puis",
-   "then", ";", a sentence break...) and at least two clauses route, each above its threshold, to
-   different non-generalist kernels. Adjacent clauses for one kernel stay together; a single
-   request is never split, and a clause no kernel takes confidently cancels the split, and so does
-   a clause routed elsewhere less surely (score minus threshold) than the whole prompt is routed:
-   follow-ups like "... and change it" are part of the request before them.
+   as sensitive and, when the class lists regions, its `region` is one of them. The rule holds for
+   every route, the generalist's fallback included: a prompt no allowed kernel can take is
+   "refused", and says why. Excluded kernels are shown with the reason and never chosen.
+2. Corrections: a prompt within router.CORRECTION_RADIUS of a prompt the operator corrected routes
+   as corrected (the reason names the correction), policy permitting.
+3. Route: the kernel with the highest calibrated score among those that pass their threshold and
+   that the policy allows. When a kernel with a higher score was passed over, the reason says why
+   (below its own threshold, or the policy). Nothing passes: the default generalist ("fallback").
+4. Split, when the prompt carries requests for several kernels:
+   - clauses (connectives, sentence breaks, commas, gerund clauses "en y intégrant ...") that each
+     clearly pass a different kernel (score >= threshold + CLAUSE_MARGIN); clauses no kernel takes
+     stay with their neighbour, adjacent clauses for one kernel stay together;
+   - one clause with two aspects ("génère un plan technique ISO pour le client X"): two kernels
+     each clearly pass the whole prompt (>= threshold + HYBRID_MARGIN) and the second is close to
+     the first (within HYBRID_GAP). Each part then carries the whole prompt.
+   A part that cannot stand alone (a dependent clause) carries the whole prompt too.
+5. Long prompts: the embedder sees a bounded, representative part (symbols such as emoji dropped,
+   then the head and the tail): latency does not grow with the prompt.
 
 Deterministic for the same index: no sampling, stable sorts.
 """
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -30,26 +38,46 @@ if TYPE_CHECKING:  # pragma: no cover
     from nika_brain.brain import Brain
     from nika_brain.federation.embedding import Embedder
 
-MAX_PROMPT = 20_000  # characters embedded (the model truncates long inputs anyway)
+MAX_PROMPT = 20_000  # characters looked at for the data class; longer prompts are cut first
+HEAD, TAIL = 200, 100  # characters of a long prompt the embedder sees (head ... tail): ~75 tokens
 MIN_CLAUSE_WORDS = 3
 MAX_CLAUSES = 6      # more "requests" than that is a document or a brief: routed whole
+CLAUSE_MARGIN = 1.0  # a clause splits off only when it clearly passes its kernel's threshold ...
+CLAUSE_LEAD = 0.5    # ... and no other kernel comes within this of it
+ASPECT_MARGIN = 1.5  # single-clause hybrid: the two kernels this far above their thresholds ...
+ASPECT_LEAD = 1.5    # ... and each aspect this far ahead of any other kernel
+WRONG_GAP = 2.0      # the wrong-kernel hint: the context kernel this far behind the routed one
+ASPECT_WORDS = 30    # longer single clauses are not looked at for aspects (bounded latency)
 _SEPARATORS = re.compile(
-    r"\s*(?:;|\n+|(?<=[.!?])\s+|,?\s+(?:et(?:\s+(?:aussi|ensuite|puis))?|puis|ensuite|"
-    r"and(?:\s+(?:also|then))?|then|also|as well as|plus)\s+)\s*", re.IGNORECASE)
-_LEADING = re.compile(r"^(?:(?:et|and|then|puis|ensuite|also|aussi|plus)\s+)+", re.IGNORECASE)
+    r"\s*(?:;|\n+|(?<=[.!?])\s+|"
+    r",?\s+(?:et(?:\s+(?:aussi|ensuite|puis|en\s+parall[eè]le))?|puis|ensuite|apr[eè]s\s+(?:[cç]a|cela)|"
+    r"au\s+passage|en\s+parall[eè]le|and(?:\s+(?:also|then))?|then|also|as\s+well\s+as|"
+    r"after\s+that|meanwhile)\s+|"
+    r",\s+|\s+(?=en\s+(?:y\s+|les?\s+|la\s+)?\w+ant\b))\s*", re.IGNORECASE)
+_LEADING = re.compile(r"^(?:(?:et|and|then|puis|ensuite|also|aussi|après|apres|after)\s+)+",
+                      re.IGNORECASE)
+_ASPECT = re.compile(r"\s+(?=(?:pour|for|avec|with|sur|about|concernant|de\s+(?:son|sa|ses|leur|leurs|notre|nos))\s)",
+                     re.IGNORECASE)
+_DEPENDENT = re.compile(r"^(?:en\s+(?:y\s+|les?\s+|la\s+)?\w+ant|pour|avec|sans|using|with|including|by)\b",
+                        re.IGNORECASE)
 
 
 @dataclass(frozen=True)
 class Score:
     kernel: str
-    score: float
+    score: float          # calibrated: background standard deviations (router.py)
     threshold: float
     allowed: bool
     why_not: str | None = None
+    raw: float = 0.0      # the raw similarity the calibrated score came from
+
+    @property
+    def passes(self) -> bool:
+        return self.score >= self.threshold
 
     def as_dict(self) -> dict[str, Any]:
         d = {"kernel": self.kernel, "score": round(self.score, 4), "threshold": round(self.threshold, 4),
-             "allowed": self.allowed}
+             "passes": self.passes, "allowed": self.allowed, "raw": round(self.raw, 4)}
         if self.why_not:
             d["why_not"] = self.why_not
         return d
@@ -61,15 +89,16 @@ class Part:
     kernel: str
     score: float
     threshold: float
+    clause: str = ""      # the words of the prompt this part stands for
 
 
 @dataclass(frozen=True)
 class Decision:
     prompt: str
-    decision: str                   # "kernel" | "fallback" | "split"
-    kernels: tuple[str, ...]        # where it goes (one, or one per part)
+    decision: str                   # "kernel" | "fallback" | "split" | "refused"
+    kernels: tuple[str, ...]        # where it goes (one, or one per part; none when refused)
     reason: str
-    scores: tuple[Score, ...]       # nearest first
+    scores: tuple[Score, ...]       # highest calibrated score first
     parts: tuple[Part, ...] = ()
     data_class: str | None = None
     context: str | None = None      # the kernel the prompt was typed in, if any
@@ -80,10 +109,26 @@ class Decision:
         return {
             "prompt": self.prompt, "decision": self.decision, "kernels": list(self.kernels),
             "reason": self.reason, "scores": [s.as_dict() for s in self.scores],
-            "parts": [{"text": p.text, "kernel": p.kernel, "score": round(p.score, 4),
+            "parts": [{"text": p.text, "clause": p.clause, "kernel": p.kernel, "score": round(p.score, 4),
                        "threshold": round(p.threshold, 4)} for p in self.parts],
             "data_class": self.data_class, "context": self.context, "wrong_kernel": self.wrong_kernel,
+            **self.extra,
         }
+
+
+def representative(text: str) -> str:
+    """What the embedder sees of a prompt: symbols (emoji, pictographs, control characters) dropped,
+    whitespace collapsed, and a long prompt cut to its head and tail at word boundaries."""
+    def clean(s: str) -> str:
+        kept = "".join(ch if unicodedata.category(ch)[0] in "LMNPZ" else " " for ch in s)
+        return " ".join(kept.split())
+    if len(text) <= 4 * (HEAD + TAIL):
+        t = clean(text)
+        if len(t) <= HEAD + TAIL:
+            return t
+        return t[:HEAD].rsplit(" ", 1)[0] + " ... " + t[-TAIL:].split(" ", 1)[-1]
+    h, t = clean(text[:4 * HEAD]), clean(text[-4 * TAIL:])
+    return h[:HEAD].rsplit(" ", 1)[0] + " ... " + t[-TAIL:].split(" ", 1)[-1]
 
 
 def clauses(prompt: str) -> list[str]:
@@ -147,102 +192,197 @@ class Triage:
             raise BrainError(f"the goals index was built with {index.model_id}, the embedder is "
                              f"{embedder.model_id}: run `nika-brain triage calibrate`")
         self.index, self.embedder, self.settings = index, embedder, st
+        m = index.model
+        # kernels that can be scored at all (the generalist without examples of its own cannot)
+        self._scored = [k for k in range(len(m.kernels)) if (m.owner == k).any()]
 
-    def _route_one(self, vec, text: str, dc: DataClass):
-        order, conf = self.index.model.score(vec[None, :], [text])
-        order, conf = order[0], conf[0]
-        kernels = self.index.model.kernels
-        th = self.index.model.thresholds
-        scores = []
-        chosen = None
-        for k in order:
-            kid = kernels[k]
-            why = None if kid == self.index.default else allowed(self.index, kid, dc, self.settings.data_classes)
-            scores.append(Score(kid, float(conf[k]), float(th[k]), why is None, why))
-            if chosen is None and why is None:
-                chosen = scores[-1]
-        return chosen, scores
+    # -- policy ------------------------------------------------------------------------------
+
+    def _why_not(self, kernel: str, dc: DataClass) -> str | None:
+        if kernel == self.index.default and self.index.entry(kernel) is None:
+            if dc.regions is not None:
+                return (f"the generalist has no region; {dc.name} data may go only to "
+                        f"{', '.join(dc.regions)}")
+            return None
+        return allowed(self.index, kernel, dc, self.settings.data_classes)
+
+    # -- one text ----------------------------------------------------------------------------
+
+    def _scores(self, z, raw_row, dc: DataClass) -> list[Score]:
+        m = self.index.model
+        out = []
+        for k in sorted(self._scored, key=lambda k: (-float(z[k]), k)):
+            kid = m.kernels[k]
+            why = self._why_not(kid, dc)
+            out.append(Score(kid, float(z[k]), float(m.thresholds[k]), why is None, why, float(raw_row[k])))
+        return out
+
+    @staticmethod
+    def _pick(scores: list[Score], default: str) -> Score | None:
+        return next((s for s in scores if s.allowed and s.passes and s.kernel != default), None)
+
+    def _route_reason(self, chosen: Score, scores: list[Score]) -> str:
+        said = f"{chosen.kernel} {chosen.score:.2f} >= threshold {chosen.threshold:.2f}"
+        above = [s for s in scores if s.score > chosen.score and s.kernel != self.index.default]
+        if not above:
+            return f"highest calibrated score: {said}"
+        why = "; ".join(f"{s.kernel} {s.score:.2f} " + (f"not allowed ({s.why_not})" if not s.allowed
+                                                      else f"below its threshold {s.threshold:.2f}")
+                        for s in above)
+        return f"{said}; passed over: {why}"
+
+    # -- the decision ------------------------------------------------------------------------
 
     def decide(self, prompt: str, *, context: str | None = None, data_class: str | None = None) -> Decision:
         if not isinstance(prompt, str) or not prompt.strip():
             raise Invalid("an empty prompt cannot be routed")
         prompt = prompt.strip()
-        text = prompt[:MAX_PROMPT]
-        default = self.index.default
-        dc = data_class_of(text, self.settings.data_classes, data_class)
-        if not self.index.model.kernels:
-            return Decision(prompt, "fallback", (default,), "no kernel has a goal yet", (),
-                            data_class=dc.name, context=context)
-        parts = clauses(text) if self.settings.split else [text]
+        dc = data_class_of(prompt[:MAX_PROMPT], self.settings.data_classes, data_class)
+        text = representative(prompt)
+        if not self._scored or not text:
+            why = "no kernel has a goal yet" if not self._scored else "nothing in the prompt to route on"
+            return self._finish(self._fallback(prompt, why, [], dc, context))
+        parts = clauses(text) if self.settings.split and len(text) <= HEAD + TAIL else [text]
         if len(parts) > MAX_CLAUSES:
             parts = [text]
         texts = [text] + (parts if len(parts) > 1 else [])
+        m = self.index.model
         vecs = self.embedder.embed(texts, kind=EMBED_KIND)
-        chosen, scores = self._route_one(vecs[0], text, dc)
+        z, centred = m.score(vecs, texts)
+        raw = z * m.scale + m.loc
+        scores = self._scores(z[0], raw[0], dc)
+        extra: dict[str, Any] = {"representative": text} if text != prompt else {}
 
-        whole = chosen if chosen is not None and chosen.score >= chosen.threshold else None
-        split = self._split(parts, vecs[1:], dc, whole, scores) if len(parts) > 1 else None
+        fix = m.correction(centred[0])
+        if fix is not None:
+            j, sim = fix
+            cid, k = m.corr_ids[j], int(m.corr_owner[j])
+            if k < 0:
+                return self._finish(self._fallback(
+                    prompt, f"operator correction {cid} (similarity {sim:.2f}): no kernel", scores, dc,
+                    context, extra))
+            kid = m.kernels[k]
+            blocked = self._why_not(kid, dc)
+            if blocked is None:
+                mine = next((s for s in scores if s.kernel == kid), None)
+                return self._finish(Decision(
+                    prompt, "kernel", (kid,), f"operator correction {cid} (similarity {sim:.2f}): {kid}",
+                    tuple(scores), (), dc.name, context, extra=extra | {"correction": cid,
+                                                                         "score": None if mine is None
+                                                                         else round(mine.score, 4)}))
+            extra = extra | {"correction_overruled": f"{cid} names {kid}, not allowed: {blocked}"}
+
+        split = None
+        if len(parts) > 1:
+            split = self._clause_split(parts, z[1:], raw[1:], dc, prompt)
+        if split is None and len(parts) == 1:
+            split = self._aspects(text, scores, dc, prompt)
         if split:
             ks = tuple(dict.fromkeys(p.kernel for p in split))
-            reason = "split: " + "; ".join(f"{p.kernel} {p.score:.3f} >= {p.threshold:.3f}" for p in split)
+            reason = "split: " + "; ".join(f"{p.kernel} {p.score:.2f} >= {p.threshold:.2f}" for p in split)
             return self._finish(Decision(prompt, "split", ks, reason, tuple(scores), tuple(split),
-                                         dc.name, context))
-        if chosen is None:
-            d = Decision(prompt, "fallback", (default,), f"no kernel may receive {dc.name} data",
-                         tuple(scores), (), dc.name, context)
-        elif chosen.kernel == default:
-            d = Decision(prompt, "fallback", (default,),
-                         f"closest to the generalist's own examples ({chosen.score:.3f})",
-                         tuple(scores), (), dc.name, context)
-        elif chosen.score >= chosen.threshold:
-            d = Decision(prompt, "kernel", (chosen.kernel,),
-                         f"above threshold: {chosen.kernel} {chosen.score:.3f} >= {chosen.threshold:.3f}",
-                         tuple(scores), (), dc.name, context)
+                                         dc.name, context, extra=extra))
+        chosen = self._pick(scores, self.index.default)
+        if chosen is not None:
+            return self._finish(Decision(prompt, "kernel", (chosen.kernel,), self._route_reason(chosen, scores),
+                                         tuple(scores), (), dc.name, context, extra=extra))
+        best = scores[0]
+        if not best.passes:
+            why = f"no kernel passes its threshold (highest: {best.kernel} {best.score:.2f} < {best.threshold:.2f})"
+        elif best.kernel == self.index.default:
+            why = f"closest to the generalist's own examples ({best.score:.2f})"
         else:
-            d = Decision(prompt, "fallback", (default,),
-                         f"fallback: nearest {chosen.kernel} {chosen.score:.3f} < {chosen.threshold:.3f}",
-                         tuple(scores), (), dc.name, context)
-        return self._finish(d)
+            passing = [s for s in scores if s.passes and s.kernel != self.index.default]
+            why = "the kernels that pass may not receive it: " + "; ".join(
+                f"{s.kernel} ({s.why_not})" for s in passing)
+        return self._finish(self._fallback(prompt, why, scores, dc, context, extra))
 
-    def _split(self, parts: list[str], vecs, dc: DataClass, whole: Score | None,
-               whole_scores: list[Score]) -> list[Part] | None:
-        routed: list[Part] = []
-        accepted_whole = {s.kernel for s in whole_scores if s.score >= s.threshold}
-        for text, vec in zip(parts, vecs):
-            chosen, scores = self._route_one(vec, text, dc)
-            if chosen is None or chosen.kernel == self.index.default or chosen.score < chosen.threshold:
-                return None  # a clause nobody takes: not a set of requests for kernels
-            if whole is not None and whole.kernel != chosen.kernel:
-                mine = next(s for s in scores if s.kernel == whole.kernel)
-                if mine.score >= mine.threshold:
-                    chosen = mine  # the whole prompt's kernel takes this clause too: keep it there
-                elif (chosen.kernel not in accepted_whole
-                      and chosen.score - chosen.threshold <= whole.score - whole.threshold):
-                    # a request of its own shows in the whole prompt already (its kernel accepts the
-                    # whole) or is clearer alone than the whole is; otherwise it is a follow-up
-                    # of the request before it ("... and how do I change it")
-                    return None
-            if routed and routed[-1].kernel == chosen.kernel:
-                last = routed[-1]
-                routed[-1] = Part(f"{last.text}, {text}", last.kernel, max(last.score, chosen.score),
-                                  last.threshold)
-            else:
-                routed.append(Part(text, chosen.kernel, chosen.score, chosen.threshold))
-        if len({p.kernel for p in routed}) < 2:
+    def _fallback(self, prompt: str, why: str, scores: list[Score], dc: DataClass, context: str | None,
+                  extra: dict[str, Any] | None = None) -> Decision:
+        default = self.index.default
+        refused = self._why_not(default, dc)
+        if refused is not None:
+            return Decision(prompt, "refused", (), f"no allowed kernel can take it: {why}; "
+                            f"generalist {default}: {refused}", tuple(scores), (), dc.name, context,
+                            extra=extra or {})
+        return Decision(prompt, "fallback", (default,), f"fallback: {why}", tuple(scores), (), dc.name,
+                        context, extra=extra or {})
+
+    def _clause_split(self, parts: list[str], z, raw, dc: DataClass, prompt: str) -> list[Part] | None:
+        groups: list[tuple[list[str], Score | None]] = []
+        for text, zr, rr in zip(parts, z, raw):
+            sc = [s for s in self._scores(zr, rr, dc) if s.kernel != self.index.default]
+            chosen = next((s for s in sc if s.allowed), None)
+            if chosen is not None and (chosen.score < chosen.threshold + CLAUSE_MARGIN or any(
+                    s.score > chosen.score - CLAUSE_LEAD for s in sc if s is not chosen)):
+                chosen = None  # not clearly one kernel's: stays with its neighbour
+            if chosen is None or (groups and groups[-1][1] is not None and groups[-1][1].kernel == chosen.kernel):
+                if groups:
+                    groups[-1][0].append(text)   # no kernel of its own, or the same: stays with the one before
+                    continue
+            groups.append(([text], chosen))
+        # a leading clause nobody takes joins the next one
+        if len(groups) > 1 and groups[0][1] is None:
+            first = groups.pop(0)
+            groups[0] = (first[0] + groups[0][0], groups[0][1])
+        routed = [(g, s) for g, s in groups if s is not None]
+        if len({s.kernel for _, s in routed}) < 2 or len(routed) != len(groups):
             return None
-        return routed
+        out = []
+        for texts, s in routed:
+            clause = ", ".join(texts)
+            stand = prompt if _DEPENDENT.match(clause) else clause
+            out.append(Part(stand, s.kernel, s.score, s.threshold, clause))
+        return out
+
+    def _aspects(self, text: str, scores: list[Score], dc: DataClass, prompt: str) -> list[Part] | None:
+        """One clause, two aspects ("génère un plan technique ISO pour le client X"): the whole prompt's
+        two best kernels both clearly pass, and cut before "pour/for/avec/with/sur/..." the prompt has
+        a head and a tail that each clearly belong to a different one of them. Each part carries the whole
+        prompt (one clause cannot be divided without losing its sense)."""
+        top = [s for s in scores if s.allowed and s.kernel != self.index.default][:2]
+        if len(top) < 2 or any(s.score < s.threshold + ASPECT_MARGIN for s in top):
+            return None
+        pair = {s.kernel for s in top}
+        if len(text.split()) > ASPECT_WORDS:
+            return None  # a long single clause is a brief, not a two-aspect request
+        cuts = [m.start() for m in _ASPECT.finditer(text)][:3]
+        spans = [(text[:c].strip(), text[c:].strip()) for c in cuts]
+        spans = [(h, t) for h, t in spans if len(h.split()) >= 2 and len(t.split()) >= 2]
+        if not spans:
+            return None
+        flat = [x for pair in spans for x in pair]
+        vecs = self.embedder.embed(flat, kind=EMBED_KIND)
+        m = self.index.model
+        z, _ = m.score(vecs, flat)
+        raw = z * m.scale + m.loc
+        for i in range(len(spans)):
+            picks: list[Score] = []
+            for row in (2 * i, 2 * i + 1):
+                sc = [s for s in self._scores(z[row], raw[row], dc) if s.kernel != self.index.default]
+                clear = (sc[0].kernel in pair and sc[0].score >= sc[0].threshold + ASPECT_MARGIN
+                         and sc[0].score >= sc[1].score + ASPECT_LEAD)
+                if not clear:
+                    break
+                picks.append(sc[0])
+            if len(picks) == 2 and picks[0].kernel != picks[1].kernel:
+                return [Part(prompt, s.kernel, s.score, s.threshold, clause)
+                        for s, clause in zip(picks, spans[i])]
+        return None
 
     def _finish(self, d: Decision) -> Decision:
         if d.context is None:
             return d
         own = next((s for s in d.scores if s.kernel == d.context), None)
-        # wrong kernel: it clearly belongs elsewhere and the kernel it was typed in would not take it
-        wrong = (d.decision == "kernel" and d.kernels[0] != d.context
-                 and (own is None or own.score < own.threshold))
+        top = d.scores[0].score if d.scores else 0.0
+        # wrong kernel: it clearly belongs elsewhere, and the kernel it was typed in would not take
+        # it or is far behind (WRONG_GAP) the kernel it belongs to
+        far = own is None or not own.passes or own.score < top - WRONG_GAP
+        wrong = d.decision == "kernel" and d.kernels[0] != d.context and far
         if d.decision == "split":
-            wrong = d.context not in d.kernels and (own is None or own.score < own.threshold)
+            wrong = d.context not in d.kernels and far
         return Decision(d.prompt, d.decision, d.kernels, d.reason, d.scores, d.parts, d.data_class,
-                        d.context, wrong)
+                        d.context, wrong, d.extra)
 
 
 def open_triage(brain: Brain, *, rebuild: bool = True) -> Triage:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from nika_brain.errors import BrainError, Invalid
 from nika_brain.federation.embedding import Kind
+from nika_brain.federation.triage.corrections import Correction
 from nika_brain.federation.triage.router import MISS_RATE, Model
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -35,7 +36,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 COLLECTION = "nika_federation_goals"
 INDEX_NAME = "goals-index.npz"
-FORMAT = 1
+FORMAT = 2  # 2: background-calibrated scores, corrections (issue 21)
 ROUTED_STATUSES = ("starting", "active", "paused", "dead")  # a dead kernel's prompts queue for it
 DEFAULT_KERNEL = "generalist"
 EMBED_KIND: Kind = "query"  # prompts and examples embedded alike: measured best for routing (bench_triage)
@@ -165,15 +166,19 @@ def _file_digest(path: str | None, root: Path | None) -> str | None:
         raise _bad("calibration", f"cannot read {p}: {exc.strerror}") from exc
 
 
-def digest(entries: list[Entry], model_id: str, st: Settings, cal_digest: str | None) -> str:
+def digest(entries: list[Entry], model_id: str, st: Settings, cal_digest: str | None,
+           fixes: list[Correction] | None = None) -> str:
     doc = {"format": FORMAT, "model": model_id, "miss_rate": st.miss_rate, "default": st.default,
-           "calibration": cal_digest, "entries": [asdict(e) for e in sorted(entries, key=lambda e: e.id)]}
+           "calibration": cal_digest, "entries": [asdict(e) for e in sorted(entries, key=lambda e: e.id)],
+           "corrections": [[c.id, c.prompt, c.kernel] for c in (fixes or [])]}
     return hashlib.sha256(json.dumps(doc, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
 def build(entries: list[Entry], embedder: Embedder, st: Settings, *,
-          labelled: list[tuple[str, str | None]] | None = None, digest_: str = "") -> Index:
-    """Embed every entry's texts (cached), fit and calibrate the routing model."""
+          labelled: list[tuple[str, str | None]] | None = None, digest_: str = "",
+          fixes: list[Correction] | None = None) -> Index:
+    """Embed every entry's texts and the everyday background (cached), fit and calibrate the
+    routing model. The default kernel takes part only through examples of its own."""
     import numpy as np
 
     from nika_brain.federation.triage import router
@@ -181,40 +186,50 @@ def build(entries: list[Entry], embedder: Embedder, st: Settings, *,
     ids = [e.id for e in entries]
     if len(set(ids)) != len(ids):
         raise BrainError("two goals entries share one kernel id")
+    where = {k: i for i, k in enumerate(ids)}
+    fixes = [c for c in (fixes or []) if c.kernel is None or c.kernel in where]
     texts: list[str] = []
     owner: list[int] = []
     calib: list[bool] = []
     for k, e in enumerate(entries):
-        texts.append(e.goal_line())
-        owner.append(k)
-        calib.append(False)
-        for ex in e.examples:
-            texts.append(ex)
+        if e.id == st.default and not e.examples:
+            continue  # the generalist is where nothing else goes, not a topic of its own
+        for text, canonical in ([(e.goal_line(), False)] + [(d, False) for d in e.domains]
+                                + [(x, True) for x in e.examples]):
+            texts.append(text)
             owner.append(k)
+            calib.append(canonical)
+    for c in fixes:
+        if c.kernel is not None:  # a corrected prompt is one more canonical prompt of its kernel
+            texts.append(c.prompt)
+            owner.append(where[c.kernel])
             calib.append(True)
     dim = embedder.dim
-    vecs = embedder.embed(texts, kind=EMBED_KIND) if texts else np.zeros((0, dim), np.float32)
+    bg_texts = list(router.background())
+    vecs = embedder.embed(texts + bg_texts + [c.prompt for c in fixes], kind=EMBED_KIND)
+    n = len(texts)
+    model, report = router.fit(ids, vecs[:n], np.array(owner, dtype=int), texts, np.array(calib, dtype=bool),
+                               vecs[n:n + len(bg_texts)], miss_rate=st.miss_rate,
+                               corrections=vecs[n + len(bg_texts):] if fixes else None,
+                               corr_owner=[-1 if c.kernel is None else where[c.kernel] for c in fixes],
+                               corr_ids=[c.id for c in fixes])
     if not entries:
-        model = router.Model([], np.zeros(dim, np.float32), np.zeros((0, dim), np.float32),
-                             np.zeros(0, int), np.zeros((0, dim), np.float32), np.zeros(0),
-                             np.zeros(0, int), np.zeros(0), np.zeros(0), [], {}, 1.0,
-                             router.DEFAULT_LEX_WEIGHT, st.miss_rate, False)
-        report: dict[str, Any] = {"calibrated": False, "kernels": {}}
-    else:
-        model, report = router.fit(ids, vecs, np.array(owner), texts, np.array(calib),
-                                   miss_rate=st.miss_rate)
+        report["calibrated"] = False
+    report["corrections"] = len(fixes)
     if labelled and entries:
-        index = {k: i for i, k in enumerate(ids)}
-        known = [(t, e) for t, e in labelled if e is None or e in index or e == st.default]
+        known = [(t, e) for t, e in labelled if e is None or e in where or e == st.default]
         qv = embedder.embed([t for t, _ in known], kind=EMBED_KIND)
-        order, conf = model.score(qv, [t for t, _ in known])
-        exp = [index.get(e) if e is not None else None for _, e in known]
-        # a labelled prompt for the default kernel counts as out of scope
-        report["refined_offset"] = router.refine(model, order, conf, exp)
+        z, _ = model.score(qv, [t for t, _ in known])
+        exp = [where.get(e) if e is not None and e != st.default else None for _, e in known]
+        report["refined_offset"] = router.refine(model, z, exp)
         report["labelled"] = len(known)
         for k, kid in enumerate(ids):
             report["kernels"][kid]["threshold"] = round(float(model.thresholds[k]), 4)
+    del dim
     return Index(model, entries, st.default, embedder.model_id, digest_, report)
+
+
+ARRAYS = ("mean", "examples", "owner", "centroids", "loc", "scale", "thresholds", "corrections", "corr_owner")
 
 
 def index_path(brain: Brain) -> Path:
@@ -227,16 +242,15 @@ def save(index: Index, path: Path) -> None:
     meta = {
         "format": FORMAT, "kernels": m.kernels, "default": index.default, "model_id": index.model_id,
         "digest": index.digest, "entries": [asdict(e) for e in index.entries],
-        "vocab": [sorted(v) for v in m.vocab], "idf": m.idf, "unknown_idf": m.unknown_idf,
-        "lex_weight": m.lex_weight, "miss_rate": m.miss_rate, "calibrated": m.calibrated,
+        "vocab": [sorted(v) for v in m.vocab], "corr_ids": m.corr_ids,
+        "miss_rate": m.miss_rate, "calibrated": m.calibrated,
         "report": index.report,
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".goals-", suffix=".npz")
     try:
         with os.fdopen(fd, "wb") as fh:
-            np.savez(fh, mean=m.mean, examples=m.examples, owner=m.owner, pmu=m.pmu, pconst=m.pconst,
-                     sub_owner=m.sub_owner, thresholds=m.thresholds, medians=m.medians,
+            np.savez(fh, **{k: getattr(m, k) for k in ARRAYS},
                      meta=np.array(json.dumps(meta, ensure_ascii=False)))
             fh.flush()
             os.fsync(fh.fileno())
@@ -255,16 +269,13 @@ def load(path: Path) -> Index | None:
     try:
         with np.load(path, allow_pickle=False) as z:
             meta = json.loads(str(z["meta"]))
-            arrays = {k: z[k] for k in ("mean", "examples", "owner", "pmu", "pconst", "sub_owner",
-                                        "thresholds", "medians")}
+            if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+                return None  # an older layout: rebuilt on the next refresh
+            arrays = {k: z[k] for k in ARRAYS}
     except (OSError, ValueError, KeyError) as exc:
         raise BrainError(f"{path}: damaged goals index ({exc}); run `nika-brain triage calibrate`") from exc
-    if meta.get("format") != FORMAT:
-        return None  # an older layout: rebuilt on the next refresh
-    model = Model(meta["kernels"], arrays["mean"], arrays["examples"], arrays["owner"], arrays["pmu"],
-                  arrays["pconst"], arrays["sub_owner"], arrays["thresholds"], arrays["medians"],
-                  [frozenset(v) for v in meta["vocab"]], meta["idf"], meta["unknown_idf"],
-                  meta["lex_weight"], meta["miss_rate"], meta["calibrated"])
+    model = Model(meta["kernels"], vocab=[frozenset(v) for v in meta["vocab"]], corr_ids=meta["corr_ids"],
+                  miss_rate=meta["miss_rate"], calibrated=meta["calibrated"], **arrays)
     entries = [Entry(e["id"], e["goal"], tuple(e["domains"]), tuple(e["examples"]), e["region"],
                      e["data_class"]) for e in meta["entries"]]
     return Index(model, entries, meta["default"], meta["model_id"], meta["digest"],
@@ -280,15 +291,19 @@ def read_labelled(path: Path) -> list[tuple[str, str | None]]:
 
 # ---- refresh: build, save, sync, announce ----------------------------------------------------------
 
-def _state(brain: Brain, embedder: Embedder) -> tuple[list[Entry], Settings, str, Path | None]:
+def _state(brain: Brain, embedder: Embedder) -> tuple[list[Entry], Settings, str, Path | None,
+                                                     list[Correction]]:
+    from nika_brain.federation.triage.corrections import load_all
     st = settings(brain)
     entries = entries_from_kernels(brain)
+    fixes = load_all(brain)
     cal_path = None
     if st.calibration:
         cal_path = Path(st.calibration)
         if not cal_path.is_absolute():
             cal_path = brain.root / cal_path
-    return entries, st, digest(entries, embedder.model_id, st, _file_digest(st.calibration, brain.root)), cal_path
+    dig = digest(entries, embedder.model_id, st, _file_digest(st.calibration, brain.root), fixes)
+    return entries, st, dig, cal_path, fixes
 
 
 def refresh(brain: Brain, *, force: bool = False, store: bool = True, publish: bool = True,
@@ -298,7 +313,7 @@ def refresh(brain: Brain, *, force: bool = False, store: bool = True, publish: b
     embedder = open_embedder(brain)
     path = index_path(brain)
     with brain.mutex("federation-goals"):
-        entries, st, dig, cal_path = _state(brain, embedder)
+        entries, st, dig, cal_path, fixes = _state(brain, embedder)
         if labelled is not None:
             # a one-off refinement (`triage calibrate --labelled`): kept until the goals change;
             # `federation.triage.calibration` makes it permanent
@@ -307,7 +322,7 @@ def refresh(brain: Brain, *, force: bool = False, store: bool = True, publish: b
         changed = force or old is None or old.digest != dig
         if changed or old is None:
             lab = read_labelled(cal_path) if cal_path else None
-            index = build(entries, embedder, st, labelled=lab, digest_=dig)
+            index = build(entries, embedder, st, labelled=lab, digest_=dig, fixes=fixes)
             save(index, path)
         else:
             index = old
@@ -328,8 +343,9 @@ def current(brain: Brain, *, rebuild: bool = True) -> Index:
         from nika_brain.federation.embedding import embedder_config
         cfg = embedder_config(brain)
         # the model id needs the model; only compare when it is already known to match the config
+        from nika_brain.federation.triage.corrections import load_all
         entries, st = entries_from_kernels(brain), settings(brain)
-        dig = digest(entries, index.model_id, st, _file_digest(st.calibration, brain.root))
+        dig = digest(entries, index.model_id, st, _file_digest(st.calibration, brain.root), load_all(brain))
         if dig == index.digest and cfg.get("backend", "e5") == _backend_of(index.model_id):
             return index
     return refresh(brain, store=False)

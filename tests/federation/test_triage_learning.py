@@ -1,0 +1,133 @@
+"""Issue 21 on a real brain with the real e5 model: operator corrections, the policy on every route
+(fallback included), single-clause hybrids, long prompts, and a calibration that other kernels do
+not move."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from nika_brain.brain import is_state_path
+from nika_brain.federation.triage import corrections, goals
+from nika_brain.federation.triage.decide import HEAD, TAIL, representative, triage
+from tests.federation.triagekit import ALPHA, BETA, DELTA, GAMMA, GENERALIST, ROOT, policy_config, seed_kernels
+from tests.kit.brain import make_brain
+
+CONFIG = "version: 1\nlock_poll: 0.01\nfederation:\n  triage: {default: kernel-generalist}\n"
+FEW = ROOT / "bench" / "triage_fr" / "fewshot"
+
+
+def _cli(brain, args, capsys):
+    from nika_brain.cli import run
+    cwd = os.getcwd()
+    os.chdir(brain.root)
+    try:
+        code = run(args)
+    finally:
+        os.chdir(cwd)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_operator_corrections_route_the_prompt_and_its_neighbours(tmp_path, git_env, capsys):
+    brain = make_brain(tmp_path / "b", CONFIG)
+    seed_kernels(brain)
+    payroll = "prépare les fiches de paie du mois pour les salariés"
+    code, out, err = _cli(brain, ["triage", "correct", "--prompt", payroll, "--kernel", GAMMA, "--json"], capsys)
+    assert code == 0, err
+    rec = json.loads(out)
+    path = brain.root / "corrections" / f"{rec['id']}.yml"
+    assert path.is_file() and is_state_path(f"corrections/{path.name}")      # a file in git, state
+    d = triage(brain, payroll)
+    assert (d.decision, d.kernels) == ("kernel", (GAMMA,)) and f"operator correction {rec['id']}" in d.reason
+    near = triage(brain, "prépare les fiches de paie du mois pour nos salariés")
+    assert near.kernels == (GAMMA,) and "operator correction" in near.reason
+    # --none: an in-scope prompt the operator says belongs to no kernel
+    code, _, err = _cli(brain, ["triage", "correct", "--prompt", "vérifie les sauvegardes du NAS", "--none"], capsys)
+    assert code == 0, err
+    d = triage(brain, "vérifie les sauvegardes du NAS")
+    assert (d.decision, d.kernels) == ("fallback", (GENERALIST,)) and "operator correction" in d.reason
+    # unrelated prompts are untouched
+    assert triage(brain, "relance le benchmark sWELU avec un taux d'apprentissage plus faible").kernels == (BETA,)
+    code, out, _ = _cli(brain, ["triage", "corrections", "--json"], capsys)
+    listed = json.loads(out)
+    assert code == 0 and {(c["prompt"], c["kernel"]) for c in listed} == {
+        (payroll, GAMMA), ("vérifie les sauvegardes du NAS", None)}
+    assert [c.id for c in corrections.load_all(brain)] == sorted(c["id"] for c in listed)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["triage", "correct", "ask-123", "--kernel", GAMMA], "no ask store"),
+    (["triage", "correct", "--prompt", "x y z"], "exactly one of --kernel ID or --none"),
+    (["triage", "correct", "--prompt", "x y z", "--kernel", GAMMA, "--none"], "exactly one of"),
+    (["triage", "correct", "--kernel", GAMMA], "an ask id or --prompt"),
+    (["triage", "correct", "--prompt", "x y z", "--kernel", "kernel-nope"], "no kernel 'kernel-nope'"),
+])
+def test_bad_corrections_are_one_clear_error(tmp_path, git_env, capsys, args, message):
+    brain = make_brain(tmp_path / "b", CONFIG)
+    seed_kernels(brain)
+    code, _, err = _cli(brain, args, capsys)
+    assert code != 0 and message in err and "Traceback" not in err
+    assert not (brain.root / "corrections").exists()
+
+
+POLICY = policy_config("(?i)salaire", r"(?i)\bclient\b")
+
+
+def test_the_policy_holds_on_the_fallback_too(tmp_path, git_env):
+    brain = make_brain(tmp_path / "b", POLICY)
+    seed_kernels(brain)                       # the generalist has no region
+    d = triage(brain, "quel est mon salaire ?")
+    assert d.data_class == "sensitive"
+    assert (d.decision, d.kernels) == ("refused", ()) and "no allowed kernel can take it" in d.reason
+    assert "region unset" in d.reason
+    seed_kernels(brain, **{GENERALIST: {"region": "fr"}})
+    d = triage(brain, "quel est mon salaire ?")
+    assert (d.decision, d.kernels) == ("fallback", (GENERALIST,))
+
+
+def test_single_clause_hybrid_is_split_and_each_part_stands_alone(tmp_path, git_env):
+    brain = make_brain(tmp_path / "b", CONFIG)
+    seed_kernels(brain)
+    prompt = "exporte la télémétrie des capteurs pour l'entraînement du modèle au labo"
+    d = triage(brain, prompt)
+    assert d.decision == "split" and set(d.kernels) == {DELTA, BETA}, d.reason
+    assert all(p.text == prompt for p in d.parts)       # one clause: each kernel gets all of it
+    assert [p.clause for p in d.parts] == ["exporte la télémétrie des capteurs",
+                                           "pour l'entraînement du modèle au labo"]
+    assert triage(brain, "flashe le nouveau firmware sur les contrôleurs de l'usine").decision == "kernel"
+
+
+def test_long_prompts_and_emoji_are_bounded():
+    long = "vérifie les sauvegardes du serveur de fichiers. " * 120 + "Et rédige le rapport."
+    rep = representative(long)
+    assert len(rep) <= HEAD + TAIL + 5 and rep.startswith("vérifie") and rep.endswith("rapport.")
+    assert representative("\U0001F600" * 1000) == ""
+    assert representative("\U0001F600" * 50 + " vérifie le NAS \U0001F525") == "vérifie le NAS"
+
+
+def test_emoji_and_long_prompts_route(tmp_path, git_env):
+    brain = make_brain(tmp_path / "b", CONFIG)
+    seed_kernels(brain)
+    d = triage(brain, "\U0001F600" * 1000)
+    assert (d.decision, d.kernels) == ("fallback", (GENERALIST,)) and "nothing in the prompt" in d.reason
+    d = triage(brain, "\U0001F600" * 300 + " les sauvegardes du NAS ont échoué cette nuit")
+    assert d.kernels == (ALPHA,)
+    d = triage(brain, "les sauvegardes du serveur de fichiers ont échoué cette nuit. " * 90)
+    assert d.kernels == (ALPHA,) and len(d.extra["representative"]) <= HEAD + TAIL + 5
+
+
+def test_a_kernel_coming_or_going_moves_no_other_threshold():
+    from nika_brain.federation.embedding import open_embedder
+    from nika_brain.federation.triage.bench import read_routes
+    default, entries = read_routes(FEW / "routes.yml")
+    emb = open_embedder(None)
+    st = goals.Settings(default=default)
+    full = goals.build(entries, emb, st)
+    part = goals.build([e for e in entries if e.id != BETA], emb, st)
+    for k, kid in enumerate(part.model.kernels):
+        j = full.model.kernels.index(kid)
+        assert part.model.thresholds[k] == full.model.thresholds[j]
+        assert np.isclose(part.model.loc[k], full.model.loc[j]) and np.isclose(part.model.scale[k], full.model.scale[j])
