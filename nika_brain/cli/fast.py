@@ -164,6 +164,9 @@ def claim_close(claim_id: str, status: str, summary: str = "", tests_passed: int
         print(f"closed {done.claim.id}: {result}")
         for w in done.warnings:
             print(f"warning: {w}")
+        if done.outcome is not None and done.outcome.report is not None:
+            from nika_brain.engine.orchestrator import report_line
+            print(f"[{done.outcome.workflow}] report: {report_line(done.outcome.report)}")
         print(nxt)  # the close was accepted: exit 0, whatever the run does next (the line says it)
     return 0
 

@@ -8,7 +8,7 @@ import typer
 
 from nika_brain.brain import Brain
 from nika_brain.cli import app, json_object
-from nika_brain.engine import merging, nextstep, orchestrator, preflight, signals
+from nika_brain.engine import nextstep, orchestrator, preflight, signals
 from nika_brain.engine import service as launch
 from nika_brain.errors import EXIT_BLOCKED, Invalid
 from nika_brain.state import runs
@@ -31,6 +31,13 @@ def _print(out: orchestrator.Outcome) -> None:
         hint = launch.assisted_hint(Brain.find(), out.workflow)
         if hint:
             print(hint)
+    if out.status == "info":  # something seen on the way: a notify: text, a satellite's result
+        print(f"[{out.workflow}] {out.message}")
+        return
+    if out.status == "done" and out.report is not None:  # the report once, then the DONE line
+        print(f"[{out.workflow}] report: {orchestrator.report_line(out.report)}")
+        print(nextstep.line(Brain.find(), out))
+        return
     tag = {"waiting": "WAITING", "gated": "GATE_PENDING", "blocked": "BLOCKED_ON", "halted": "BLOCKED_ON",
            "breaker": "CIRCUIT_BREAK", "done": "DONE", "aborted": "ABORT"}.get(out.status, out.status.upper())
     extra = f" (claim {out.claim})" if out.claim else ""
@@ -214,6 +221,9 @@ def branch_merge(branch: str, base: Optional[str] = None,
                  note: str = typer.Option("", help="why, recorded with --force-human")):
     """theme-branch-merge.sh <branch>: --no-ff merge, only when the branch's run owes nothing (no failed
     or unresolved step) and its tests are green."""
-    res = merging.merge_branch(Brain.find(), branch, base=base, test=test, no_tests=no_tests,
-                               force_human=force_human, note=note)
+    brain = Brain.find()
+    res, finished = launch.merge_branch(brain, branch, base=base, test=test, no_tests=no_tests,
+                                        force_human=force_human, note=note)
     print(f"{res.reason} ({res.commit})")
+    for out in finished:
+        _print(out)

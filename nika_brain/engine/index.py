@@ -37,6 +37,7 @@ _CACHE_VERSION = 1
 STATE_STYLES = {
     "done": "fill:#2da44e,stroke:#1a7f37,color:#ffffff",
     "partial": "fill:#d4a72c,stroke:#9a6700,color:#000000",
+    "accepted": "fill:#d4a72c,stroke:#cf222e,color:#000000",
     "failed": "fill:#cf222e,stroke:#a40e26,color:#ffffff",
     "running": "fill:#0969da,stroke:#0550ae,color:#ffffff",
     "gated": "fill:#8250df,stroke:#6639ba,color:#ffffff",

@@ -35,7 +35,7 @@ def _identity_env(repo: Path | str) -> dict[str, str]:
 def run(repo: Path | str, *args: str, check: bool = True, input: str | None = None,
         env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """Run `git -C repo args...`; raise BrainError with git's stderr when check and it fails."""
-    if args and args[0] in ("commit", "merge") and "--abort" not in args:
+    if args and args[0] in ("commit", "commit-tree", "merge") and "--abort" not in args:
         env = {**_identity_env(repo), **(env or {})}
     full_env = None
     if env:
