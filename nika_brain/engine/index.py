@@ -76,8 +76,15 @@ def _load(brain: Brain, kind: str, path: Path):
         raise
 
 
-def _load_all(brain: Brain, folder: Path, kind: str) -> list:
-    return brain.load_all(folder, lambda p: _load(brain, kind, p))
+def _load_all(brain: Brain, folder: Path, kind: str, bad: list | None = None) -> list:
+    """Every valid record of the folder; an invalid one is named in `bad` (the index still shows the rest)."""
+    from nika_brain.state import listing
+    good, errors = listing.load_each(brain, folder, lambda p: _load(brain, kind, p))
+    if bad is not None:
+        bad += errors
+    elif errors:
+        raise errors[0]
+    return good
 
 
 class _Cache:
@@ -93,7 +100,7 @@ class _Cache:
         except (OSError, ValueError, AttributeError):
             self.data = {}  # missing or damaged: it is only a cache, rebuild it
 
-    def summaries(self, folder: Path, kind: str) -> list[dict]:
+    def summaries(self, folder: Path, kind: str, bad: list | None = None) -> list[dict]:
         kind_name, summarize = _CACHED[kind]
         old = self.data.get(kind, {})
         new: dict[str, list] = {}
@@ -116,7 +123,13 @@ class _Cache:
             if isinstance(hit, list) and len(hit) == 4 and hit[:3] == key and isinstance(hit[3], dict):
                 new[name] = hit
             else:
-                new[name] = key + [summarize(_load(self.brain, kind_name, Path(de.path)))]
+                try:
+                    new[name] = key + [summarize(_load(self.brain, kind_name, Path(de.path)))]
+                except BrainError as exc:
+                    if bad is None:
+                        raise
+                    bad.append(exc)  # named in the index, never cached
+                    continue
                 self.dirty = True
         if new.keys() != old.keys():
             self.dirty = True
@@ -233,12 +246,13 @@ def federation_rows(brain: Brain) -> dict:
 def model(brain: Brain) -> dict:
     """Everything the template may use (documented at the top of BRAIN-INDEX.md.j2)."""
     cache = _Cache(brain)
-    claim_rows = cache.summaries(brain.claims_dir, "claims")
-    gate_rows = cache.summaries(brain.gates_dir, "gates")
-    lock_list = _load_all(brain, brain.locks_dir, "lock")
-    breaker_list = _load_all(brain, breakers.breakers_dir(brain), "breaker")
-    run_list = _load_all(brain, runs.runs_dir(brain), "run")
-    wf_list = _load_all(brain, brain.workflows_dir, "workflow")
+    bad: list[BrainError] = []  # invalid files: named in the index, which still shows the rest
+    claim_rows = cache.summaries(brain.claims_dir, "claims", bad)
+    gate_rows = cache.summaries(brain.gates_dir, "gates", bad)
+    lock_list = _load_all(brain, brain.locks_dir, "lock", bad)
+    breaker_list = _load_all(brain, breakers.breakers_dir(brain), "breaker", bad)
+    run_list = _load_all(brain, runs.runs_dir(brain), "run", bad)
+    wf_list = _load_all(brain, brain.workflows_dir, "workflow", bad)
     kernel_rows = _kernels(brain)
     cache.save()
 
@@ -312,6 +326,7 @@ def model(brain: Brain) -> dict:
         "claims": open_claims, "locks": lock_rows, "gates": pending, "breakers": tripped,
         "workflows": wf_rows, "charts": charts, "kernels": kernel_rows, "states": STATE_STYLES,
         "federation": federation_rows(brain),
+        "invalid": [{"file": e.file or "?", "problem": e.message} for e in bad],
     }
 
 

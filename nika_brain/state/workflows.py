@@ -269,4 +269,6 @@ def find_workflow(brain: Brain, ref: str) -> Workflow:
 
 
 def list_workflows(brain: Brain) -> list[Workflow]:
-    return [load_workflow(p) for p in brain.iter_yaml(brain.workflows_dir)]
+    """The valid workflows: an invalid file elsewhere never stops the others (`validate` names it)."""
+    from nika_brain.state import listing
+    return listing.load_each(brain, brain.workflows_dir, load_workflow)[0]

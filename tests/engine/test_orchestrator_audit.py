@@ -42,6 +42,11 @@ def _merged(brain, branch) -> bool:
     return subprocess.run(["git", "merge-base", "--is-ancestor", branch, "main"], cwd=brain.root).returncode == 0
 
 
+def _state_clean(brain) -> bool:
+    return git(brain.root, "status", "--porcelain", "--", "claims", "runs", "journal", "gates",
+               "BRAIN-INDEX.md").strip() == ""
+
+
 def _types(brain, wf):
     return [r["type"] for r in journal(brain, wf)]
 
@@ -79,7 +84,7 @@ def test_1_the_0_failures_check_tests_the_committed_branch_not_the_worktree(tmp_
     done = nb(brain, "workflow", "resume", "flag", check=0)
     assert "DONE" in done.stdout
     assert _in_main(brain, "ok.flag") and _merged(brain, "theme/flag")
-    assert git(brain.root, "status", "--porcelain", "--", "claims", "runs", "journal", "gates", "BRAIN-INDEX.md").strip() == ""
+    assert _state_clean(brain)
     types = _types(brain, "flag")
     assert types.index("MERGE") < types.index("DONE")
 
@@ -94,7 +99,7 @@ def test_1_a_dirty_worktree_after_the_merge_is_set_aside_never_a_raw_git_error(t
     assert "DONE" in done.stdout and done.stderr == ""
     assert "scratch/left.txt" in done.stdout
     assert not worktree(brain, "theme/flag").exists()
-    assert git(brain.root, "status", "--porcelain", "--", "claims", "runs", "journal", "gates", "BRAIN-INDEX.md").strip() == ""
+    assert _state_clean(brain)
     assert not _in_main(brain, "scratch/left.txt")
     ref = [line for line in git(brain.root, "for-each-ref", "--format=%(refname)", "refs/nika/").split()]
     assert ref and any("flag" in r for r in ref)
@@ -147,9 +152,7 @@ def test_3_an_invalid_unrelated_workflow_or_gate_file_breaks_nothing(tmp_path, g
     c1 = open_claim_id(brain, "good")
     index = (brain.root / "BRAIN-INDEX.md").read_text()
     assert "workflows/typo.yml" in index and "gates/handmade.yml" in index and c1 in index
-    regen = subprocess.run(["bash", "scripts/brain-index-regen.sh"], cwd=brain.root, capture_output=True,
-                           text=True, env={**os.environ, "NIKA_BRAIN": f"{sys.executable} -m nika_brain"})
-    assert regen.returncode == 0, regen.stderr
+    nb(brain, "index", check=0)  # what scripts/brain-index-regen.sh runs
     _write(brain, "theme/good", "notes/n.md")
     closed = nb(brain, "claim", "close", c1, "--status", "ok", check=0)
     assert "DONE" in closed.stdout and run_file(brain, "good")["status"] == "done"
