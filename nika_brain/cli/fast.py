@@ -156,6 +156,10 @@ def claim_close(claim_id: str, status: str, summary: str = "", tests_passed: int
                           tests_failed=tests_failed, empty=empty)
     nxt = nextstep.line(brain, done.outcome) if done.outcome else \
         f"next: nothing to route — claim {done.claim.id} is not the step of a workflow run"
+    from nika_brain.state.gates import in_agent_session
+    if in_agent_session() and done.claim.workflow:
+        # A satellite closing its own claim: what follows is the orchestrator's, never the agent's to run.
+        nxt = "next: your step is reported — stop here; the orchestrator that launched you routes the result"
     result = done.claim.result.status if done.claim.result else status
     if as_json:
         print(json.dumps({"claim": done.claim.id, "result": result, "warnings": list(done.warnings),

@@ -61,7 +61,8 @@ def _context(text: Optional[str]) -> Optional[dict]:
 
 @app.command("workflow-launch")
 def workflow_launch(workflow: str = typer.Argument(..., help="workflows/<name>.yml or <name>"),
-                    mode: str = typer.Option("assisted", help="assisted (mode 1) | swarm (mode 3)"),
+                    mode: Optional[str] = typer.Option(None, help="assisted (mode 1) | swarm (mode 3); "
+                                                       "default: the run's own mode, assisted for a new run"),
                     wait: bool = typer.Option(False, "--wait", help="stay and route each result as it comes"),
                     restart: bool = typer.Option(False, "--restart",
                                                  help="start a finished/aborted workflow again"),
@@ -71,7 +72,7 @@ def workflow_launch(workflow: str = typer.Argument(..., help="workflows/<name>.y
                     timeout: Optional[float] = typer.Option(None, help="give up waiting after this"),
                     as_json: bool = typer.Option(False, "--json", help="one JSON object for scripts")):
     """Run a workflow: INIT, then each step (preflight, locks, claim, brief or satellite, routing)."""
-    if mode not in runs.MODES:
+    if mode is not None and mode not in runs.MODES:
         raise Invalid(f"--mode must be one of {', '.join(runs.MODES)}")
     out = launch.launch(Brain.find(), workflow, mode=mode, wait=wait, restart=restart, step=step,
                         context=_context(context), poll=poll, timeout=timeout, on_event=_printer(as_json))
@@ -200,8 +201,12 @@ def preflight_check(scope: str, zone: Optional[str] = typer.Argument(None),
 @pre_app.command("reset")
 def preflight_reset(scope: str):
     """preflight-check.sh reset <scope>: a human resets a tripped circuit breaker."""
-    b = launch.reset_breaker(Brain.find(), scope)
+    brain = Brain.find()
+    b = launch.reset_breaker(brain, scope)
     print(f"breaker reset on {b.scope}" if b else f"no breaker on {scope}")
+    waiting = [r.workflow for r in runs.list_runs(brain) if r.status == "breaker"] if b else []
+    print(" ".join(f"next: `nika-brain workflow resume {w}`" for w in waiting) if waiting else
+          "next: nothing waits on this breaker — `nika-brain workflow-launch <workflow>` when ready")
 
 
 @branch_app.command("open")

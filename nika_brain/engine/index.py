@@ -148,6 +148,16 @@ class _Cache:
             pass  # a read-only state folder only costs speed
 
 
+def claim_summaries(brain: Brain) -> list[dict]:
+    """Every claim's summary (id, workflow, step, scope, status, opened, closed, result) from the index
+    cache: a claim file is parsed again only when it changed. The orchestrator's transitions read the
+    claims through this, once, instead of parsing every claim file for each question."""
+    cache = _Cache(brain)
+    rows = cache.summaries(brain.claims_dir, "claims")
+    cache.save()
+    return rows
+
+
 # ---- the model the template renders ------------------------------------------------------------
 
 def _t(text: str | None) -> datetime | None:

@@ -120,22 +120,23 @@ def with_history(run: Run, step: str, claim: str | None, result: str, action: st
 
 def _first_step(brain: Brain, wf: Workflow) -> str:
     """Seed rule for a fresh run: the first step without a closed (ok or partial) claim."""
-    done = {str(c.step) for c in claims.list_claims(brain, "closed")
-            if c.workflow == wf.name and c.result and c.result.status in ("ok", "partial")}
+    from nika_brain.engine.index import claim_summaries
+    done = {str(c["step"]) for c in claim_summaries(brain)
+            if c["status"] == "closed" and c["workflow"] == wf.name and c["result"] in ("ok", "partial")}
     for s in wf.chain:
         if s.id not in done:
             return s.id
     return END
 
 
-def start_run(brain: Brain, wf: Workflow, *, mode: str = "assisted", step: str | None = None,
+def start_run(brain: Brain, wf: Workflow, *, mode: str | None = None, step: str | None = None,
               context: dict | None = None, restart: bool = False, now: datetime | None = None) -> Run:
     now = now or clock.now()
     with lock_workflow(brain, wf.name):
         run = runs.load_run(brain, wf.name)
         if run is not None and run.active:
             changes = {}
-            if mode != run.mode:
+            if mode is not None and mode != run.mode:  # no --mode: the run keeps its own
                 changes["mode"] = mode
             if context:
                 changes["context"] = {**run.context, **context}
@@ -145,6 +146,7 @@ def start_run(brain: Brain, wf: Workflow, *, mode: str = "assisted", step: str |
         if run is not None and not restart and step is None:
             return run  # done or aborted: say so, start again only when asked
         cursor = str(wf.step(step).id) if step is not None else (wf.chain[0].id if restart else _first_step(brain, wf))
+        mode = mode or "assisted"
         run = runs.save(brain, Run(wf.name, "running", mode, now, cursor, context=context or {}))
     open_branch(brain, wf)
     emit(brain, "CHECKPOINT", run, cursor, reason=f"run started in {mode} mode")
@@ -220,11 +222,14 @@ def _maybe_claim(brain: Brain, claim_id: str) -> claims.Claim | None:
 
 def _adopt_open_claim(brain: Brain, wf: Workflow, run: Run) -> Outcome | None:
     """A crash between opening a claim and recording it in the run: adopt that claim."""
-    for c in claims.list_claims(brain, "open"):
-        if c.workflow == wf.name and str(c.step) == run.cursor and c.opened >= run.started:
-            runs.update(brain, run, claim=c.id)
-            return Outcome(wf.name, "satellite" if run.mode == "swarm" else "waiting",
-                           f"step {c.step} in progress", claim=c.id, step=str(c.step))
+    from nika_brain.engine.index import claim_summaries
+    for row in claim_summaries(brain):
+        if row["status"] == "open" and row["workflow"] == wf.name and str(row["step"]) == run.cursor:
+            c = claims.load_claim(brain, row["id"])
+            if c.is_open and c.opened >= run.started:
+                runs.update(brain, run, claim=c.id)
+                return Outcome(wf.name, "satellite" if run.mode == "swarm" else "waiting",
+                               f"step {c.step} in progress", claim=c.id, step=str(c.step))
     return None
 
 

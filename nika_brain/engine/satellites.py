@@ -105,7 +105,12 @@ def launch(brain: Brain, claim: Claim, brief: str, brief_file: Path, cwd: Path, 
     template = brain.config.satellite_command or DEFAULT_COMMAND
     values = {"brief": brief, "brief_file": str(brief_file), "claim": claim.id, "worktree": str(cwd),
               "brain": str(brain.root)}
-    argv = [part.format(**values) for part in template]
+    try:
+        argv = [part.format(**values) for part in template]
+    except (KeyError, IndexError, ValueError) as exc:
+        return SatelliteOutcome(2, "failed", f"satellite_command in nika-brain.yml has a bad placeholder "
+                                f"({exc}): use {{brief}}, {{brief_file}}, {{claim}}, {{worktree}}, {{brain}}, "
+                                "and {{ }} for a literal brace")
     if not brain.config.satellite_command and kernel_settings is not None:
         argv += ["--settings", str(kernel_settings)]
     env = {**os.environ, "NIKA_BRAIN_DIR": str(brain.root), "NIKA_CLAIM": claim.id,

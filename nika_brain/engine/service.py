@@ -22,7 +22,7 @@ from nika_brain.support import clock, faults
 Printer = Callable[[Outcome], None]
 
 
-def launch(brain: Brain, ref: str, *, mode: str = "assisted", wait: bool = False, restart: bool = False,
+def launch(brain: Brain, ref: str, *, mode: str | None = None, wait: bool = False, restart: bool = False,
            step: str | None = None, context: dict | None = None, poll: float = 1.0,
            timeout: float | None = None, on_event: Printer | None = None) -> Outcome:
     wf = find_workflow(brain, ref)
@@ -30,6 +30,12 @@ def launch(brain: Brain, ref: str, *, mode: str = "assisted", wait: bool = False
     if before is not None and before.status == "done" and step is not None and not restart:
         raise Refused(f"workflow {wf.name} is done (merged {(before.report or {}).get('merge')}); "
                       "run it again only when asked: --restart (ORCHESTRATE: rerun)")
+    if restart and before is not None and before.active:
+        raise Refused(f"workflow {wf.name} has an active run ({before.status}, step {before.cursor}): "
+                      f"--restart starts a finished or aborted run again and did nothing here; go on with "
+                      f"`nika-brain workflow resume {wf.name}` or stop it with `nika-brain workflow abort {wf.name}`")
+    if step is not None:
+        orchestrator.effective(wf, before if before is not None and before.active else None).step(step)
     orchestrator.start_run(brain, wf, mode=mode, step=step, context=context, restart=restart)
     out = drive(brain, wf.name, wait=wait, poll=poll, timeout=timeout, on_event=on_event)
     if wait and out.status == "done":  # the operator is in the loop: triggered runs start at once
@@ -395,6 +401,7 @@ def open_claim(brain: Brain, **fields) -> claims.Claim:
     c = claims.open_claim(brain, **fields)
     signals.emit(brain, "CLAIM_OPEN", workflow=c.workflow, step=str(c.step), claim=c.id,
                  reason=f"claim opened by hand ({', '.join(c.scope)})", payload={"scope": list(c.scope)})
+    orchestrator.reindex(brain)  # as after the orchestrator's own open
     return c
 
 

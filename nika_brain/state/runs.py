@@ -103,6 +103,10 @@ def load_run(brain: Brain, workflow: str) -> Run | None:
     return load_path(path) if path.exists() else None
 
 
+def list_runs(brain: Brain) -> list[Run]:
+    return brain.load_all(runs_dir(brain), load_path)
+
+
 def save(brain: Brain, run: Run) -> Run:
     brain.write(run_path(brain, run.workflow), dumps(to_dict(run)))
     return run

@@ -70,7 +70,8 @@ def test_adapt_from_the_cli_skips_inserts_and_replaces_mid_sequence(tmp_path, gi
     nb(brain, "workflow", "adapt", "three", "--insert-after", "1", "--step-yaml",
        '{step: 1b, type: search, scope: extra/, story_angle: "result=ok"}', check=0)
     out = nb(brain, "workflow", "adapt", "three", "--replace", "3", "--step-yaml",
-             'type: search\nscope: other/\nstory_angle: "result=partial"\n', check=0)
+             'type: search\nscope: other/\nstory_angle: "result=partial"\non_partial: "trigger:next"\n',
+             check=0)  # routes its partial result itself: no mode-3 residual gate
     assert out.stdout.strip() == "three: 3 adaptation(s) recorded"
     run = run_file(brain, "three")
     assert [(a["op"], str(a["step"]) if a["op"] != "insert" else a["after"]) for a in run["adaptations"]] == \
