@@ -169,7 +169,7 @@ def bench_claims(tmp: Path, pairs: int, n: int) -> float:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pairs", type=int, default=5)
-    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--claims", type=int, default=2000)
     ap.add_argument("--only", choices=("swarm", "claims"))
     args = ap.parse_args(argv)

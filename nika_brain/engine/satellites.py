@@ -6,6 +6,7 @@ import os
 import re
 import shlex
 import subprocess
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +20,9 @@ _PASSED = re.compile(r"(\d+) passed")
 _FAILED = re.compile(r"(\d+) (?:failed|errors?)")
 
 
+_BRIEF_ENV = None
+
+
 def render_brief(brain: Brain, wf: Workflow, step: Step, claim: Claim, *, worktree: Path | None,
                  context: dict | None = None) -> str:
     import jinja2  # only the brief needs a template engine
@@ -28,9 +32,11 @@ def render_brief(brain: Brain, wf: Workflow, step: Step, claim: Claim, *, worktr
         body = agents.load_card(brain, agent).body.strip()
     except BrainError:
         body = ""
-    env = jinja2.Environment(loader=jinja2.PackageLoader("nika_brain", "templates"),
-                             keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
-    return env.get_template("brief.md.j2").render(
+    global _BRIEF_ENV
+    if _BRIEF_ENV is None:  # compiled once per process: a swarm run renders one brief per step
+        _BRIEF_ENV = jinja2.Environment(loader=jinja2.PackageLoader("nika_brain", "templates"),
+                                        keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
+    return _BRIEF_ENV.get_template("brief.md.j2").render(
         wf=wf, step=step, claim=claim, worktree=worktree, agent=agent, card_body=body[:4000],
         run_context=context or {})
 
@@ -129,11 +135,16 @@ def launch(brain: Brain, claim: Claim, brief: str, brief_file: Path, cwd: Path, 
             return SatelliteOutcome(126, "failed", f"satellite could not start: {shlex.join(argv[:1])}: "
                                     f"{exc.strerror or exc}")
     _record(brain, claim.id, proc.pid)
+    # A blocking wait (Popen.wait with a timeout polls, up to 50 ms late); a timer kills it at the limit.
+    timer = threading.Timer(timeout, proc.kill)
+    timer.daemon = True
+    timer.start()
     try:
-        returncode = proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+        returncode = proc.wait()
+    finally:
+        timed_out = not timer.is_alive()
+        timer.cancel()
+    if timed_out:
         return SatelliteOutcome(124, "failed", f"satellite timed out after {timeout:g}s "
                                 "(satellite_timeout in nika-brain.yml)")
     return collect(brain, claim.id, returncode)

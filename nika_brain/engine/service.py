@@ -252,9 +252,13 @@ def report(brain: Brain, claim_id: str, status: str, summary: str = "", *, tests
 
 def _where_is_the_work(brain: Brain, worktree, c: claims.Claim, step, *, empty: bool) -> list[str]:
     """A close with no change in the claim's scope in its theme worktree: say where work must go."""
-    if _changed(worktree, c.scope, since=c.opened):
+    from nika_brain.gitrepo import changes
+    from nika_brain.state.scopes import covers
+    if any(_inside(c.scope, p, covers) for p in changes.changed(worktree)):
         return []
     stray = _changed(brain.root, c.scope)
+    if (stray or (step.type == "code" and not empty)) and _changed(worktree, c.scope, since=c.opened):
+        return []  # committed by the worker itself
     where = (f"no change in {', '.join(c.scope)} in the theme worktree {worktree}"
              + (f", but the brain root has changes there ({', '.join(stray[:3])}): the work must be "
                 f"written in {worktree}" if stray else ""))

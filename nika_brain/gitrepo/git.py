@@ -57,17 +57,49 @@ def out(repo: Path | str, *args: str, env: dict[str, str] | None = None) -> str:
     return run(repo, *args, env=env).stdout.strip()
 
 
+def _own_git_dir(repo: Path | str) -> Path | None:
+    """The git dir of a checkout's top folder, read from its `.git` (a folder, or a linked worktree's
+    `gitdir:` file) without starting git; None when that is not plainly there (git decides then)."""
+    dot = Path(repo) / ".git"
+    try:
+        if dot.is_dir():
+            return dot.resolve() if (dot / "HEAD").is_file() else None
+        text = dot.read_text()
+    except OSError:
+        return None
+    if not text.startswith("gitdir: "):
+        return None
+    p = Path(text[len("gitdir: "):].strip())
+    p = p if p.is_absolute() else (Path(repo) / p).resolve()
+    return p if (p / "HEAD").is_file() else None
+
+
 def is_repo(path: Path | str) -> bool:
+    if _own_git_dir(path) is not None:
+        return True
     return run(path, "rev-parse", "--git-dir", check=False).returncode == 0
 
 
 def current_branch(repo: Path | str) -> str | None:
+    gd = _own_git_dir(repo)
+    if gd is not None:
+        try:
+            head = (gd / "HEAD").read_text().strip()
+        except OSError:
+            head = ""
+        if head.startswith("ref: refs/heads/"):
+            return head[len("ref: refs/heads/"):]
+        if head and not head.startswith("ref:"):
+            return None  # a detached HEAD
     proc = run(repo, "symbolic-ref", "--quiet", "--short", "HEAD", check=False)
     return proc.stdout.strip() or None
 
 
 def git_dir(repo: Path | str) -> Path:
     """The git dir of this worktree (for a linked worktree, its private one)."""
+    own = _own_git_dir(repo)
+    if own is not None:
+        return own
     p = Path(out(repo, "rev-parse", "--git-dir"))
     return p if p.is_absolute() else (Path(repo) / p).resolve()
 
