@@ -152,6 +152,8 @@ def claim_close(claim_id: str, status: str, summary: str = "", tests_passed: int
     from nika_brain.brain import Brain
     from nika_brain.engine import nextstep, service
     brain = Brain.find()
+    # What the git hooks name as the command to run again (or to override) when they refuse a commit.
+    os.environ.setdefault("NIKA_COMMAND", f"nika-brain claim close {claim_id} --status {status}")
     done = service.report(brain, claim_id, status, summary, tests_passed=tests_passed,
                           tests_failed=tests_failed, empty=empty)
     nxt = nextstep.line(brain, done.outcome) if done.outcome else \

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import Optional
 
 import typer
@@ -227,6 +228,7 @@ def branch_merge(branch: str, base: Optional[str] = None,
     """theme-branch-merge.sh <branch>: --no-ff merge, only when the branch's run owes nothing (no failed
     or unresolved step) and its tests are green."""
     brain = Brain.find()
+    os.environ.setdefault("NIKA_COMMAND", f"scripts/theme-branch-merge.sh {branch}")  # named by the git hooks
     res, finished = launch.merge_branch(brain, branch, base=base, test=test, no_tests=no_tests,
                                         force_human=force_human, note=note)
     print(f"{res.reason} ({res.commit})")

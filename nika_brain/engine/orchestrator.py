@@ -340,8 +340,10 @@ def _start_step(brain: Brain, wf: Workflow, run: Run, step: Step, now: datetime)
         failed = preflight.failures(preflight.run_checks(brain, step.scope, step.zone, agent=agent,
                                                          branch=wf.branch, worktree=worktree, now=now))
     if failed:
+        # A zone the card does not grant is a decision the orchestrator must not take: ESCALATE.
         return _block(brain, run, step.id, "preflight failed: " + "; ".join(
-            f"{c.name}: {c.reason}" for c in failed))
+            f"{c.name}: {c.reason}" for c in failed),
+            signal="ESCALATE" if any(c.name == "zone" for c in failed) else "BLOCKED_ON")
     # A human is asked only for a step that can run: preflight first, then the go gate.
     pre = _pre_gate(brain, wf, run, step)
     if pre is not None:

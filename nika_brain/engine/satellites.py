@@ -5,6 +5,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import threading
 from dataclasses import dataclass
@@ -98,6 +99,7 @@ class SatelliteOutcome:
     returncode: int
     status: str | None     # ok | partial | failed, from the satellite's JSON, or None
     summary: str
+    unavailable: bool = False  # no satellite could be started at all (the brain's setup, not the step)
 
 
 def launch(brain: Brain, claim: Claim, brief: str, brief_file: Path, cwd: Path, *,
@@ -109,6 +111,11 @@ def launch(brain: Brain, claim: Claim, brief: str, brief_file: Path, cwd: Path, 
     {"status": ok|partial|failed, "summary": ...} or Claude's {"type": "result", "is_error": ...}.
     """
     template = brain.config.satellite_command or DEFAULT_COMMAND
+    if not brain.config.satellite_command and shutil.which(DEFAULT_COMMAND[0]) is None:
+        # Nothing can run the step here: not the step's failure (no breaker count), the brain's setup.
+        return SatelliteOutcome(127, None, "no satellite can run here: nika-brain.yml sets no "
+                                "satellite_command and `claude` is not on PATH — install Claude Code "
+                                "(and log in) or set satellite_command", unavailable=True)
     values = {"brief": brief, "brief_file": str(brief_file), "claim": claim.id, "worktree": str(cwd),
               "brain": str(brain.root)}
     try:

@@ -38,14 +38,19 @@ def launch(brain: Brain, ref: str, *, mode: str | None = None, wait: bool = Fals
         orchestrator.effective(wf, before if before is not None and before.active else None).step(step)
     orchestrator.start_run(brain, wf, mode=mode, step=step, context=context, restart=restart)
     out = drive(brain, wf.name, wait=wait, poll=poll, timeout=timeout, on_event=on_event)
-    if wait and out.status == "done":  # the operator is in the loop: triggered runs start at once
-        done = runs.load_run(brain, wf.name)
-        for target in (done.report or {}).get("triggered", []) if done else []:
+    done = runs.load_run(brain, wf.name) if out.status == "done" else None
+    if done is not None and (wait or done.mode == "swarm"):
+        # The run is driven (--wait, swarm, a listener): triggered runs start at once, and it is said.
+        for target in (done.report or {}).get("triggered", []):
             other, sid = target.split("/", 1)
             if _finished(brain, other):
                 continue  # never re-run a finished workflow silently: the DONE line lists its command
-            out = launch(brain, other, mode=done.mode, wait=True, step=sid, context={"from": wf.name},
+            if on_event:
+                on_event(Outcome(wf.name, "info", f"trigger {target}: starting {other} at step {sid} "
+                                                  f"({done.mode})"))
+            out = launch(brain, other, mode=done.mode, wait=wait, step=sid, context={"from": wf.name},
                          poll=poll, timeout=timeout, on_event=on_event)
+            out = replace(out, events=(f"trigger {target}: started {other} at step {sid}",) + out.events)
     return out
 
 
@@ -148,6 +153,11 @@ def _run_satellite(brain: Brain, name: str, out: Outcome) -> str | Outcome:
         result = satellites.launch(brain, c, brief, brief_file, worktree,
                                    kernel_settings=satellites.session_settings(brain, run.context.get("kernel")),
                                    timeout=brain.config.satellite_timeout)
+        if result.unavailable:  # said, and the claim stays open for a resume once it is set up
+            with orchestrator.lock_workflow(brain, name):
+                run = runs.update(brain, runs.load_run(brain, name), status="blocked", reason=result.summary)
+            orchestrator.emit(brain, "BLOCKED_ON", run, step.id, c.id, result.summary)
+            return Outcome(name, "blocked", result.summary, claim=c.id, step=step.id)
     c = claims.load_claim(brain, c.id)
     if not c.is_open:
         # The satellite reported itself; from inside its sandbox it could not commit (Claude Code
@@ -416,7 +426,12 @@ def adapt(brain: Brain, name: str, changes: list[dict]) -> runs.Run:
         if run is None or not run.active:
             raise BrainError(f"workflow {name} has no active run to adapt")
         stamped = [dict(ch, at=clock.iso(clock.now())) for ch in changes]
-        adapt_mod.apply(wf, list(run.adaptations) + stamped)  # validate before recording
+        try:
+            adapt_mod.apply(wf, list(run.adaptations) + stamped)  # validate before recording
+        except BrainError as exc:  # a conflicting plan change: not the orchestrator's to settle
+            signals.emit(brain, "ESCALATE", workflow=name, reason=f"ADAPT refused: {exc.message}",
+                         payload={"changes": changes})
+            raise
         run = runs.update(brain, run, adaptations=run.adaptations + tuple(stamped))
     signals.emit(brain, "INFO", workflow=name, reason=f"ADAPT: {len(changes)} change(s)",
                  payload={"changes": changes})

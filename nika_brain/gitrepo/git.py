@@ -48,6 +48,10 @@ def run(repo: Path | str, *args: str, check: bool = True, input: str | None = No
         raise BrainError("git is not installed or not on PATH") from exc
     if check and proc.returncode != 0:
         msg = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
+        if args[0] in ("commit", "merge") and len(msg) > 1:
+            # A hook's refusal: each line names a path or a problem, the last one the way out.
+            said = "; ".join(line.strip() for line in msg[-12:] if line.strip())
+            raise BrainError(f"git {args[0]} failed: {said}")
         raise BrainError(f"git {args[0]} failed: {msg[-1] if msg else 'exit ' + str(proc.returncode)}")
     return proc
 

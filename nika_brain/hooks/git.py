@@ -119,8 +119,11 @@ def pre_commit(top: Path) -> int:
         if report.problems:
             for problem in report.problems:
                 print(str(problem), file=sys.stderr)
+            again = os.environ.get("NIKA_COMMAND")  # the nika-brain command that is committing
             _err(f"commit refused: {len(report.problems)} problem(s) in staged brain files "
-                 "(fix them, or `git commit --no-verify` to skip the hooks)")
+                 + (f"({', '.join(sorted({str(p.file) for p in report.problems if p.file}))}; fix them, then "
+                    f"run `{again}` again)" if again else
+                    "(fix them, or `git commit --no-verify` to skip the hooks)"))
             return 1
 
     # 2. Nobody commits into a scope another claim holds exclusively.
@@ -150,8 +153,10 @@ def pre_commit(top: Path) -> int:
                 for path, lk in conflicts:
                     _err(f"{path}: locked exclusively by {lk.owner} (scope {lk.scope}, token {lk.token}, "
                          f"expires {_iso(lk.expires)})")
+                again = os.environ.get("NIKA_COMMAND")
                 _err(f"commit refused: you are {who}. To commit anyway: "
-                     "`NIKA_LOCK_OVERRIDE=1 git commit ...` (or `git commit --no-verify` to skip every hook)")
+                     + (f"`NIKA_LOCK_OVERRIDE=1 {again}` (an operator's override)" if again else
+                        "`NIKA_LOCK_OVERRIDE=1 git commit ...` (or `git commit --no-verify` to skip every hook)"))
                 return 1
 
     # 3. State staged: the index follows in the same commit.

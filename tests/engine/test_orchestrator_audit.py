@@ -3,6 +3,7 @@ in a real git brain, as an operator meets it. Swarm satellites are tests/kit/sat
 REAL SMALL PROGRAM STANDING IN FOR CLAUDE CODE."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -420,3 +421,185 @@ def test_8_a_failed_attempt_is_set_aside_and_out_of_scope_changes_are_left_out(t
     assert "flag/green" in done.stdout and "DONE" in done.stdout
     assert _in_main(brain, "notes/good.txt")
     assert not _in_main(brain, "notes/attempt-1.txt") and not _in_main(brain, "flag/green")
+
+
+# ---- 9. what the operator is told ------------------------------------------------------------------------
+
+TOLD = """name: told
+branch: theme/told
+chain:
+  - step: 1
+    type: search
+    scope: notes/
+    story_angle: "result=ok"
+    on_done: notify:step one says hello
+  - step: 2
+    type: search
+    scope: docs/
+    story_angle: "result=ok"
+"""
+
+
+def test_9_notify_texts_satellite_results_and_the_report_are_printed_once(tmp_path, git_env):
+    brain = orch_brain(tmp_path / "b", {"told": TOLD}, config=satellite_config())
+    out = nb(brain, "workflow-launch", "told", "--mode", "swarm", check=0).stdout
+    assert "notify: step one says hello" in out
+    assert "step 1 satellite result: ok — satellite wrote notes/" in out
+    assert "step 2 satellite result: ok" in out
+    assert out.count("DONE") == 1, out
+    assert "report: delivered 1, 2; partial -; skipped -; gates 0" in out
+    brain2 = orch_brain(tmp_path / "c", {"told": TOLD}, config=satellite_config())
+    js = json.loads(nb(brain2, "workflow-launch", "told", "--mode", "swarm", "--json", check=0).stdout)
+    assert "notify: step one says hello" in js["events"] and js["report"]["delivered"] == ["1", "2"]
+    assert any(e.startswith("step 2 satellite result: ok") for e in js["events"])
+
+
+def test_9_a_launch_without_mode_keeps_a_swarm_run_in_swarm(tmp_path, git_env):
+    wf = TOLD.replace('story_angle: "result=ok"\n    on_done: notify:step one says hello',
+                      'story_angle: "result=ok"\n    gate: human')
+    brain = orch_brain(tmp_path / "b", {"told": wf}, config=satellite_config())
+    nb(brain, "workflow-launch", "told", "--mode", "swarm", check=5)
+    nb(brain, "gate", "approve", run_file(brain, "told")["gate"], check=0)
+    nb(brain, "workflow-launch", "told", check=0)
+    assert run_file(brain, "told")["mode"] == "swarm" and run_file(brain, "told")["status"] == "done"
+
+
+def test_9_a_commit_refused_by_the_hook_names_the_path_and_an_override_for_that_command(tmp_path, git_env):
+    from nika_brain.gitrepo import githooks
+    wf = "name: wk\nbranch: theme/wk\nchain:\n  - step: 1\n    type: search\n    scope: workflows/\n" \
+         "    agent: kernel-writer\n"
+    brain = orch_brain(tmp_path / "b", {"wk": wf})
+    githooks.install(brain.root)
+    nb(brain, "workflow-launch", "wk", check=0)
+    c1 = open_claim_id(brain, "wk")
+    _write(brain, "theme/wk", "workflows/broken.yml", "name: broken\nchain: 7\n")
+    refused = nb(brain, "claim", "close", c1, "--status", "ok")
+    assert refused.returncode != 0 and "workflows/broken.yml" in refused.stderr, refused.stderr
+    assert f"nika-brain claim close {c1}" in refused.stderr and "--no-verify" not in refused.stderr
+    assert load_file(brain.root / "claims" / f"{c1}.yml")["status"] == "open"
+
+
+def test_9_gate_messages_an_agent_refusal_names_its_variable(tmp_path, git_env):
+    brain = orch_brain(tmp_path / "b", {"told": TOLD})
+    opened = nb(brain, "gate", "open", "g-hand", "first message", check=0)
+    assert "pending" in opened.stdout
+    assert any(r["type"] == "GATE_PENDING" and r["payload"]["gate"] == "g-hand" for r in journal(brain))
+    again = nb(brain, "gate", "open", "g-hand", "second message", check=0)
+    assert "ignored" in again.stdout and "first message" in again.stdout
+    agent = nb(brain, "gate", "approve", "g-hand", env={"NIKA_AGENT": "1"})
+    assert agent.returncode != 0 and "NIKA_AGENT=1" in agent.stderr
+
+
+def test_9_step_and_restart_are_checked_and_said(tmp_path, git_env):
+    brain = orch_brain(tmp_path / "b", {"told": TOLD})
+    nb(brain, "workflow-launch", "told", check=0)
+    nine = nb(brain, "workflow-launch", "told", "--step", "9")
+    assert nine.returncode != 0 and "has no step 9" in nine.stderr
+    restart = nb(brain, "workflow-launch", "told", "--restart")
+    assert restart.returncode != 0 and "active run" in restart.stderr and "did nothing" in restart.stderr
+
+
+def test_9_a_self_closing_satellite_is_not_told_to_run_operator_commands(tmp_path, git_env):
+    brain = orch_brain(tmp_path / "b", {"told": TOLD})
+    nb(brain, "workflow-launch", "told", check=0)
+    c1 = open_claim_id(brain, "told")
+    _write(brain, "theme/told", "notes/n.md")
+    closed = nb(brain, "claim", "close", c1, "--status", "ok", env={"NIKA_AGENT": "1"}, check=0)
+    assert "workflow resume" not in closed.stdout and "orchestrator" in _last(closed)
+
+
+def test_9_a_hand_claim_open_regenerates_the_index(tmp_path, git_env):
+    brain = orch_brain(tmp_path / "b", {"told": TOLD})
+    cid = nb(brain, "claim", "open", "--workflow", "hand", "--step", "1", "--type", "search",
+             "--scope", "scratch/", check=0).stdout.strip()
+    assert cid in (brain.root / "BRAIN-INDEX.md").read_text()
+
+
+def test_9_open_ended_signal_types_and_escalate_by_the_orchestrator(tmp_path, git_env):
+    wf = "name: sig\nbranch: theme/sig\nchain:\n  - step: 1\n    type: search\n    scope: notes/\n" \
+         "    on_done: signal:NEEDS_REVIEW\n  - step: 2\n    type: search\n    scope: kernel-area/\n"
+    brain = orch_brain(tmp_path / "b", {"sig": wf})
+    nb(brain, "validate", check=0)
+    nb(brain, "workflow-launch", "sig", check=0)
+    _write(brain, "theme/sig", "notes/n.md")
+    nb(brain, "claim", "close", open_claim_id(brain, "sig"), "--status", "ok", check=0)
+    assert "NEEDS_REVIEW" in _types(brain, "sig")
+    blocked = nb(brain, "workflow", "resume", "sig", check=4)
+    assert "not granted zone kernel" in blocked.stdout
+    assert "ESCALATE" in _types(brain, "sig")
+    bad = nb(brain, "workflow", "adapt", "sig", "--skip", "7")
+    assert bad.returncode != 0
+    assert [r for r in journal(brain, "sig") if r["type"] == "ESCALATE" and "ADAPT" in r["reason"]]
+
+
+def test_9_status_after_done_shows_each_step_as_the_report(tmp_path, git_env):
+    brain = orch_brain(tmp_path / "b", {"told": TOLD}, config=satellite_config())
+    nb(brain, "workflow-launch", "told", "--mode", "swarm", "--step", "2", check=0)
+    status = nb(brain, "workflow", "status", "told", check=0).stdout
+    assert "step 1: skipped" in status and "step 2: done" in status
+    assert run_file(brain, "told")["report"]["skipped"] == ["1"]
+
+
+W1 = """name: w1
+branch: theme/w1
+chain:
+  - step: 1
+    type: search
+    scope: notes/
+    story_angle: "result=ok"
+    on_done: trigger:w2/1
+"""
+W2 = """name: w2
+branch: theme/w2
+chain:
+  - step: 1
+    type: search
+    scope: docs/
+    story_angle: "result=ok"
+"""
+
+
+def test_9_a_trigger_starts_the_other_workflow_when_the_run_is_driven(tmp_path, git_env):
+    brain = orch_brain(tmp_path / "b", {"w1": W1, "w2": W2}, config=satellite_config())
+    out = nb(brain, "workflow-launch", "w1", "--mode", "swarm", check=0).stdout
+    assert "trigger w2/1: starting w2 at step 1" in out
+    assert run_file(brain, "w1")["status"] == run_file(brain, "w2")["status"] == "done"
+
+
+def test_9_the_template_card_carries_the_whole_card():
+    from pathlib import Path
+    card = (Path(__file__).resolve().parents[2] / "nika_brain" / "templates" / "brain" / "agents"
+            / "kernel-orchestrator.md").read_text()
+    for part in ("## Tiered close", "## Scripts", "scripts/brain-index-regen.sh", "Mode 1", "Mode 3",
+                 "zone:kernel", "Validated", "Orchestrated", "Atomic"):
+        assert part in card, part
+
+
+def test_9_no_usable_satellite_is_said_and_not_counted_toward_the_breaker(tmp_path, git_env):
+    brain = orch_brain(tmp_path / "b", {"told": TOLD})
+    env = {"PATH": os.path.dirname(sys.executable) + os.pathsep + "/usr/bin:/bin"}
+    assert not any(os.path.exists(os.path.join(d, "claude")) for d in env["PATH"].split(os.pathsep))
+    out = nb(brain, "workflow", "orchestrate", "told", env=env, check=4)
+    assert "no satellite can run here" in out.stdout and "satellite_command" in out.stdout
+    assert not list((brain.root / "breakers").glob("*.yml"))
+    assert [c["status"] for c in claims_of(brain, "told")] == ["open"]
+
+
+def test_9_preflight_reset_ends_with_a_next_line(tmp_path, git_env):
+    brain = orch_brain(tmp_path / "b", {"told": TOLD})
+    out = nb(brain, "preflight", "reset", "notes/", check=0)
+    assert _last(out).startswith("next:")
+
+
+def test_9_an_expired_lock_still_blocking_says_its_holder_is_alive(tmp_path, git_env):
+    brain = orch_brain(tmp_path / "b", {"told": TOLD})
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    try:
+        nb(brain, "lock", "acquire", "notes/", "--owner", "someone", "--ttl", "0.01", "--pid", holder.pid, check=0)
+        wait_until(lambda: "still held" in nb(brain, "preflight", "check", "notes/").stdout,
+                   what="the lock expired")
+        out = nb(brain, "preflight", "check", "notes/", check=4).stdout
+        assert f"its holder process {holder.pid} is alive" in out
+    finally:
+        holder.kill()
+        holder.wait()
