@@ -35,9 +35,11 @@ def _print(out: orchestrator.Outcome) -> None:
     if out.status == "info":  # something seen on the way: a notify: text, a satellite's result
         print(f"[{out.workflow}] {out.message}")
         return
-    if out.status == "done" and out.report is not None:  # the report once, then the DONE line
-        print(f"[{out.workflow}] report: {orchestrator.report_line(out.report)}")
-        print(nextstep.line(Brain.find(), out))
+    if out.status == "done" and out.report is not None:  # DONE once, with its report
+        print(f"[{out.workflow}] DONE: {out.message} — report: {orchestrator.report_line(out.report)}")
+        _, _, triggered = nextstep.line(Brain.find(), out).partition(" — next (triggered): ")
+        if triggered:
+            print(f"next (triggered): {triggered}")
         return
     tag = {"waiting": "WAITING", "gated": "GATE_PENDING", "blocked": "BLOCKED_ON", "halted": "BLOCKED_ON",
            "breaker": "CIRCUIT_BREAK", "done": "DONE", "aborted": "ABORT"}.get(out.status, out.status.upper())

@@ -253,10 +253,11 @@ def federation_rows(brain: Brain) -> dict:
     return {"stealing": steal, "handovers": handovers, "proposals": pending, "grants": grants}
 
 
-def model(brain: Brain) -> dict:
-    """Everything the template may use (documented at the top of BRAIN-INDEX.md.j2)."""
+def model(brain: Brain, strict: bool = False) -> dict:
+    """Everything the template may use (documented at the top of BRAIN-INDEX.md.j2). An invalid state
+    file is named in the index, which still shows the rest; `strict` (the git hooks) fails instead."""
     cache = _Cache(brain)
-    bad: list[BrainError] = []  # invalid files: named in the index, which still shows the rest
+    bad: list[BrainError] | None = None if strict else []
     claim_rows = cache.summaries(brain.claims_dir, "claims", bad)
     gate_rows = cache.summaries(brain.gates_dir, "gates", bad)
     lock_list = _load_all(brain, brain.locks_dir, "lock", bad)
@@ -336,7 +337,7 @@ def model(brain: Brain) -> dict:
         "claims": open_claims, "locks": lock_rows, "gates": pending, "breakers": tripped,
         "workflows": wf_rows, "charts": charts, "kernels": kernel_rows, "states": STATE_STYLES,
         "federation": federation_rows(brain),
-        "invalid": [{"file": e.file or "?", "problem": e.message} for e in bad],
+        "invalid": [{"file": e.file or "?", "problem": e.message} for e in bad or []],
     }
 
 
@@ -375,10 +376,10 @@ def template_path(brain: Brain) -> Path:
     return path
 
 
-def render(brain: Brain) -> str:
+def render(brain: Brain, strict: bool = False) -> str:
     """The text of BRAIN-INDEX.md for the brain's current state."""
     import jinja2
-    data = model(brain)
+    data = model(brain, strict)
     path = template_path(brain)
     shown = brain.rel(path) or str(path)
     try:
@@ -395,10 +396,10 @@ def render(brain: Brain) -> str:
     return text if text.endswith("\n") else text + "\n"
 
 
-def regenerate(brain: Brain) -> bool:
+def regenerate(brain: Brain, strict: bool = False) -> bool:
     """Rewrite BRAIN-INDEX.md when its text changed; True when the file changed."""
     with brain.mutex("index"):
-        text = render(brain)
+        text = render(brain, strict)
         try:
             if brain.index_path.read_bytes() == text.encode("utf-8"):
                 return False

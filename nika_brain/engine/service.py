@@ -88,7 +88,8 @@ def drive(brain: Brain, name: str, *, wait: bool = False, poll: float = 1.0, tim
             if isinstance(said, Outcome):
                 out = said  # its relaunch was refused (preflight): the run is blocked
             else:
-                note(said)
+                for text in said:
+                    note(text)
                 continue
         key = f"{out.status}:{out.claim}:{out.gate}"
         if on_event and key not in shown:
@@ -113,7 +114,7 @@ def _keep_locks(brain: Brain, claim_id: str) -> None:
             locks.renew(brain, lk.scope, claim_id, now=now)
 
 
-def _run_satellite(brain: Brain, name: str, out: Outcome) -> str | Outcome:
+def _run_satellite(brain: Brain, name: str, out: Outcome) -> list[str] | Outcome:
     """Run (or, after a crash, find) the satellite of the open claim and report its result. A step
     never runs twice at once: a live satellite of the claim is waited for and its result adopted;
     a relaunch of a claim whose satellite is gone runs preflight like any launch."""
@@ -165,15 +166,17 @@ def _run_satellite(brain: Brain, name: str, out: Outcome) -> str | Outcome:
         if worktree.is_dir():
             settle_work(worktree, c, c.result.status if c.result else "failed",
                         c.result.summary if c.result else "")
-        return _said(c)
+        return [_said(c)]
     try:
-        report(brain, c.id, result.status or "failed", result.summary or f"satellite exit {result.returncode}")
+        closed = report(brain, c.id, result.status or "failed",
+                        result.summary or f"satellite exit {result.returncode}")
     except BrainError as exc:
         if not claims.load_claim(brain, c.id).is_open:
             raise
         # A refused close (tests red, no work at all): in swarm mode that is the step's failure.
-        report(brain, c.id, "failed", exc.message.splitlines()[0], validate=False)
-    return _said(claims.load_claim(brain, c.id))
+        closed = report(brain, c.id, "failed", exc.message.splitlines()[0], validate=False)
+    routed = closed.outcome.message if closed.outcome and closed.outcome.message.startswith("notify: ") else None
+    return [_said(closed.claim), *list(closed.warnings), *([routed] if routed else [])]
 
 
 def _said(c: claims.Claim) -> str:

@@ -163,7 +163,7 @@ def pre_commit(top: Path) -> int:
     tree_brain = Brain.at(top)
     if any(_feeds_index(p, tree_brain) for _, p in changes):
         from nika_brain.engine import index
-        index.regenerate(tree_brain)
+        index.regenerate(tree_brain, strict=True)  # a commit's index tells the whole state
         _git("add", "--", tree_brain.index_path.name)
         _also_stage_in_real_index(tree_brain.index_path.name)
     return 0
@@ -201,7 +201,7 @@ def post_update(top: Path) -> int:
         if Brain.find(top).root != top.resolve():
             return 0  # a linked (theme) worktree: the live state is the main worktree's
         from nika_brain.engine import index
-        index.regenerate(Brain.at(top))
+        index.regenerate(Brain.at(top), strict=True)
     except BrainError as exc:
         _err(f"BRAIN-INDEX.md not regenerated: {exc}")
     return 0  # git ignores these hooks' status; never make a merge look failed

@@ -175,7 +175,9 @@ def test_3_theme_branch_merge_refuses_a_run_with_failed_steps_unless_a_human_for
     assert "human" in forced.stderr
     nb(brain, "branch", "merge", "theme/halt", "--test", "true", "--force-human",
        "--note", "reviewed by hand", check=0)
-    assert (brain.root / "notes" / "n.md").is_file()
+    assert git(brain.root, "rev-parse", "main") != base
+    # The failed attempt's file is set aside on its ref, never merged (issue 18, item 8).
+    assert not (brain.root / "notes" / "n.md").is_file()
     merge = [r for r in journal(brain) if r["type"] == "MERGE"]
     assert merge and merge[-1]["payload"]["failed"] == ["1"] and merge[-1]["payload"]["forced_by"]
     assert merge[-1]["payload"]["note"] == "reviewed by hand"

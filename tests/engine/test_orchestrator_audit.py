@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -577,7 +578,10 @@ def test_9_the_template_card_carries_the_whole_card():
 
 def test_9_no_usable_satellite_is_said_and_not_counted_toward_the_breaker(tmp_path, git_env):
     brain = orch_brain(tmp_path / "b", {"told": TOLD})
-    env = {"PATH": os.path.dirname(sys.executable) + os.pathsep + "/usr/bin:/bin"}
+    bindir = tmp_path / "bin"  # a PATH with git and no `claude`
+    bindir.mkdir()
+    (bindir / "git").symlink_to(shutil.which("git"))
+    env = {"PATH": os.path.dirname(sys.executable) + os.pathsep + str(bindir)}
     assert not any(os.path.exists(os.path.join(d, "claude")) for d in env["PATH"].split(os.pathsep))
     out = nb(brain, "workflow", "orchestrate", "told", env=env, check=4)
     assert "no satellite can run here" in out.stdout and "satellite_command" in out.stdout
