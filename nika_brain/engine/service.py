@@ -458,6 +458,12 @@ def handle_inbound(brain: Brain, message: dict, *, on_event: Printer | None = No
         raise BrainError(f"inbound {kind}: missing workflow")
     if kind == "ORCHESTRATE":
         step = message.get("step")
+        ctx = message.get("context") if isinstance(message.get("context"), dict) else {}
+        current = runs.load_run(brain, find_workflow(brain, name).name)
+        if ctx.get("from") and current is not None and current.context.get("from") == ctx["from"] \
+                and not message.get("rerun"):
+            # A trigger its driven run already started at once: said, not run a second time.
+            return f"ORCHESTRATE {name}: already started by {ctx['from']} ({current.status})"
         out = launch(brain, name, mode=message.get("mode", "swarm"), restart=bool(message.get("rerun")),
                      step=None if step is None else str(step), context=message.get("context") or None,
                      on_event=on_event)
