@@ -20,8 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from nika_brain.federation import triggers  # noqa: E402
-from nika_brain.federation.aptitude import open_embedder  # noqa: E402
+from nika_brain.federation.spawning import triggers  # noqa: E402
+from nika_brain.federation.stealing.aptitude import open_embedder  # noqa: E402
 
 TOPICS = {
     "backup": ("restore the {} backup of the file server", "the {} backup job failed on the NAS"),

@@ -35,7 +35,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.g
 
 from nika_brain import bus  # noqa: E402
 from nika_brain.brain import Brain  # noqa: E402
-from nika_brain.federation import health, runtimes, supervisor, verbs  # noqa: E402
+from nika_brain.federation.kernels import health, runtimes, verbs, watchdog  # noqa: E402
 from nika_brain.state import locks  # noqa: E402
 from tests.kit.wait import until  # noqa: E402
 
@@ -85,7 +85,7 @@ def memory(tmp: Path, n: int) -> dict:
         verbs.kernel_spawn(brain, f"memory kernel {i}", kernel_id=f"m{i}")
     for i in range(n):
         wait_for(lambda i=i: health.last_heartbeat(brain, f"m{i}"), timeout=120)
-    sup = subprocess.Popen(supervisor.command(),  # what `kernel spawn` starts in the background
+    sup = subprocess.Popen(watchdog.command(),  # what `kernel spawn` starts in the background
                            cwd=brain.root, env={**os.environ, "NIKA_BRAIN_DIR": str(brain.root)})
     time.sleep(6.0)  # a few passes over every kernel (one every 2 s)
     sup_rss = rss_kb(sup.pid)

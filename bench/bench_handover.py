@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from nika_brain.brain import Brain  # noqa: E402
-from nika_brain.federation import health, registry, verbs  # noqa: E402
+from nika_brain.federation.kernels import health, verbs  # noqa: E402
+from nika_brain.federation.lineage import registry  # noqa: E402
 from tests.kit import wait  # noqa: E402
 from tests.kit.brain import IDENTITY  # noqa: E402
 

@@ -26,14 +26,14 @@ sys.path.insert(0, str(ROOT))
 
 from nika_brain import bus as busmod  # noqa: E402
 from nika_brain.brain import Brain  # noqa: E402
-from nika_brain.federation import stealing  # noqa: E402
+from nika_brain.federation.stealing import protocol as stealing  # noqa: E402
 from tests.kit.brain import IDENTITY  # noqa: E402
 from tests.kit.redis import RedisServer  # noqa: E402
 
 PROGRAM = """
 import sys, time
 from nika_brain.brain import Brain
-from nika_brain.federation.stealing import worker_for
+from nika_brain.federation.stealing.protocol import worker_for
 kernel, ms = sys.argv[2], float(sys.argv[3])
 worker_for(Brain.at(sys.argv[1]), kernel, lambda t: time.sleep(ms / 1000) or {}).serve()
 """

@@ -43,7 +43,7 @@ FR = ROOT / "bench" / "triage_fr"
 
 
 def clinc_routes(data: dict, per_intent: int = 20, generalist_examples: bool = False):
-    from nika_brain.federation.goals import Entry
+    from nika_brain.federation.triage.goals import Entry
     per: dict[str, list[str]] = defaultdict(list)
     for text, intent in data["train"]:
         if len(per[intent]) < per_intent:
@@ -73,8 +73,8 @@ def score(preds, queries):
 def run_clinc(args, emb) -> dict:
     import numpy as np
 
-    from nika_brain.federation import goals, router
-    from nika_brain.federation.triage import Triage
+    from nika_brain.federation.triage import goals, router
+    from nika_brain.federation.triage.decide import Triage
     data = json.loads(CLINC.read_text(encoding="utf-8"))
     entries, queries = clinc_routes(data, generalist_examples=args.generalist_examples)
     st = goals.Settings(default="generalist", miss_rate=args.miss_rate, split=True)
@@ -120,15 +120,15 @@ def run_clinc(args, emb) -> dict:
 
 
 def run_french(args, emb) -> dict:
-    from nika_brain.federation import bench
+    from nika_brain.federation.triage import bench
     return bench.run(FR / "routes.yml", FR / "queries.jsonl", embedder=emb, miss_rate=args.miss_rate)
 
 
 def cold_processes(runs: int) -> dict:
     """Cold `nika-brain triage` and UserPromptSubmit processes on a temporary brain of the FR set."""
     from nika_brain.brain import Brain
-    from nika_brain.federation import goals
-    from nika_brain.federation.bench import read_routes
+    from nika_brain.federation.triage import goals
+    from nika_brain.federation.triage.bench import read_routes
     from nika_brain.support.yamlsafe import dumps
     out: dict[str, float | bool] = {}
     with tempfile.TemporaryDirectory(prefix="nika-triage-cold-") as tmp:
@@ -193,8 +193,9 @@ def main() -> int:
     ap.add_argument("--latency-prompts", type=int, default=100)
     args = ap.parse_args()
 
-    from nika_brain.federation import goals, triage
     from nika_brain.federation.embedding import CachedEmbedder, E5Embedder
+    from nika_brain.federation.triage import decide as triage
+    from nika_brain.federation.triage import goals
     goals.EMBED_KIND = triage.EMBED_KIND = args.prefix
     raw = E5Embedder()
     Path(args.cache).mkdir(parents=True, exist_ok=True)

@@ -31,9 +31,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nika_brain.brain import Brain
-from nika_brain.federation import chroma
 from nika_brain.federation.embedding import open_embedder
-from nika_brain.federation.vault import ingest, query
+from nika_brain.federation.vault import chroma, ingest, query
 from nika_brain.federation.vault import store as vstore
 from nika_brain.federation.vault.records import Record
 from tests.federation.vaultkit import prose

@@ -53,6 +53,10 @@ class DirtyCheckout(BrainError):
     """A git checkout holds uncommitted changes where nika-brain must merge or check out."""
 
 
+class MissingExtra(BrainError):
+    """An optional part is not installed (the federation extra: numpy, chromadb, the embedder)."""
+
+
 class Busy(BrainError):
     exit_code = 3
 

@@ -133,7 +133,7 @@ class RedisBus:
         try:
             r.xgroup_create(channel, group, id="0", mkstream=True)
         except self._errors.ResponseError as exc:
-            if "BUSYGROUP" not in str(exc):
+            if "BUSYGROUP" not in str(exc):  # redis-py has no type for it: its reply text is the contract
                 raise
         self._groups.add((channel, group))
 
@@ -143,7 +143,7 @@ class RedisBus:
         try:
             return call()
         except self._errors.ResponseError as exc:
-            if "NOGROUP" not in str(exc):
+            if "NOGROUP" not in str(exc):  # idem: the server's NOGROUP reply
                 raise
             self._groups.discard((channel, group))
             self._ensure_group(r, channel, group)

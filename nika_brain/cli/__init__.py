@@ -84,6 +84,53 @@ def _register(argv: list[str] | None = None) -> None:
     )
 
 
+_TYPE_WORDS = {"text": "TEXT", "integer": "INTEGER", "float": "FLOAT", "path": "PATH", "boolean": "BOOLEAN",
+               "Path": "PATH", "datetime": "DATETIME"}
+
+
+def _type_word(param: Any) -> str:
+    desc = getattr(param, "type_descriptor", None)   # typer >= 0.24
+    if desc is not None:
+        if desc.is_choice and desc.choices:
+            return "[" + "|".join(str(getattr(c, "value", c)) for c in desc.choices) + "]"
+        if desc.is_path:
+            return "PATH"
+        annotation = desc.annotation
+        if getattr(desc, "is_list", False):
+            args = getattr(annotation, "__args__", ()) or (str,)
+            annotation = args[0]
+        kind = getattr(annotation, "__name__", "text")
+        kind = {"str": "text", "int": "integer", "bool": "boolean"}.get(kind, kind)
+    else:
+        kind = getattr(getattr(param, "type", None), "name", "text")
+    return _TYPE_WORDS.get(kind, kind.upper())
+
+
+def plain_metavars(command: Any) -> Any:
+    """Help that reads like typer's classic one: a flag shows no metavar, a value a plain word (TEXT,
+    INTEGER, PATH, [a|b]) — recent typer shows `<bool>`, `<str>`, `<list[str]>` for everything, which
+    makes a flag look as if it took a value. Applied to the whole command tree once per process."""
+    for param in getattr(command, "params", ()):
+        if getattr(param, "is_flag", False) or getattr(param, "count", False):
+            param.metavar = ""
+            continue
+        word = _type_word(param)
+        if getattr(param, "param_type_name", "") == "argument":
+            param.metavar = param.metavar or (param.name or "value").upper()
+            param.display_type_rich = lambda ctx, word=word: word  # noqa: ARG005  (instance attribute)
+        elif param.metavar is None:
+            param.metavar = word
+    try:  # --help is made on demand, not one of the params
+        helper = command.get_help_option(command.context_class(command))
+    except (AttributeError, TypeError):  # pragma: no cover - another typer/click layout
+        helper = None
+    if helper is not None:
+        helper.metavar = ""
+    for sub in getattr(command, "commands", {}).values():
+        plain_metavars(sub)
+    return command
+
+
 def run(argv: list[str]) -> int:
     import typer
     try:  # typer >= 0.24 vendors its own click; its exceptions are not click's
@@ -94,7 +141,8 @@ def run(argv: list[str]) -> int:
     _register(argv)
     try:
         # Without standalone mode click returns (not raises) a typer.Exit's code.
-        rv = app(args=argv, prog_name="nika-brain", standalone_mode=False)
+        command = plain_metavars(typer.main.get_command(app))
+        rv = command.main(args=argv, prog_name="nika-brain", standalone_mode=False)
     except BrainError as exc:
         print(f"nika-brain: {exc}", file=sys.stderr)
         return exc.exit_code

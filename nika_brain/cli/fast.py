@@ -83,7 +83,7 @@ def _lock_dict(lk) -> dict:
 def lock_acquire(scope: str, owner: str, ttl: float | None = None, wait: float = 0.0, shared: bool = False,
                  pid: int | None = None, no_pid: bool = False, as_json: bool = False) -> int:
     from nika_brain.brain import Brain
-    from nika_brain.federation import leases  # a Redis lease too when federation.redis_url is set
+    from nika_brain.federation.kernels import leases  # a Redis lease too when federation.redis_url is set
     from nika_brain.support import clock
     brain = Brain.find()
     holder = None if no_pid else (pid if pid is not None else os.getppid())
@@ -96,7 +96,7 @@ def lock_acquire(scope: str, owner: str, ttl: float | None = None, wait: float =
 
 def lock_release(scope: str, owner: str) -> int:
     from nika_brain.brain import Brain
-    from nika_brain.federation import leases  # the Redis lease goes with the YAML lock
+    from nika_brain.federation.kernels import leases  # the Redis lease goes with the YAML lock
     from nika_brain.state import scopes
     from nika_brain.support import clock
     brain = Brain.find()
@@ -118,7 +118,7 @@ def lock_release(scope: str, owner: str) -> int:
 
 def lock_renew(scope: str, owner: str, ttl: float | None = None) -> int:
     from nika_brain.brain import Brain
-    from nika_brain.federation import leases
+    from nika_brain.federation.kernels import leases
     from nika_brain.support import clock
     lk = leases.lock_renew(Brain.find(), scope, owner, ttl=ttl)
     print(f"renewed {lk.scope} until {clock.iso(lk.expires)}")
@@ -127,7 +127,7 @@ def lock_renew(scope: str, owner: str, ttl: float | None = None) -> int:
 
 def lock_status(scope: str, as_json: bool = False) -> int:
     from nika_brain.brain import Brain
-    from nika_brain.federation import leases
+    from nika_brain.federation.kernels import leases
     from nika_brain.state import locks, scopes
     from nika_brain.support import clock
     brain = Brain.find()
@@ -151,10 +151,11 @@ def claim_close(claim_id: str, status: str, summary: str = "", tests_passed: int
     """Close a claim; the orchestrator routes its exit action at once, and one line says what follows."""
     from nika_brain.brain import Brain
     from nika_brain.engine import nextstep, service
+    from nika_brain.state.claims import id_from_argument
     brain = Brain.find()
     # What the git hooks name as the command to run again (or to override) when they refuse a commit.
     os.environ.setdefault("NIKA_COMMAND", f"nika-brain claim close {claim_id} --status {status}")
-    done = service.report(brain, claim_id, status, summary, tests_passed=tests_passed,
+    done = service.report(brain, id_from_argument(claim_id), status, summary, tests_passed=tests_passed,
                           tests_failed=tests_failed, empty=empty)
     nxt = nextstep.line(brain, done.outcome) if done.outcome else \
         f"next: nothing to route — claim {done.claim.id} is not the step of a workflow run"

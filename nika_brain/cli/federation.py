@@ -16,7 +16,7 @@ app.add_typer(fed_app, name="federation")
 @fed_app.command("status")
 def federation_status(as_json: bool = typer.Option(False, "--json")):
     """Every kernel (alive, stale, dead, killed...), the aggregates, and the bus in use."""
-    from nika_brain.federation import status
+    from nika_brain.federation.kernels import status
     s = status.status(Brain.find())
     if as_json:
         print(json.dumps(s))
@@ -37,7 +37,7 @@ def federation_supervise(once: bool = typer.Option(False, "--once", help="one pa
                          interval: float = typer.Option(2.0, "--interval")):
     """Watch every live kernel: death detection, release, bounded restart, heartbeats."""
     from nika_brain.errors import BrainError
-    from nika_brain.federation import supervisor
+    from nika_brain.federation.kernels import supervisor
     if not 0.05 <= interval <= 3600:
         raise BrainError("--interval must be between 0.05 and 3600 seconds")
     brain = Brain.find()
@@ -53,6 +53,6 @@ def federation_acl(kernel: List[str] = typer.Option([], "--kernel",
                                                    help="a kernel (repeat; default all live)"),
                    revoke: bool = typer.Option(False, "--revoke")):
     """Create (or rotate) one Redis ACL user per kernel; its password goes to its credentials file."""
-    from nika_brain.federation import acl
+    from nika_brain.federation.kernels import acl
     for name in acl.apply(Brain.find(), kernel or None, revoke=revoke):
         print(f"{'revoked' if revoke else 'set'} {name}")

@@ -1,5 +1,5 @@
 """Kernel commands: the seed's five verbs (spawn, invoke, readjust, observe, kill) plus list and show.
-Thin: each parses, calls one function of nika_brain.federation.verbs (or kernels), prints."""
+Thin: each parses, calls one function of nika_brain.federation.kernels.verbs (or kernels), prints."""
 from __future__ import annotations
 
 import getpass
@@ -19,12 +19,12 @@ app.add_typer(kernel_app, name="kernel")
 
 
 def _row(brain: Brain, k: kernels.Kernel) -> dict:
-    from nika_brain.federation import health
+    from nika_brain.federation.kernels import health
     try:
         hb = health.last_heartbeat(brain, k.id) if k.runtime else None
     except BrainError:
         hb = None
-    from nika_brain.federation import runtimes
+    from nika_brain.federation.kernels import runtimes
     state = runtimes.load_state(brain, k.id)
     return {"id": k.id, "goal": k.goal, "tags": list(k.tags), "card": k.card, "parent": k.parent,
             "status": k.status, "reason": k.status_reason, "runtime": k.runtime,
@@ -51,6 +51,7 @@ def kernel_list(as_json: bool = typer.Option(False, "--json")):
 
 @kernel_app.command("show")
 def kernel_show(kernel_id: str):
+    """One kernel's record: goal, status, runtime, limits (and what enforces them), card, tags."""
     brain = Brain.find()
     k = kernels.load_kernel(brain, kernel_id)
     print(f"{k.id}: {k.goal}\n  status: {k.status}{f' ({k.status_reason})' if k.status_reason else ''}"
@@ -99,7 +100,7 @@ def kernel_spawn(goal: str,
                  temporary: bool = typer.Option(False, "--temporary", help="a burst worker (needs --ttl)"),
                  ttl: Optional[str] = typer.Option(None, "--ttl", help="e.g. 2h")):
     """Create kernels/<id>/, register its goal and start it (a human command)."""
-    from nika_brain.federation import verbs
+    from nika_brain.federation.kernels import verbs
     ex: list[str] = []
     if examples is not None:
         try:
@@ -119,7 +120,7 @@ def kernel_invoke(kernel_id: str, prompt: str,
                   wait: bool = typer.Option(False, "--wait", help="print the answer"),
                   timeout: float = typer.Option(600.0, "--timeout", help="seconds --wait waits")):
     """Deliver a prompt and confirm the agent took it (exit 8 when it could not: it stays queued)."""
-    from nika_brain.federation import verbs
+    from nika_brain.federation.kernels import verbs
     if not 0 < timeout <= 86400:
         raise BrainError("--timeout must be between 0 and 86400 seconds")
     out = verbs.kernel_invoke(Brain.find(), kernel_id, prompt, wait=wait, timeout=timeout,
@@ -130,7 +131,7 @@ def kernel_invoke(kernel_id: str, prompt: str,
 @kernel_app.command("readjust")
 def kernel_readjust(kernel_id: str, directive: str):
     """Inject a directive into a running kernel without killing it (the seed's readjust verb)."""
-    from nika_brain.federation import verbs
+    from nika_brain.federation.kernels import verbs
     d = verbs.kernel_readjust(Brain.find(), kernel_id, directive, by=getpass.getuser())
     print(f"directive {d.id} queued for {kernel_id}")
 
@@ -140,7 +141,7 @@ def kernel_observe(kernel_id: str, since: str = typer.Option("1h", "--since"),
                    query: Optional[str] = typer.Option(None, "--query"),
                    as_json: bool = typer.Option(False, "--json")):
     """Recent heartbeats, context use, directives, claims, sessions and queue of a kernel."""
-    from nika_brain.federation import verbs
+    from nika_brain.federation.kernels import verbs
     o = verbs.kernel_observe(Brain.find(), kernel_id, since=since, query=query)
     if as_json:
         print(json.dumps(o, default=str))
@@ -185,7 +186,7 @@ def kernel_observe(kernel_id: str, since: str = typer.Option("1h", "--since"),
 @kernel_app.command("kill")
 def kernel_kill(kernel_id: str, reason: str = typer.Option(..., "--reason")):
     """Stop a kernel (graceful, then forced); keeps its folder and history."""
-    from nika_brain.federation import verbs
+    from nika_brain.federation.kernels import verbs
     out = verbs.kernel_kill(Brain.find(), kernel_id, reason, by=getpass.getuser())
     print(f"killed {out['kernel']} in {out['seconds']}s; released {len(out['locks_released'])} lock(s), "
           f"failed {len(out['claims_failed'])} claim(s)")

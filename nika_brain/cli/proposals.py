@@ -24,7 +24,7 @@ def kernel_proposals(
 ):
     """Spawn proposals written by the triggers, each waiting for a human (gates decided elsewhere
     are applied first)."""
-    from nika_brain.federation import proposals
+    from nika_brain.federation.spawning import proposals
 
     brain = Brain.find()
     proposals.reconcile(brain)
@@ -43,7 +43,7 @@ def kernel_propose(
     goal: str, kernel: str | None = typer.Option(None, "--kernel", help="the kernel it comes from")
 ):
     """Propose a new kernel (the explicit trigger); a human approves or rejects it."""
-    from nika_brain.federation import triggers
+    from nika_brain.federation.spawning import triggers
 
     p = triggers.explicit(Brain.find(), goal, kernel=kernel, by="cli")
     print(
@@ -56,7 +56,7 @@ def kernel_propose(
 @kernel_app.command("approve")
 def kernel_approve(proposal_id: str, note: str = typer.Option("", "--note")):
     """Approve a spawn proposal (a human only): the kernel is spawned."""
-    from nika_brain.federation import proposals
+    from nika_brain.federation.spawning import proposals
 
     p = proposals.decide(Brain.find(), proposal_id, "approve", note=note)
     print(_line(p))
@@ -67,7 +67,7 @@ def kernel_approve(proposal_id: str, note: str = typer.Option("", "--note")):
 @kernel_app.command("reject")
 def kernel_reject(proposal_id: str, note: str = typer.Option("", "--note")):
     """Reject a spawn proposal (a human only): its trigger stays silent until its measure changes."""
-    from nika_brain.federation import proposals
+    from nika_brain.federation.spawning import proposals
 
     print(_line(proposals.decide(Brain.find(), proposal_id, "reject", note=note)))
 
@@ -75,7 +75,7 @@ def kernel_reject(proposal_id: str, note: str = typer.Option("", "--note")):
 @kernel_app.command("triggers")
 def kernel_triggers(kernel: list[str] = typer.Option([], "--kernel")):  # noqa: B008
     """Evaluate the saturation, diversity and doctrine triggers now; print the proposals written."""
-    from nika_brain.federation import triggers
+    from nika_brain.federation.spawning import triggers
 
     written = triggers.run_all(Brain.find(), list(kernel or []) or None)
     if not written:

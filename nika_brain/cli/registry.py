@@ -1,4 +1,4 @@
-"""`nika-brain registry`: the session registry (sessions <-> kernels <-> entities, federation/registry.py)."""
+"""`nika-brain registry`: the session registry (sessions <-> kernels <-> entities, federation/lineage/registry.py)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ app.add_typer(registry_app, name="registry")
 def registry_show(name: str, as_json: bool = typer.Option(False, "--json")):
     """A session (kernel, entity lineage, predecessor, successor) or an entity (lineage, children,
     sessions)."""
-    from nika_brain.federation import registry
+    from nika_brain.federation.lineage import registry
 
     info = registry.show(Brain.find(), name)
     if as_json:
@@ -42,7 +42,7 @@ def registry_add(
     title: str = typer.Option("", "--title"),
 ):
     """Add an entity; its parent must be one level up (a strategy has none)."""
-    from nika_brain.federation import registry
+    from nika_brain.federation.lineage import registry
 
     e = registry.add_entity(Brain.find(), entity_id, level, parent=parent, kernel=kernel, title=title)
     print(f"{e['id']} ({e['level']})")
@@ -55,7 +55,7 @@ def registry_link(
     kernel: str = typer.Option(None, "--kernel"),
 ):
     """Link a Claude session to a kernel and an entity."""
-    from nika_brain.federation import registry
+    from nika_brain.federation.lineage import registry
 
     s = registry.link_session(Brain.find(), session_id, kernel=kernel, entity=entity)
     print(

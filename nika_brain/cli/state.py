@@ -123,6 +123,8 @@ def claim_close(claim_id: str, status: str = typer.Option(..., help="ok | partia
 
 @claim_app.command("show")
 def claim_show(claim_id: str, as_json: bool = typer.Option(False, "--json")):
+    """One claim: its step, scope, status and result."""
+    claim_id = claims.id_from_argument(claim_id)
     c = claims.load_claim(Brain.find(), claim_id)
     if as_json:
         print(json.dumps(_claim_dict(c)))
@@ -133,6 +135,7 @@ def claim_show(claim_id: str, as_json: bool = typer.Option(False, "--json")):
 @claim_app.command("list")
 def claim_list(status: Optional[str] = typer.Option(None, help="open | closed"),
                as_json: bool = typer.Option(False, "--json"), strict: bool = STRICT):
+    """All claims, or those with one status (an invalid claim file is named on stderr)."""
     brain = Brain.find()
     cs, bad = listing.load_each(brain, brain.claims_dir, claims.load_path)
     cs = [c for c in cs if status is None or c.status == status]
@@ -191,6 +194,7 @@ def gate_reject(gate_id: str, note: str = ""):
 @gate_app.command("list")
 def gate_list(status: Optional[str] = typer.Option(None), as_json: bool = typer.Option(False, "--json"),
               strict: bool = STRICT):
+    """All gates, or those with one status (pending, approved, rejected)."""
     brain = Brain.find()
     gs, bad = listing.load_each(brain, brain.gates_dir, gates.load_path)
     gs = [g for g in gs if status is None or g.status == status]

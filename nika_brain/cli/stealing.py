@@ -1,4 +1,4 @@
-"""Work-stealing commands: `kernel enqueue`, `kernel queue`, `kernel work` (federation/stealing.py)."""
+"""Work-stealing commands: `kernel enqueue`, `kernel queue`, `kernel work` (federation/stealing/protocol.py)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def kernel_enqueue(
     task_id: str = typer.Option(None, "--id"),
 ):
     """Put a task in a kernel's queue; idle kernels may steal it (task_available / task_claim)."""
-    from nika_brain.federation import stealing
+    from nika_brain.federation.stealing import protocol as stealing
     from nika_brain.state.kernels import load_kernel
 
     brain = Brain.find()
@@ -39,7 +39,7 @@ def kernel_enqueue(
 @kernel_app.command("queue")
 def kernel_queue(kernel_id: str, as_json: bool = typer.Option(False, "--json")):
     """The kernel's open tasks: waiting, kept, granted to another kernel, running."""
-    from nika_brain.federation import stealing
+    from nika_brain.federation.stealing import protocol as stealing
     from nika_brain.state.kernels import load_kernel
 
     brain = Brain.find()
@@ -59,10 +59,10 @@ def kernel_queue(kernel_id: str, as_json: bool = typer.Option(False, "--json")):
 def kernel_work(kernel_id: str):
     """Serve a kernel's side of work stealing until interrupted: run its queue through the kernel
     (kernel_invoke), offer what waits to idle kernels, claim others' tasks when idle."""
-    from nika_brain.federation import stealing
+    from nika_brain.federation.stealing import protocol as stealing
 
     brain = Brain.find()
-    from nika_brain.federation.verbs import kernel_invoke
+    from nika_brain.federation.kernels.verbs import kernel_invoke
 
     def run(task: dict) -> dict:
         got = kernel_invoke(brain, kernel_id, task["prompt"], wait=True)

@@ -45,7 +45,7 @@ def triage_cmd(
     """Route a prompt to a kernel (scores, thresholds and the reason), or calibrate / bench."""
     words = words or []
     if words[:1] == ["bench"] and len(words) == 1:
-        from nika_brain.federation import bench
+        from nika_brain.federation.triage import bench
         if routes is None or queries is None:
             raise Invalid("triage bench needs --routes ROUTES.yml and --queries QUERIES.jsonl")
         out = bench.run(routes, queries, calibration)
@@ -57,7 +57,7 @@ def triage_cmd(
                 print(f"{k}: {out[k]}")
         return
     if words[:1] == ["calibrate"] and len(words) == 1:
-        from nika_brain.federation import goals
+        from nika_brain.federation.triage import goals
         index = goals.refresh(Brain.find(), force=True, labelled=labelled)
         rep = index.report
         if as_json:
@@ -72,7 +72,7 @@ def triage_cmd(
         return
     if not words:
         raise Invalid('triage needs a prompt: nika-brain triage "<prompt>"')
-    from nika_brain.federation.triage import triage
+    from nika_brain.federation.triage.decide import triage
     d = triage(Brain.find(), " ".join(words), context=kernel_context, data_class=data_class)
     if as_json:
         print(json.dumps(d.as_dict(), ensure_ascii=False))

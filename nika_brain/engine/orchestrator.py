@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 
 from nika_brain.brain import Brain
-from nika_brain.engine import gatebackends, halts, merging, preflight, satellites, signals
+from nika_brain.engine import breakerreset, gatebackends, merging, preflight, satellites, signals
 from nika_brain.engine.merging import base_checkout, commit_state, merge_into_base  # noqa: F401 (re-exported)
 from nika_brain.errors import EXIT_BLOCKED, EXIT_GATE_PENDING, EXIT_REFUSED, BrainError
 from nika_brain.gitrepo import branches
@@ -173,7 +173,7 @@ def step_once(brain: Brain, name: str, now: datetime | None = None) -> Outcome:
         if run.status == "gated":
             return _after_gate(brain, wf, run, now)
         if run.status == "breaker":
-            out = halts.after_breaker(brain, wf, run, now)
+            out = _after_breaker(brain, wf, run, now)
             # The reset is one transition of its own: whoever resumes the run claims the step.
             return out or Outcome(name, "progress", "circuit breaker reset", step=run.cursor)
         if run.status == "blocked" and run.halted:
@@ -295,7 +295,7 @@ def _after_gate(brain: Brain, wf: Workflow, run: Run, now: datetime) -> Outcome:
     if g.reason == "breaker":  # the human inspected: approving the breaker gate resets it
         for b in breakers.list_breakers(brain):
             if b.gate == g.id:
-                halts.reset_breaker_state(brain, b.scope, why=f"gate {g.id} approved by {g.decided_by}")
+                breakerreset.reset_breaker_state(brain, b.scope, why=f"gate {g.id} approved by {g.decided_by}")
     step_id, _, what = (run.after_gate or "").partition("::")
     ids = {s.id for s in wf.chain}
     if what in ("run", "next"):  # resolved now, in the plan as adapted while the gate was pending
@@ -598,3 +598,23 @@ def report_line(report: dict) -> str:
     parts += [f"skipped {', '.join(report.get('skipped') or []) or '-'}",
               f"gates {len(report.get('gates') or [])}"]
     return "; ".join(parts)
+
+
+def _after_breaker(brain: Brain, wf: Workflow, run: Run, now: datetime) -> Outcome | None:
+    """A tripped breaker holds the run until its gate is decided or the breaker is reset by a human.
+    Approving the gate is the reset (one transition, one signal); rejecting it aborts the run."""
+    step = wf.step(run.cursor)
+    g = None
+    if run.gate and gates.gate_path(brain, run.gate).exists():
+        # Only an authentic decision counts (the operator's signature, or the pull-request review):
+        # a breaker file deleted by hand, or a gate edited by hand, is not a reset.
+        g = gates.effective(brain, gates.load_gate(brain, run.gate), review=gatebackends.review_check(brain))
+    if g is not None and g.status == "rejected":
+        return abort_run(brain, run, f"gate {g.id} rejected by {g.decided_by}", now)
+    tripped = breakers.tripped_for(brain, step.scope)
+    if (g is None and tripped) or (g is not None and g.status != "approved"):
+        return Outcome(wf.name, "breaker", run.reason, gate=run.gate, step=step.id)
+    for b in tripped:
+        breakerreset.reset_breaker_state(brain, b.scope, why=f"gate {g.id} approved by {g.decided_by}" if g else "")
+    runs.update(brain, run, status="running", reason="", gate=None, after_gate=None)
+    return None

@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Callable
 
 from nika_brain.brain import Brain
-from nika_brain.engine import gatebackends, halts, orchestrator, preflight, satellites, signals
+from nika_brain.engine import breakerreset, gatebackends, halts, orchestrator, preflight, satellites, signals
 from nika_brain.engine.orchestrator import Outcome
 from nika_brain.errors import Blocked, BrainError, Invalid, Refused
 from nika_brain.gitrepo import git
@@ -376,7 +376,7 @@ def reset_breaker(brain: Brain, scope: str) -> breakers.Breaker | None:
         raise Refused("refused: a circuit breaker is reset by a human, not from an agent session")
     from nika_brain.state import authority
     authority.require(brain, f"resetting the circuit breaker on {scope}")
-    b = halts.reset_breaker_state(brain, scope, why="reset by a human")
+    b = breakerreset.reset_breaker_state(brain, scope, why="reset by a human")
     if b is not None:
         orchestrator.reindex(brain)
     return b

@@ -1,6 +1,22 @@
-"""The multi-kernel federation: kernels' runtimes, triage, the shared vault, work stealing, handover.
+"""The multi-kernel federation, one room per section of the seed (000_…txt):
 
-Never imported on the hook path (PreToolUse); each submodule imports its heavy dependencies
-(numpy, chromadb, onnxruntime) lazily, where a call needs them. Its settings live under the
-`federation:` key of nika-brain.yml and are validated here, not in brain.py.
+- `kernels/`  — "Le pattern : un kernel par /goal" and "Lifecycle : cinq verbes": the five verbs, runtimes
+  (tmux, headless, kubernetes), hard limits, the supervisor, health and heartbeats, the prompt queue,
+  status, Redis leases and ACLs.
+- `triage/`   — "Le triage RAG sémantique": the goals index, the router model, the decision (splits,
+  fallback, data policy), the benchmark contract and the wrong-kernel hint.
+- `vault/`    — "Le RAG partagé": the Chroma store, scoped records, grants, dedup, super-chunks,
+  the hierarchy and daily summaries.
+- `stealing/` — "Work-stealing entre kernels": the task protocol and the aptitude score.
+- `lineage/`  — "Auto-handover via session_registry": the session registry and the handover.
+- `spawning/` — "Conditions de spawn d'un nouveau kernel": the triggers and the gated proposals.
+
+Loose modules shared by several rooms: `options` (the `federation:` settings), `embedding` (the
+embedders), `overview` (the federation section of BRAIN-INDEX.md and `kernel observe`).
+
+Rooms import each other only through the modules their `__init__` names, and only downwards in the
+order above: kernels and vault first, stealing/lineage/spawning last (tests/architecture checks it).
+Never imported on the hook path (PreToolUse); heavy dependencies (numpy, chromadb, onnxruntime) are
+imported lazily where a call needs them. Settings live under `federation:` in nika-brain.yml and are
+validated here, not in brain.py.
 """

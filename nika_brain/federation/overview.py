@@ -20,7 +20,7 @@ def observe(brain: Brain, kernel_id: str) -> dict[str, Any]:
     """A kernel's work-stealing queue and counts, its handovers and its pending proposals."""
     from nika_brain.bus import open_bus
     from nika_brain.errors import BrainError
-    from nika_brain.federation import stealing
+    from nika_brain.federation.stealing import protocol as stealing
 
     rows = index_rows(brain)
     try:

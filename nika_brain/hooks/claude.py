@@ -453,7 +453,7 @@ def on_session_end(hook: Hook) -> Reply | None:
 
 
 # A handler is a function, or "module:function" imported only when its event fires: the federation
-# layer adds e.g. "nika_brain.federation.handover:on_stop" to "Stop" without PreToolUse paying for
+# layer adds e.g. "nika_brain.federation.lineage.handover:on_stop" to "Stop" without PreToolUse paying for
 # importing it.
 HANDLERS: dict[str, list[Handler | str]] = {
     "PreToolUse": [on_pre_tool_use],
@@ -464,15 +464,15 @@ HANDLERS: dict[str, list[Handler | str]] = {
     # federation.handover: auto-handover past the kernel's context threshold (Stop, PreCompact), a
     # handed-over session refusing prompts, and the successor's lineage and summary at SessionStart;
     # federation.triggers: `/kernel new <goal>` typed in a session writes a spawn proposal.
-    "UserPromptSubmit": [on_user_prompt_submit, "nika_brain.federation.health:on_hook",
-                         "nika_brain.federation.hint:on_user_prompt_submit",
-                         "nika_brain.federation.handover:on_prompt",
-                         "nika_brain.federation.triggers:on_prompt"],
-    "SessionStart": [on_session_start, "nika_brain.federation.health:on_hook",
-                     "nika_brain.federation.handover:on_session_start"],
-    "Stop": [on_context_checkpoint, "nika_brain.federation.health:on_hook",
-             "nika_brain.federation.handover:on_checkpoint"],
-    "PreCompact": [on_context_checkpoint, "nika_brain.federation.handover:on_checkpoint"],
+    "UserPromptSubmit": [on_user_prompt_submit, "nika_brain.federation.kernels.health:on_hook",
+                         "nika_brain.federation.triage.hint:on_user_prompt_submit",
+                         "nika_brain.federation.lineage.handover:on_prompt",
+                         "nika_brain.federation.spawning.triggers:on_prompt"],
+    "SessionStart": [on_session_start, "nika_brain.federation.kernels.health:on_hook",
+                     "nika_brain.federation.lineage.handover:on_session_start"],
+    "Stop": [on_context_checkpoint, "nika_brain.federation.kernels.health:on_hook",
+             "nika_brain.federation.lineage.handover:on_checkpoint"],
+    "PreCompact": [on_context_checkpoint, "nika_brain.federation.lineage.handover:on_checkpoint"],
     "SessionEnd": [on_session_end],
 }
 

@@ -98,6 +98,16 @@ def check_id(claim_id: str) -> str:
     return claim_id
 
 
+def id_from_argument(text: str) -> str:
+    """A claim id as a user types it: the id itself, or its file's path as the shell completes it
+    (`claims/<id>.yml`, `./claims/<id>.yml`, an absolute path into a brain's claims/ folder)."""
+    if text.endswith(".yml"):
+        head, _, base = text.replace("\\", "/").rpartition("/")
+        if head.rstrip("/").rpartition("/")[2] == "claims":
+            return check_id(base[: -len(".yml")])
+    return check_id(text)
+
+
 def _time(doc, values: dict, key: str) -> datetime:
     try:
         return clock.parse(values[key], what=key)

@@ -70,6 +70,117 @@ def test_imports_point_only_down():
     assert not upward, "\n".join(upward)
 
 
+# The federation's rooms (nika_brain/federation/__init__.py): a room imports its own modules, the loose
+# shared modules (rank 0) and lower rooms only.
+ROOMS = {
+    "options": 0, "embedding": 0,
+    "vault": 1, "triage": 2, "stealing": 3,
+    "overview": 4,     # the federation section of the index and of `kernel observe` (reads stealing)
+    "kernels": 5, "spawning": 6, "lineage": 7,
+}
+
+
+def _room(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == "federation" else None
+
+
+def test_every_federation_room_has_a_rank():
+    rooms = {_room(m) for _, m in _modules()} - {None}
+    assert rooms <= set(ROOMS), sorted(rooms - set(ROOMS))
+
+
+def test_federation_rooms_import_only_lower_rooms():
+    upward = []
+    for module, targets in sorted(_graph().items()):
+        mine = _room(module)
+        for target in sorted(targets):
+            theirs = _room(target)
+            if mine is None or theirs is None or theirs == mine:
+                continue
+            if ROOMS[theirs] >= ROOMS[mine]:
+                upward.append(f"{module} -> {target}")
+    assert not upward, "\n".join(upward)
+
+
+def _graph() -> dict[str, set[str]]:
+    """module -> the modules it imports (function-level imports included). `from pkg import name` points
+    at pkg.name when that is a module. A package's __init__ importing its own children is a re-export,
+    not a dependency, and is left out."""
+    modules = {m: path for path, m in _modules()}
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for module, path in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for _, target in _imports(path, module):
+            graph[module].add(target) if target in modules else None
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("nika_brain"):
+                for alias in node.names:
+                    child = f"{node.module}.{alias.name}"
+                    if child in modules:
+                        graph[module].discard(node.module)
+                        graph[module].add(child)
+        if path.name == "__init__.py":
+            graph[module] = {t for t in graph[module] if not t.startswith(module + ".")}
+        graph[module].discard(module)
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            node, children = work[-1]
+            for child in children:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                    break
+                if child in on:
+                    low[node] = min(low[node], index[child])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        top = stack.pop()
+                        on.discard(top)
+                        component.append(top)
+                        if top == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+    return found
+
+
+def test_no_import_cycles():
+    cycles = _cycles(_graph())
+    assert not cycles, "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_the_cycle_check_finds_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
 def test_the_policy_and_the_git_hook_guard_every_state_folder_of_the_layout(tmp_path):
     from nika_brain.brain import LAYOUT, STATE_FOLDERS, is_state_path
     from nika_brain.claude.policy import _guarded

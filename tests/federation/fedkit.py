@@ -39,7 +39,7 @@ def fbrain(brain, tmp_path):
     b = Brain.at(brain.root)
     yield b
     subprocess.run(["tmux", "-S", str(tmp_path / "tmux.sock"), "kill-server"], capture_output=True)
-    from nika_brain.federation import limits
+    from nika_brain.federation.kernels import limits
     time.sleep(0.1)  # the agents die with their tmux server; then their cgroups can go
     for d in (b.kernels_dir.iterdir() if b.kernels_dir.is_dir() else ()):
         limits.remove_groups(limits.group_name(b.root, d.name))

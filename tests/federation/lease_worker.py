@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from nika_brain.brain import Brain
-from nika_brain.federation import leases
+from nika_brain.federation.kernels import leases
 from nika_brain.state import scopes
 
 SCOPES = ["src/", "src/a.py", "src/b.py", "src/*.py", "src/sub/", "src/sub/c.py", "docs/", "docs/x.md"]

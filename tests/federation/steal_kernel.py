@@ -14,7 +14,7 @@ import sys
 import time
 
 from nika_brain.brain import Brain
-from nika_brain.federation.stealing import worker_for
+from nika_brain.federation.stealing.protocol import worker_for
 
 
 def main() -> None:

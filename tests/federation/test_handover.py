@@ -12,7 +12,8 @@ import sys
 import pytest
 
 from nika_brain.errors import BrainError
-from nika_brain.federation import health, registry, verbs
+from nika_brain.federation.kernels import health, verbs
+from nika_brain.federation.lineage import registry
 from nika_brain.state import kernels, sessions
 
 from .fedkit import configure, fbrain, transcript_turn, until  # noqa: F401

@@ -8,7 +8,7 @@ import pytest
 import redis
 
 from nika_brain import bus
-from nika_brain.federation import limits
+from nika_brain.federation.kernels import limits
 from nika_brain.state import kernels
 from tests.kit.redis import RedisServer
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from nika_brain.federation import health, runtimes
+from nika_brain.federation.kernels import health, runtimes
 from nika_brain.state import kernels
 
 from .fedkit import fbrain, until  # noqa: F401

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from nika_brain.errors import BrainError
-from nika_brain.federation.runtimes import kubernetes
+from nika_brain.federation.kernels.runtimes import kubernetes
 from nika_brain.state import kernels
 
 DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

@@ -13,7 +13,7 @@ import pytest
 
 from nika_brain.brain import Brain
 from nika_brain.errors import EXIT_BUSY, BrainError
-from nika_brain.federation import leases
+from nika_brain.federation.kernels import leases
 from nika_brain.state import locks
 from tests.kit.brain import git_out as git
 from tests.kit.brain import make_brain

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from nika_brain import bus
-from nika_brain.federation import health, limits, runtimes, supervisor, verbs
+from nika_brain.federation.kernels import health, limits, runtimes, supervisor, verbs
 from nika_brain.state import claims, kernels, locks, sessions
 
 from .fedkit import configure, fbrain, until  # noqa: F401

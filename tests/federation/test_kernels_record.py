@@ -80,7 +80,7 @@ def test_new_kernel_refuses_bad_input():
 
 
 def test_an_id_is_made_from_the_goal_when_none_is_given(brain):
-    from nika_brain.federation import verbs
+    from nika_brain.federation.kernels import verbs
     assert verbs._auto_id(brain, "Opérer l'IT de BCUB3, vite !") == "k-operer-l-it-de-bcub3"
     (brain.kernels_dir / "k-operer-l-it-de-bcub3").mkdir(parents=True)
     assert verbs._auto_id(brain, "Opérer l'IT de BCUB3, vite !") == "k-operer-l-it-de-bcub3-2"

@@ -8,7 +8,7 @@ import stat
 import subprocess
 
 from nika_brain import bus
-from nika_brain.federation import health, runtimes, supervisor
+from nika_brain.federation.kernels import health, runtimes, supervisor, watchdog
 from nika_brain.state import kernels, locks
 
 from .fedkit import fbrain, until  # noqa: F401
@@ -93,7 +93,7 @@ def test_five_verbs_end_to_end(fbrain, cli, tmp_path):  # noqa: F811
 
 
 def test_queued_prompt_is_delivered_when_the_kernel_runs_again(fbrain):  # noqa: F811
-    from nika_brain.federation import verbs
+    from nika_brain.federation.kernels import verbs
     brain = fbrain
     verbs.kernel_spawn(brain, "Client missions", kernel_id="gamma", restart="on-failure",
                        max_restarts=1, install_settings=True)
@@ -118,23 +118,24 @@ def test_queued_prompt_is_delivered_when_the_kernel_runs_again(fbrain):  # noqa:
 
 
 def test_spawn_starts_the_supervisor_which_sees_a_death_and_exits(fbrain, tmp_path):  # noqa: F811
-    from nika_brain.federation import verbs
+    from nika_brain.federation.kernels import verbs
 
     from .fedkit import configure
     brain = configure(fbrain, tmp_path, supervisor="auto")
     verbs.kernel_spawn(brain, "Watch the markets", kernel_id="eps")
-    pid = until(lambda: supervisor.running_pid(brain))
+    pid = until(lambda: watchdog.running_pid(brain))
     until(lambda: health.last_heartbeat(brain, "eps"))
     os.kill(runtimes.load_state(brain, "eps")["pid"], 9)
     until(lambda: kernels.load_kernel(brain, "eps").status == "dead", timeout=30)
     # the status is written before the supervisor stops what is left and publishes: wait for it
     until(lambda: any(m.get("kind") == "dead" for _, m in bus.open_bus(brain).read(bus.HEALTH, count=10_000)))
     until(lambda: not runtimes.pid_alive(pid), timeout=30)  # nothing left to watch: it ends
-    assert supervisor.running_pid(brain) is None
+    assert watchdog.running_pid(brain) is None
 
 
 def test_a_prompt_typed_into_a_busy_agent_is_confirmed_later_never_typed_twice(fbrain, tmp_path):  # noqa: F811
-    from nika_brain.federation import queue, verbs
+    from nika_brain.federation.kernels import verbs
+    from nika_brain.state import prompts as queue
 
     from .fedkit import configure
     brain = configure(fbrain, tmp_path, deliver_timeout=1)

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from nika_brain.errors import BrainError
-from nika_brain.federation import health, runtimes, verbs
+from nika_brain.federation.kernels import health, runtimes, verbs
 from nika_brain.state import kernels
 
 from .fedkit import fbrain  # noqa: F401

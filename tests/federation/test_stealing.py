@@ -22,8 +22,8 @@ import pytest
 
 from nika_brain import bus as busmod
 from nika_brain.errors import BrainError
-from nika_brain.federation import stealing
-from nika_brain.federation.stealing import (
+from nika_brain.federation.stealing import protocol as stealing
+from nika_brain.federation.stealing.protocol import (
     Claim,
     Settings,
     Worker,
@@ -330,7 +330,7 @@ def test_visible_in_observe_journal_and_index(tmp_path, git_env, monkeypatch):
     spin(a, b, until=lambda: len(bus.keys("ws:done:")) == 5 and b.stats["stolen"] > 0, limit=10)
     from nika_brain.engine import index
     from nika_brain.federation import overview
-    from nika_brain.federation.verbs import kernel_observe
+    from nika_brain.federation.kernels.verbs import kernel_observe
 
     rows = {r["kernel"]: r for r in overview.index_rows(brain)["stealing"]}
     assert rows["alpha"]["granted_away"] >= 1 and rows["beta"]["stole"] >= 1
@@ -344,7 +344,7 @@ def test_visible_in_observe_journal_and_index(tmp_path, git_env, monkeypatch):
 def test_kernel_work_runs_tasks_through_the_kernel(tmp_path, git_env, monkeypatch):
     """`kernel work` with the real federation core: the task's prompt reaches the stand-in agent under
     tmux through kernel_invoke, and its answer is the task's committed result."""
-    from nika_brain.federation import verbs
+    from nika_brain.federation.kernels import verbs
     from tests.federation.fedkit import fed_brain as core_brain
     from tests.federation.fedkit import until
 
@@ -374,7 +374,7 @@ def test_kernel_work_runs_tasks_through_the_kernel(tmp_path, git_env, monkeypatc
 
 
 def test_a_kernel_with_prompts_waiting_is_not_idle(tmp_path, git_env, monkeypatch):
-    from nika_brain.federation import queue as prompts
+    from nika_brain.state import prompts as prompts
 
     use_bus(monkeypatch, "embedded")
     brain = fed_brain(tmp_path / "b")

@@ -8,8 +8,8 @@ import pytest
 
 from nika_brain.bus import GOALS, open_bus
 from nika_brain.errors import BrainError
-from nika_brain.federation import goals, router
-from nika_brain.federation.triage import clauses, triage
+from nika_brain.federation.triage import goals, router
+from nika_brain.federation.triage.decide import clauses, triage
 from tests.federation.triagekit import (
     ALPHA,
     BETA,
@@ -202,7 +202,7 @@ def test_sensitive_prompts_only_reach_kernels_their_policy_allows(tmp_path, git_
 # ---- the index: rebuilt on change, announced, collection in sync ---------------------------------
 
 def test_refresh_announces_and_syncs_the_goals_collection(tmp_path, git_env):
-    from nika_brain.federation.chroma import open_store, reset_cache
+    from nika_brain.federation.vault.chroma import open_store, reset_cache
     reset_cache()
     brain = make_brain(tmp_path / "b", CONFIG)
     write_kernel(brain, "ops", "Exploitation IT", tags=["serveurs"],
@@ -286,7 +286,7 @@ def test_cli_triage_json_and_text(fed, git_env):
 
 def test_calibrate_command_with_a_labelled_file(tmp_path, git_env, capsys):
     from nika_brain.cli import run
-    from nika_brain.federation.chroma import reset_cache
+    from nika_brain.federation.vault.chroma import reset_cache
     reset_cache()
     brain = make_brain(tmp_path / "b", CONFIG)
     write_kernel(brain, "ops", "Exploitation IT", examples=[

@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from nika_brain.federation import goals
+from nika_brain.federation.triage import goals
 from tests.federation.chroma_server import chroma_server  # noqa: F401  (fixture)
 from tests.federation.triagekit import ALPHA, GAMMA, seed_kernels, write_kernel
 from tests.kit.brain import make_brain
@@ -86,7 +86,7 @@ def test_pre_tool_use_never_imports_the_federation(fed):
 WRITER = textwrap.dedent("""
     import sys
     from nika_brain.brain import Brain
-    from nika_brain.federation import goals
+    from nika_brain.federation.triage import goals
     brain = Brain.at(sys.argv[1])
     for _ in range(3):
         goals.refresh(brain, force=True)
@@ -104,7 +104,7 @@ def test_two_processes_writing_goals_at_once(fed):
         assert p.returncode == 0 and out.strip() == "done", err
     index = goals.load(goals.index_path(fed))
     assert len(index.entries) == 6 and index.model.examples.shape[0] == 6 + 60
-    from nika_brain.federation.chroma import open_store, reset_cache
+    from nika_brain.federation.vault.chroma import open_store, reset_cache
     reset_cache()
     col = open_store(fed).collection(goals.COLLECTION)
     got = col.get(include=["metadatas"])
@@ -116,7 +116,7 @@ def test_two_processes_writing_goals_at_once(fed):
 
 
 def test_goals_collection_on_a_chroma_server(tmp_path, git_env, chroma_server):  # noqa: F811
-    from nika_brain.federation.chroma import open_store, reset_cache
+    from nika_brain.federation.vault.chroma import open_store, reset_cache
     reset_cache()
     cfg = CONFIG + f"  chroma_url: {chroma_server}\n"
     a = make_brain(tmp_path / "a", cfg)

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from nika_brain.errors import EXIT_REFUSED, BrainError
-from nika_brain.federation import proposals, triggers
+from nika_brain.federation.spawning import proposals, triggers
 from nika_brain.state import gates, kernels
 from nika_brain.support.yamlsafe import dumps
 
@@ -164,7 +164,7 @@ def test_doctrine_conflict(brain):
 
 
 def test_topic_diversity_on_real_embeddings(brain):
-    from nika_brain.federation.aptitude import open_embedder
+    from nika_brain.federation.stealing.aptitude import open_embedder
 
     add_kernel(brain)
     texts = [t for group in TOPICS.values() for t in group]
@@ -222,7 +222,9 @@ def test_burst_worker_is_decommissioned_and_its_records_stay(fbrain, cli, monkey
     from datetime import timedelta
 
     from nika_brain import bus as busmod
-    from nika_brain.federation import registry, stealing, supervisor
+    from nika_brain.federation.kernels import supervisor
+    from nika_brain.federation.lineage import registry
+    from nika_brain.federation.stealing import protocol as stealing
     from nika_brain.support import clock
 
     brain = fbrain
@@ -278,7 +280,7 @@ def test_context_samples_are_cut_to_the_last_day(brain):
 
 def test_topic_diversity_reads_the_kernels_vault_records(brain):
     """The trigger on records written into the real vault (embedded Chroma), nothing passed in."""
-    from nika_brain.federation.aptitude import open_embedder
+    from nika_brain.federation.stealing.aptitude import open_embedder
     from nika_brain.federation.vault import write as vault_write
 
     add_kernel(brain)

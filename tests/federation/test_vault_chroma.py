@@ -1,4 +1,4 @@
-"""The federation's Chroma store (nika_brain.federation.chroma): embedded and server modes, the
+"""The federation's Chroma store (nika_brain.federation.vault.chroma): embedded and server modes, the
 one-writer rule of the embedded store, and chromadb's errors turned into one BrainError line."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from nika_brain.brain import Brain
 from nika_brain.errors import EXIT_BUSY, BrainError
-from nika_brain.federation import chroma
+from nika_brain.federation.vault import chroma
 from tests.federation.chroma_server import chroma_server  # noqa: F401  (fixture)
 from tests.kit.brain import make_brain
 from tests.kit.servers import free_port
@@ -75,7 +75,7 @@ def test_bad_url_and_dead_server_are_one_clear_line(tmp_path, git_env):
 HOLDER = textwrap.dedent("""
     import sys, time
     from nika_brain.brain import Brain
-    from nika_brain.federation.chroma import open_store
+    from nika_brain.federation.vault.chroma import open_store
     store = open_store(Brain.at(sys.argv[1]))
     with store.writer():
         print("held", flush=True)

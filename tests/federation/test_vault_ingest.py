@@ -11,8 +11,7 @@ import textwrap
 import pytest
 
 from nika_brain.errors import BrainError
-from nika_brain.federation import chroma
-from nika_brain.federation.vault import admin, ingest, query
+from nika_brain.federation.vault import admin, chroma, ingest, query
 from nika_brain.federation.vault.chunking import chunk_text
 from tests.federation.vaultkit import prose, vault_brain, write_pdf
 

@@ -195,7 +195,7 @@ def test_stats_and_purge(kbrain, cli):
     done = cli("rag", "purge", "--kernel", "alpha", "--yes")
     assert done.returncode == 0, done.stderr
     assert "2 record(s)" in done.stdout
-    from nika_brain.federation import chroma
+    from nika_brain.federation.vault import chroma
     chroma.reset_cache()
     s = admin.stats(kbrain)
     assert s["records"] == 1 and list(s["kernels"]) == ["beta"] and s["grants"] == 1

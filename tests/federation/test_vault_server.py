@@ -6,8 +6,7 @@ import json
 
 import pytest
 
-from nika_brain.federation import chroma
-from nika_brain.federation.vault import grants, ingest, query, summaries
+from nika_brain.federation.vault import chroma, grants, ingest, query, summaries
 from tests.federation.chroma_server import chroma_server  # noqa: F401  (fixture)
 from tests.federation.vaultkit import reset_store
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from nika_brain.brain import Brain
-from nika_brain.federation import bench
+from nika_brain.federation.triage import bench
 from nika_brain.support.yamlsafe import dumps
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 
 from nika_brain.brain import Brain
-from nika_brain.federation import chroma
+from nika_brain.federation.vault import chroma
 from tests.kit.brain import make_brain
 
 DIM = 384

@@ -3,9 +3,10 @@ merged collection per kernel, see store.py), scoped per kernel, with grants, ded
 super-chunks, the strategy → atomic hierarchy, and `nika_federation_summaries` (one summary per
 kernel per day).
 
-Modules: records (what a record is, levels), chunking + ingest (files in), write (the one write path,
-dedup), query (scoped reads: search, get, records, tree), grants (YAML files in grants/),
-superchunks, summaries, admin (stats, purge), settings (`federation.vault`), store (collections).
+Modules: chroma (the Chroma client, embedded or server, shared with the goals index), records (what
+a record is, levels), chunking + ingest (files in), write (the one write path, dedup), query (scoped
+reads: search, get, records, tree), grants (YAML files in grants/), superchunks, summaries, admin
+(stats, purge), settings (`federation.vault`), store (collections).
 
 The plain Python API other parts use:
 - `query.search(brain, text, kernel=..., k=5)` → list[Record]   (kernel observe --query)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 from typing import TYPE_CHECKING, Any
 
-from nika_brain.federation import chroma
+from nika_brain.federation.vault import chroma
 from nika_brain.federation.vault.records import SUMMARIES, VAULT
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -10,7 +10,8 @@ import statistics
 from nika_brain import bus
 from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
-from nika_brain.federation import health, options
+from nika_brain.federation import options
+from nika_brain.federation.kernels import health
 from nika_brain.state import kernels
 from nika_brain.support import clock
 

@@ -289,6 +289,8 @@ class _Collection:
 
 
 def _is_not_found(exc: Exception) -> bool:
+    # chromadb raises different types across versions and modes (and a plain ValueError in some): its
+    # type names and its not-found text are the only stable signal.
     name = type(exc).__name__
     return name in ("NotFoundError", "InvalidCollectionException") or "does not exist" in str(exc)
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from nika_brain.errors import BrainError, Invalid
-from nika_brain.federation.goals import EMBED_KIND, DataClass, Index, Settings
+from nika_brain.federation.triage.goals import EMBED_KIND, DataClass, Index, Settings
 
 if TYPE_CHECKING:  # pragma: no cover
     from nika_brain.brain import Brain
@@ -246,8 +246,8 @@ class Triage:
 
 
 def open_triage(brain: Brain, *, rebuild: bool = True) -> Triage:
-    from nika_brain.federation import goals
     from nika_brain.federation.embedding import open_embedder
+    from nika_brain.federation.triage import goals
     index = goals.current(brain, rebuild=rebuild)
     emb = open_embedder(brain)
     # the cache serves goals and examples; prompts are one-offs, embedded directly

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from nika_brain.errors import BrainError, Invalid
 from nika_brain.federation.embedding import Kind
-from nika_brain.federation.router import MISS_RATE, Model
+from nika_brain.federation.triage.router import MISS_RATE, Model
 
 if TYPE_CHECKING:  # pragma: no cover
     from nika_brain.brain import Brain
@@ -176,7 +176,7 @@ def build(entries: list[Entry], embedder: Embedder, st: Settings, *,
     """Embed every entry's texts (cached), fit and calibrate the routing model."""
     import numpy as np
 
-    from nika_brain.federation import router
+    from nika_brain.federation.triage import router
     entries = sorted(entries, key=lambda e: e.id)
     ids = [e.id for e in entries]
     if len(set(ids)) != len(ids):
@@ -273,7 +273,7 @@ def load(path: Path) -> Index | None:
 
 def read_labelled(path: Path) -> list[tuple[str, str | None]]:
     """A labelled calibration file: JSONL lines {"text": ..., "expected": <kernel id> | null}."""
-    from nika_brain.federation.bench import read_queries
+    from nika_brain.federation.triage.queries import read_queries
     return [(q.text, q.expected[0] if q.expected else None) for q in read_queries(path)
             if q.expected is None or len(q.expected) == 1]
 
@@ -341,7 +341,7 @@ def _backend_of(model_id: str) -> str:
 
 def sync_store(brain: Brain, index: Index, embedder: Embedder) -> None:
     """Make `nika_federation_goals` hold exactly one record per indexed kernel."""
-    from nika_brain.federation.chroma import open_store
+    from nika_brain.federation.vault.chroma import open_store
     st = open_store(brain)
     ids = [e.id for e in index.entries]
     with st.errors(f"chroma collection {COLLECTION}"), st.writer():

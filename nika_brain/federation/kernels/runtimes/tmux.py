@@ -17,7 +17,7 @@ import time
 from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
 from nika_brain.federation import options
-from nika_brain.federation.runtimes import Launch, Liveness, RuntimeMissing, pid_alive
+from nika_brain.federation.kernels.runtimes import Launch, Liveness, RuntimeMissing, pid_alive
 from nika_brain.state.kernels import Kernel
 
 

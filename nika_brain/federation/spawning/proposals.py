@@ -234,7 +234,7 @@ def apply(brain: Brain, pid: str, *, spawn: Any = None) -> dict:
 
 
 def _spawn(brain: Brain, p: dict) -> Any:
-    from nika_brain.federation.verbs import kernel_spawn
+    from nika_brain.federation.kernels.verbs import kernel_spawn
 
     return kernel_spawn(
         brain,

@@ -771,14 +771,14 @@ def brain_journal(brain: Any) -> Callable[[str, dict], None]:
 def worker_for(brain: Any, kernel_id: str, run: Callable[[dict], dict | None], **kw: Any) -> Worker:
     """A Worker for a kernel of this brain: its bus, its goal's aptitude, the journal, the settings."""
     from nika_brain.bus import open_bus
-    from nika_brain.federation.aptitude import Aptitude, goal_text, open_embedder
+    from nika_brain.federation.stealing.aptitude import Aptitude, goal_text, open_embedder
     from nika_brain.state.kernels import load_kernel
 
     bus = open_bus(brain)
     k = load_kernel(brain, kernel_id)
     apt = Aptitude(k.id, goal_text(k.goal, k.tags), open_embedder(brain), bus)
     apt.warm()  # the model loads now, not while the first offer's window runs
-    from nika_brain.federation import queue as prompts
+    from nika_brain.state import prompts as prompts
 
     def prompts_waiting() -> bool:  # prompts given to `kernel invoke` and not taken yet
         return bool(prompts.pending(brain, k.id))

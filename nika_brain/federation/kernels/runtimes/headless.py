@@ -14,7 +14,7 @@ import time
 import uuid
 
 from nika_brain.brain import Brain
-from nika_brain.federation.runtimes import Launch, Liveness, NotTaken, pid_alive
+from nika_brain.federation.kernels.runtimes import Launch, Liveness, NotTaken, pid_alive
 from nika_brain.state.kernels import Kernel, kernel_dir
 
 

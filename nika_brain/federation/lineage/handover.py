@@ -169,7 +169,7 @@ def successor_id(brain: Any, kernel_id: str) -> str:
 
 def spawn_successor(brain: Any, kernel: Any, new_id: str) -> Any:
     """The same /goal, scope, limits, tags and examples, parent = the old kernel (federation core)."""
-    from nika_brain.federation.verbs import kernel_spawn
+    from nika_brain.federation.kernels.verbs import kernel_spawn
 
     return kernel_spawn(
         brain,
@@ -234,7 +234,7 @@ def handover(
     """Run one handover whose start was claimed. Raises BrainError when the successor cannot start
     (the caller records the failure; the old kernel and session stay as they were)."""
     from nika_brain.engine import signals
-    from nika_brain.federation import registry
+    from nika_brain.federation.lineage import registry
     from nika_brain.state import kernels, sessions
 
     k = kernels.load_kernel(brain, kernel_id)
@@ -354,7 +354,7 @@ def _saturation(brain: Any, kernel_id: str, session_id: str, pct: float) -> None
     """A context sample for the saturation trigger, which may write a proposal (never a spawn)."""
     import sys
 
-    from nika_brain.federation import triggers
+    from nika_brain.federation.spawning import triggers
 
     try:
         triggers.record_context(brain, kernel_id, session_id, pct)
@@ -376,7 +376,7 @@ def on_prompt(hook: Any) -> Any:
 
 
 def on_session_start(hook: Any) -> Any:
-    from nika_brain.federation import registry
+    from nika_brain.federation.lineage import registry
     from nika_brain.state import sessions
 
     brain, sid = hook.brain, hook.session_id

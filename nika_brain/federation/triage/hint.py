@@ -1,6 +1,6 @@
 """UserPromptSubmit: flag a prompt typed into the wrong kernel (additional context, never a block).
 
-Registered in nika_brain.hooks.claude's dispatch table as "nika_brain.federation.hint:on_user_prompt_submit",
+Registered in nika_brain.hooks.claude's dispatch table as "nika_brain.federation.triage.hint:on_user_prompt_submit",
 so only UserPromptSubmit imports it; PreToolUse never pays for numpy or the model. It reads the goals
 index as saved (no rebuild, no chromadb: a stale index is good enough for a hint), embeds the prompt
 once, and says something only when the prompt belongs to another kernel *and* the session's own
@@ -39,7 +39,7 @@ def on_user_prompt_submit(hook: Any) -> Hint | None:
     kernel = hook.kernel()
     if not kernel:
         return None
-    from nika_brain.federation import goals
+    from nika_brain.federation.triage import goals
     path = goals.index_path(brain)
     if not path.is_file():
         return None  # no federation index yet: nothing to compare with
@@ -47,7 +47,7 @@ def on_user_prompt_submit(hook: Any) -> Hint | None:
     if index is None or kernel not in index.model.kernels:
         return None
     from nika_brain.federation.embedding import open_embedder
-    from nika_brain.federation.triage import Triage
+    from nika_brain.federation.triage.decide import Triage
     emb = open_embedder(brain)
     tri = Triage(index, getattr(emb, "inner", emb), goals.settings(brain))
     d = tri.decide(prompt[:MAX_HINT_PROMPT], context=kernel)

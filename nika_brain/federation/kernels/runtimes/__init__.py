@@ -65,9 +65,9 @@ class Runtime(Protocol):
 
 
 def _registry() -> dict[str, type]:
-    from nika_brain.federation.runtimes.headless import HeadlessRuntime
-    from nika_brain.federation.runtimes.kubernetes import KubernetesRuntime
-    from nika_brain.federation.runtimes.tmux import TmuxRuntime
+    from nika_brain.federation.kernels.runtimes.headless import HeadlessRuntime
+    from nika_brain.federation.kernels.runtimes.kubernetes import KubernetesRuntime
+    from nika_brain.federation.kernels.runtimes.tmux import TmuxRuntime
     return {"tmux": TmuxRuntime, "headless": HeadlessRuntime, "kubernetes": KubernetesRuntime}
 
 

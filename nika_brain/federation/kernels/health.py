@@ -88,7 +88,7 @@ def events_size(brain: Brain, kernel_id: str) -> int:
 def metrics(brain: Brain, kernel_id: str, session_id: str | None = None) -> dict:
     """The heartbeat's metrics. With `session_id` (a hook knows its session) only that session's
     record is read, so a hook's cost does not grow with the brain's history of sessions."""
-    from nika_brain.federation import queue
+    from nika_brain.state import prompts as queue
     from nika_brain.state import sessions
     events = tail_events(brain, kernel_id)
     taken = [e for e in events if e.get("event") == "taken"][-50:]

@@ -7,7 +7,7 @@ without reading transcripts. Files under `registry/` in the brain (versioned sta
   strategy -> project -> job -> task -> atomic; a strategy has no parent, every other level has a
   parent exactly one level up (the vault's hierarchy, issue 13).
 - `registry/sessions/<session>.yml`: {session, kernel, entity, root, predecessor, successor,
-  linked, handover}: the session's place; `handover` is filled by federation/handover.py.
+  linked, handover}: the session's place; `handover` is filled by federation/lineage/handover.py.
 - `registry/handovers/<successor kernel>.yml`: what a successor's SessionStart receives (the old
   session, its entity, the root entity, the summary).
 

@@ -18,7 +18,7 @@ import subprocess
 from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
 from nika_brain.federation import options
-from nika_brain.federation.runtimes import Launch, Liveness, RuntimeMissing
+from nika_brain.federation.kernels.runtimes import Launch, Liveness, RuntimeMissing
 from nika_brain.state.kernels import Kernel, kernel_dir
 
 DEFAULT_IMAGE = "nika-brain/kernel:latest"

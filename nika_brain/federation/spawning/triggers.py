@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from nika_brain.brain import Brain
-from nika_brain.errors import BrainError
+from nika_brain.errors import BrainError, MissingExtra
 
 DEFAULTS = {
     "saturation_pct": 70.0,
@@ -148,7 +148,7 @@ def saturation(brain: Brain, kernel_id: str, now: float | None = None) -> dict:
 
 
 def check_saturation(brain: Brain, kernel_id: str, now: float | None = None) -> dict | None:
-    from nika_brain.federation import proposals
+    from nika_brain.federation.spawning import proposals
 
     cfg = settings(brain)
     m = saturation(brain, kernel_id, now)
@@ -280,16 +280,16 @@ def kernel_vectors(brain: Brain, kernel_id: str) -> Any:
     try:
         from nika_brain.federation.vault import query as vault_query
     except ImportError as exc:
-        raise BrainError("the topic-diversity trigger needs the shared vault (federation.vault)") from exc
+        raise MissingExtra("the topic-diversity trigger needs the shared vault (federation.vault)") from exc
     _, vecs = vault_query.records(brain, kernel_id)
     return vecs
 
 
 def check_diversity(brain: Brain, kernel_id: str, vectors: Any = None) -> dict | None:
-    from nika_brain.federation import proposals
+    from nika_brain.federation.spawning import proposals
 
     cfg = settings(brain)
-    from nika_brain.federation.aptitude import open_embedder
+    from nika_brain.federation.stealing.aptitude import open_embedder
 
     vecs = kernel_vectors(brain, kernel_id) if vectors is None else vectors
     m = topic_clusters(
@@ -366,7 +366,7 @@ def conflicts(brain: Brain, kernel_id: str) -> list[dict]:
 
 
 def check_doctrine(brain: Brain, kernel_id: str) -> dict | None:
-    from nika_brain.federation import proposals
+    from nika_brain.federation.spawning import proposals
 
     found = conflicts(brain, kernel_id)
     if not found:
@@ -399,7 +399,7 @@ def check_doctrine(brain: Brain, kernel_id: str) -> dict | None:
 
 
 def explicit(brain: Brain, goal: str, *, kernel: str | None = None, by: str = "cli") -> dict | None:
-    from nika_brain.federation import proposals
+    from nika_brain.federation.spawning import proposals
 
     return proposals.propose(
         brain,
@@ -422,8 +422,8 @@ def run_all(brain: Brain, kernel_ids: list[str] | None = None) -> list[dict]:
         for check in (check_saturation, check_doctrine, check_diversity):
             try:
                 p = check(brain, kid)
-            except BrainError as exc:
-                if check is check_diversity and "needs the shared vault" in exc.message:
+            except MissingExtra:
+                if check is check_diversity:
                     continue
                 raise
             if p:

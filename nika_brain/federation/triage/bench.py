@@ -13,21 +13,13 @@ predictions (plus model_id and the calibrated thresholds, for people reading it)
 """
 from __future__ import annotations
 
-import json
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nika_brain.errors import BrainError, Invalid
-
-
-@dataclass(frozen=True)
-class Query:
-    text: str
-    expected: tuple[str, ...] | None   # None: out of scope
-    line: int
+from nika_brain.errors import Invalid
+from nika_brain.federation.triage.queries import read_queries
 
 
 def _str_list(doc, value, *path) -> tuple[str, ...]:
@@ -40,7 +32,7 @@ def _str_list(doc, value, *path) -> tuple[str, ...]:
 
 def read_routes(path: Path):
     """(default id, [goals.Entry]) from ROUTES.yml; one clear error naming file, line and key."""
-    from nika_brain.federation.goals import Entry
+    from nika_brain.federation.triage.goals import Entry
     from nika_brain.support.schema import name
     from nika_brain.support.yamlsafe import load_doc
     if not Path(path).is_file():
@@ -84,50 +76,6 @@ def read_routes(path: Path):
     return default, entries
 
 
-def read_queries(path: Path, known: set[str] | None = None) -> list[Query]:
-    """Queries from a JSONL file; one clear error naming file, line and key."""
-    path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise Invalid(f"cannot read queries: {exc.strerror}", file=str(path)) from exc
-    except UnicodeDecodeError as exc:
-        raise Invalid("not UTF-8 text", file=str(path)) from exc
-    out = []
-    for n, raw in enumerate(lines, 1):
-        if not raw.strip():
-            continue
-
-        def bad(msg: str, key: str | None = None, n: int = n) -> BrainError:
-            return Invalid(msg, file=str(path), line=n, key=key)
-        try:
-            obj = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise bad(f"not JSON: {exc.msg}") from exc
-        if not isinstance(obj, dict):
-            raise bad("expected a JSON object {\"text\": ..., \"expected\": ...}")
-        text = obj.get("text")
-        if not isinstance(text, str) or not text.strip():
-            raise bad("missing or empty text", "text")
-        if "expected" not in obj:
-            raise bad("missing (use null for out of scope)", "expected")
-        exp = obj["expected"]
-        if exp is None:
-            expected = None
-        elif isinstance(exp, str) and exp:
-            expected = (exp,)
-        elif isinstance(exp, list) and exp and all(isinstance(e, str) and e for e in exp):
-            expected = tuple(dict.fromkeys(exp))
-        else:
-            raise bad("expected a kernel id, null or a list of kernel ids", "expected")
-        if known is not None and expected:
-            for e in expected:
-                if e not in known:
-                    raise bad(f"unknown kernel {e!r} (not in the routes)", "expected")
-        out.append(Query(text, expected, n))
-    return out
-
-
 def _pct(values: list[float], q: float) -> float | None:
     if not values:
         return None
@@ -137,9 +85,9 @@ def _pct(values: list[float], q: float) -> float | None:
 
 def run(routes: Path, queries: Path, calibration: Path | None = None, *,
         embedder=None, miss_rate: float | None = None) -> dict[str, Any]:
-    from nika_brain.federation import goals
     from nika_brain.federation.embedding import open_embedder
-    from nika_brain.federation.triage import Triage
+    from nika_brain.federation.triage import goals
+    from nika_brain.federation.triage.decide import Triage
     default, entries = read_routes(routes)
     known = {e.id for e in entries} | {default}
     qs = read_queries(queries, known)

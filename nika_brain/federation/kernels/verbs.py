@@ -20,8 +20,10 @@ from typing import Any, Mapping
 
 from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
-from nika_brain.federation import health, limits, options, queue, runtimes
+from nika_brain.federation import options
+from nika_brain.federation.kernels import health, limits, runtimes
 from nika_brain.state import kernels
+from nika_brain.state import prompts as queue
 from nika_brain.state.kernels import Kernel, Limits
 from nika_brain.support import clock
 
@@ -80,7 +82,7 @@ def reindex(brain: Brain) -> None:
 def rebuild_goals_index(brain: Brain) -> None:
     """Have the triage (issue 12) rebuild its goals index after a spawn or a kill. A triage failure is
     reported, never fatal to the verb: the kernel's record is already written."""
-    from nika_brain.federation import goals  # lazily: it loads the embedder
+    from nika_brain.federation.triage import goals  # lazily: it loads the embedder
     try:
         goals.refresh(brain)
     except BrainError as exc:
@@ -169,8 +171,8 @@ def kernel_spawn(brain: Brain, goal: str, scope=(), resource_limits: Mapping[str
         raise BrainError(f"kernel {kid}: spawn failed: {exc}") from exc
     _publish_goals(brain, "spawned", k)
     reindex(brain)
-    from nika_brain.federation import supervisor
-    supervisor.ensure_running(brain)
+    from nika_brain.federation.kernels import watchdog
+    watchdog.ensure_running(brain)
     return k
 
 
@@ -355,7 +357,7 @@ def release_held(brain: Brain, kernel_id: str, reason: str) -> dict:
     """Release what a kernel held: its sessions' open claims are closed failed (with the reason, so
     the orchestrator re-queues the step), their locks and the kernel's own are released (and the
     Redis leases with them)."""
-    from nika_brain.federation import leases
+    from nika_brain.federation.kernels import leases
     from nika_brain.state import claims, locks, sessions
     owners = {kernel_id}
     closed = []

@@ -2,7 +2,7 @@
 
 `plan(brain, kernel)` decides what applies on this machine and prepares the cgroup; the kernel's
 command is then prefixed with `launch_prefix(...)`: a tiny launcher (`python -m
-nika_brain.federation.limits`) that puts itself in the cgroup (or sets its rlimits), loads the
+nika_brain.federation.kernels.limits`) that puts itself in the cgroup (or sets its rlimits), loads the
 kernel's credentials file into a scrubbed environment and execs the agent, so nothing of ours stays
 resident. The kernel record says which mechanism applied (`enforcement`).
 
@@ -172,7 +172,7 @@ def remove_groups(name: str, cgroup_root: str | Path = "/sys/fs/cgroup") -> None
 
 def launch_prefix(p: Plan, env_file: Path | None) -> list[str]:
     """argv prefix that applies `p` and the env file, then execs what follows `--`."""
-    argv = [sys.executable, "-m", "nika_brain.federation.limits"]
+    argv = [sys.executable, "-m", "nika_brain.federation.kernels.limits"]
     for f in p.procs:
         argv += ["--procs", f]
     if p.enforcement == "prlimit" and p.memory_bytes:

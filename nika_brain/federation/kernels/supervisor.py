@@ -7,53 +7,24 @@ released; it is restarted only when its record says `restart: on-failure` and it
 A live kernel gets a heartbeat (source: supervisor) so an idle agent stays visibly alive, and its
 queued prompts are delivered. A temporary kernel past its ttl is killed (decommissioned).
 
-`ensure_running` starts `nika-brain federation supervise` in the background after a spawn, unless one
-runs already (pid file .nika/federation/supervisor.pid) or `federation.supervisor: manual`.
+Its process (pid file, how it is started after a spawn) is watchdog.py's, so that the verbs can start
+it without importing this loop (which drives the verbs).
 """
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import time
 
 from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
-from nika_brain.federation import health, limits, options, queue, runtimes
+from nika_brain.federation import options
+from nika_brain.federation.kernels import health, limits, runtimes, watchdog
 from nika_brain.state import kernels
+from nika_brain.state import prompts as queue
 from nika_brain.support import clock
 
 INTERVAL = 2.0
-
-
-def _pidfile(brain: Brain):
-    return brain.state_dir / "federation" / "supervisor.pid"
-
-
-def running_pid(brain: Brain) -> int | None:
-    try:
-        pid = int(_pidfile(brain).read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-    return pid if runtimes.pid_alive(pid) else None
-
-
-def command() -> list[str]:
-    """The background supervisor: this module itself, so it does not carry the CLI framework (typer)
-    for its whole life; `nika-brain federation supervise` runs the same loop in the foreground."""
-    return [sys.executable, "-m", "nika_brain.federation.supervisor"]
-
-
-def ensure_running(brain: Brain) -> int | None:
-    if brain.config.federation.get("supervisor", "auto") == "manual" or running_pid(brain):
-        return running_pid(brain)
-    log = brain.state_dir / "federation" / "supervisor.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "ab") as fh:
-        p = subprocess.Popen(command(),
-                             cwd=brain.root, stdin=subprocess.DEVNULL, stdout=fh, stderr=fh,
-                             start_new_session=True, env={**os.environ, "NIKA_BRAIN_DIR": str(brain.root)})
-    return p.pid
 
 
 def _death_reason(k: kernels.Kernel, state: dict, live: runtimes.Liveness) -> str:
@@ -71,7 +42,7 @@ def _death_reason(k: kernels.Kernel, state: dict, live: runtimes.Liveness) -> st
 
 def check_kernel(brain: Brain, k: kernels.Kernel, *, ttl: float, beat_every: float) -> str | None:
     """One kernel's check; returns what was done (dead, restarted, killed-ttl, heartbeat) or None."""
-    from nika_brain.federation import verbs
+    from nika_brain.federation.kernels import verbs
     if not k.live:
         return None
     now = clock.now()
@@ -138,9 +109,9 @@ def check_once(brain: Brain) -> dict[str, str]:
 
 
 def run(brain: Brain, *, interval: float = INTERVAL, once: bool = False) -> None:
-    pidfile = _pidfile(brain)
+    pidfile = watchdog.pidfile(brain)
     pidfile.parent.mkdir(parents=True, exist_ok=True)
-    other = running_pid(brain)
+    other = watchdog.running_pid(brain)
     if other and other != os.getpid() and not once:
         raise BrainError(f"a supervisor runs already (pid {other})")
     if not once:
