@@ -16,6 +16,8 @@ from tests.kit.brain import git_out as git
 from tests.kit.orch import (
     BREAKER,
     PLAIN,
+    W1,
+    W2,
     claims_of,
     journal,
     nb,
@@ -359,23 +361,6 @@ def test_readme_quick_start_walks_the_example_to_done(tmp_path, git_env):
 
 # ---- 8. cross-workflow triggers -------------------------------------------------------------------
 
-W1 = """name: w1
-branch: theme/w1
-chain:
-  - step: 1
-    type: search
-    scope: notes/
-    story_angle: "result=ok"
-    on_done: trigger:w2/1
-"""
-W2 = """name: w2
-branch: theme/w2
-chain:
-  - step: 1
-    type: search
-    scope: docs/
-    story_angle: "result=ok"
-"""
 
 
 def test_8_a_trigger_is_listed_as_next_in_the_triggering_runs_mode(tmp_path, git_env):

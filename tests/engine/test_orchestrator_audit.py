@@ -14,6 +14,8 @@ from nika_brain.support.yamlsafe import load_file
 from tests.kit.brain import git_out as git
 from tests.kit.orch import (
     SATELLITE,
+    W1,
+    W2,
     claims_of,
     journal,
     nb,
@@ -541,23 +543,6 @@ def test_9_status_after_done_shows_each_step_as_the_report(tmp_path, git_env):
     assert run_file(brain, "told")["report"]["skipped"] == ["1"]
 
 
-W1 = """name: w1
-branch: theme/w1
-chain:
-  - step: 1
-    type: search
-    scope: notes/
-    story_angle: "result=ok"
-    on_done: trigger:w2/1
-"""
-W2 = """name: w2
-branch: theme/w2
-chain:
-  - step: 1
-    type: search
-    scope: docs/
-    story_angle: "result=ok"
-"""
 
 
 def test_9_a_trigger_starts_the_other_workflow_when_the_run_is_driven(tmp_path, git_env):
