@@ -226,8 +226,10 @@ def report(brain: Brain, claim_id: str, status: str, summary: str = "", *, tests
     warnings: list[str] = []
     if wf is not None and step is not None:
         worktree = orchestrator.worktree_of(brain, wf)
+        from nika_brain.gitrepo import changes
+        dirty = changes.changed(worktree) if worktree.is_dir() else []  # read once for this close
         if worktree.is_dir() and status != "failed":
-            warnings += _where_is_the_work(brain, worktree, c, step, empty=empty)
+            warnings += _where_is_the_work(brain, worktree, c, step, empty=empty, dirty=dirty)
         if validate and status == "ok" and orchestrator.tier_of(step) == "validated" and step.test:
             tr = satellites.run_tests(step.test, worktree if worktree.is_dir() else brain.root)
             if not tr.green:
@@ -243,7 +245,7 @@ def report(brain: Brain, claim_id: str, status: str, summary: str = "", *, tests
             raise Blocked(f"tests not green ({tests_failed} failed, {tests_passed or 0} passed, as reported): "
                           f"claim {c.id} stays open; fix and report again")
         if worktree.is_dir() and not in_sandbox:
-            warnings += settle_work(worktree, c, status, summary)  # accepted: now, and only now, committed
+            warnings += settle_work(worktree, c, status, summary, dirty)  # accepted: now, only now, committed
     c = claims.close_claim(brain, claim_id, status, summary, tests_passed=tests_passed,
                            tests_failed=tests_failed, now=now)
     faults.point("after-claim-close")
@@ -263,11 +265,11 @@ def report(brain: Brain, claim_id: str, status: str, summary: str = "", *, tests
     return Closed(c, out, tuple(warnings))
 
 
-def _where_is_the_work(brain: Brain, worktree, c: claims.Claim, step, *, empty: bool) -> list[str]:
+def _where_is_the_work(brain: Brain, worktree, c: claims.Claim, step, *, empty: bool,
+                       dirty: list[str]) -> list[str]:
     """A close with no change in the claim's scope in its theme worktree: say where work must go."""
-    from nika_brain.gitrepo import changes
     from nika_brain.state.scopes import covers
-    if any(_inside(c.scope, p, covers) for p in changes.changed(worktree)):
+    if any(_inside(c.scope, p, covers) for p in dirty):
         return []
     stray = _changed(brain.root, c.scope)
     if (stray or (step.type == "code" and not empty)) and _changed(worktree, c.scope, since=c.opened):
@@ -311,13 +313,13 @@ def attempt_ref(claim_id: str) -> str:
     return f"refs/nika/attempts/{claim_id}"
 
 
-def settle_work(worktree, c: claims.Claim, status: str, summary: str) -> list[str]:
+def settle_work(worktree, c: claims.Claim, status: str, summary: str, dirty: list[str] | None = None) -> list[str]:
     """A claim's work in its theme worktree once its result is known: an accepted result commits the
     paths inside the claim's scope (and only those); a failed attempt's changes there are set aside
     on a ref. Returns what the closer must be told."""
     from nika_brain.gitrepo import changes
     from nika_brain.state.scopes import covers
-    dirty = changes.changed(worktree)
+    dirty = changes.changed(worktree) if dirty is None else dirty
     mine = [p for p in dirty if _inside(c.scope, p, covers)]
     others = [p for p in dirty if p not in mine]
     said = []

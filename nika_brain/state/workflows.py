@@ -12,6 +12,7 @@ end, before anything runs.
 """
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -249,8 +250,23 @@ def check_routes(wf: Workflow, doc: Doc | None = None) -> None:
                       i, "on_done")
 
 
+_LOADED: dict[str, tuple[tuple[int, int, int], Workflow]] = {}
+
+
 def load_workflow(path: Path | str) -> Workflow:
-    return build(load_doc(path))
+    """The workflow of a file; parsed again only when the file changed (a swarm run reads its
+    workflow at every transition). A Workflow is frozen: sharing it is safe."""
+    try:
+        st = os.stat(path)
+        key = (st.st_mtime_ns, st.st_size, st.st_ino)
+    except OSError:
+        return build(load_doc(path))
+    hit = _LOADED.get(str(path))
+    if hit is not None and hit[0] == key:
+        return hit[1]
+    wf = build(load_doc(path))
+    _LOADED[str(path)] = (key, wf)
+    return wf
 
 
 def find_workflow(brain: Brain, ref: str) -> Workflow:
