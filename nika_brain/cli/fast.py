@@ -262,10 +262,16 @@ def claim_close(claim_id: str, status: str, summary: str = "", tests_passed: int
     from nika_brain.engine import nextstep, service
     from nika_brain.state.claims import id_from_argument
     brain = Brain.find()
+    # What the git hooks name as the command to run again (or to override) when they refuse a commit.
+    os.environ.setdefault("NIKA_COMMAND", f"nika-brain claim close {claim_id} --status {status}")
     done = service.report(brain, id_from_argument(claim_id), status, summary, tests_passed=tests_passed,
                           tests_failed=tests_failed, empty=empty)
     nxt = nextstep.line(brain, done.outcome) if done.outcome else \
         f"next: nothing to route — claim {done.claim.id} is not the step of a workflow run"
+    from nika_brain.state.gates import in_agent_session
+    if in_agent_session() and done.claim.workflow:
+        # A satellite closing its own claim: what follows is the orchestrator's, never the agent's to run.
+        nxt = "next: your step is reported — stop here; the orchestrator that launched you routes the result"
     result = done.claim.result.status if done.claim.result else status
     if as_json:
         print(json.dumps({"claim": done.claim.id, "result": result, "warnings": list(done.warnings),
@@ -274,6 +280,9 @@ def claim_close(claim_id: str, status: str, summary: str = "", tests_passed: int
         print(f"closed {done.claim.id}: {result}")
         for w in done.warnings:
             print(f"warning: {w}")
+        if done.outcome is not None and done.outcome.report is not None:
+            from nika_brain.engine.orchestrator import report_line
+            print(f"[{done.outcome.workflow}] report: {report_line(done.outcome.report)}")
         print(nxt)  # the close was accepted: exit 0, whatever the run does next (the line says it)
     return 0
 

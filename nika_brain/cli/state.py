@@ -8,7 +8,7 @@ import typer
 
 from nika_brain.brain import Brain
 from nika_brain.cli import app, fast
-from nika_brain.engine import gatebackends
+from nika_brain.engine import gatebackends, signals
 from nika_brain.state import gates
 
 lock_app = typer.Typer(no_args_is_help=True, help="Path locks on scopes (paths, folders, globs).")
@@ -107,7 +107,17 @@ def claim_list(status: Optional[str] = typer.Option(None, help="open | closed"),
 def gate_open(gate_id: str, message: str, workflow: Optional[str] = None,
               claim: Optional[str] = None):
     """Open a pending human gate (human-gate-ack.sh gate <id> "<msg>")."""
-    g = gates.open_gate(Brain.find(), gate_id, message, workflow=workflow, claim=claim)
+    brain = Brain.find()
+    existed = gates.gate_path(brain, gate_id).exists()
+    g = gates.open_gate(brain, gate_id, message, workflow=workflow, claim=claim)
+    if existed:
+        if g.message != message:
+            print(f"gate {g.id} already exists ({g.status}): its message stays \"{g.message}\"; the new "
+                  "message was ignored (a gate is opened once; decide it, or open another id)")
+        else:
+            print(f"gate {g.id}: already {g.status} — {g.message}")
+        return
+    signals.emit(brain, "GATE_PENDING", workflow=workflow, claim=claim, reason=message, payload={"gate": g.id})
     print(f"gate {g.id}: {g.status} — {g.message}")
 
 

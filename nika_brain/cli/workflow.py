@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import Optional
 
 import typer
 
 from nika_brain.brain import Brain
 from nika_brain.cli import app, json_object
-from nika_brain.engine import merging, nextstep, orchestrator, preflight, signals
+from nika_brain.engine import nextstep, orchestrator, preflight, signals
 from nika_brain.engine import service as launch
 from nika_brain.errors import EXIT_BLOCKED, Invalid
 from nika_brain.state import runs
@@ -31,6 +32,15 @@ def _print(out: orchestrator.Outcome) -> None:
         hint = launch.assisted_hint(Brain.find(), out.workflow)
         if hint:
             print(hint)
+    if out.status == "info":  # something seen on the way: a notify: text, a satellite's result
+        print(f"[{out.workflow}] {out.message}")
+        return
+    if out.status == "done" and out.report is not None:  # DONE once, with its report
+        print(f"[{out.workflow}] DONE: {out.message} — report: {orchestrator.report_line(out.report)}")
+        _, _, triggered = nextstep.line(Brain.find(), out).partition(" — next (triggered): ")
+        if triggered:
+            print(f"next (triggered): {triggered}")
+        return
     tag = {"waiting": "WAITING", "gated": "GATE_PENDING", "blocked": "BLOCKED_ON", "halted": "BLOCKED_ON",
            "breaker": "CIRCUIT_BREAK", "done": "DONE", "aborted": "ABORT"}.get(out.status, out.status.upper())
     extra = f" (claim {out.claim})" if out.claim else ""
@@ -54,7 +64,8 @@ def _context(text: Optional[str]) -> Optional[dict]:
 
 @app.command("workflow-launch")
 def workflow_launch(workflow: str = typer.Argument(..., help="workflows/<name>.yml or <name>"),
-                    mode: str = typer.Option("assisted", help="assisted (mode 1) | swarm (mode 3)"),
+                    mode: Optional[str] = typer.Option(None, help="assisted (mode 1) | swarm (mode 3); "
+                                                       "default: the run's own mode, assisted for a new run"),
                     wait: bool = typer.Option(False, "--wait", help="stay and route each result as it comes"),
                     restart: bool = typer.Option(False, "--restart",
                                                  help="start a finished/aborted workflow again"),
@@ -64,7 +75,7 @@ def workflow_launch(workflow: str = typer.Argument(..., help="workflows/<name>.y
                     timeout: Optional[float] = typer.Option(None, help="give up waiting after this"),
                     as_json: bool = typer.Option(False, "--json", help="one JSON object for scripts")):
     """Run a workflow: INIT, then each step (preflight, locks, claim, brief or satellite, routing)."""
-    if mode not in runs.MODES:
+    if mode is not None and mode not in runs.MODES:
         raise Invalid(f"--mode must be one of {', '.join(runs.MODES)}")
     out = launch.launch(Brain.find(), workflow, mode=mode, wait=wait, restart=restart, step=step,
                         context=_context(context), poll=poll, timeout=timeout, on_event=_printer(as_json))
@@ -193,8 +204,12 @@ def preflight_check(scope: str, zone: Optional[str] = typer.Argument(None),
 @pre_app.command("reset")
 def preflight_reset(scope: str):
     """preflight-check.sh reset <scope>: a human resets a tripped circuit breaker."""
-    b = launch.reset_breaker(Brain.find(), scope)
+    brain = Brain.find()
+    b = launch.reset_breaker(brain, scope)
     print(f"breaker reset on {b.scope}" if b else f"no breaker on {scope}")
+    waiting = [r.workflow for r in runs.list_runs(brain) if r.status == "breaker"] if b else []
+    print(" ".join(f"next: `nika-brain workflow resume {w}`" for w in waiting) if waiting else
+          "next: nothing waits on this breaker — `nika-brain workflow-launch <workflow>` when ready")
 
 
 @branch_app.command("open")
@@ -214,6 +229,10 @@ def branch_merge(branch: str, base: Optional[str] = None,
                  note: str = typer.Option("", help="why, recorded with --force-human")):
     """theme-branch-merge.sh <branch>: --no-ff merge, only when the branch's run owes nothing (no failed
     or unresolved step) and its tests are green."""
-    res = merging.merge_branch(Brain.find(), branch, base=base, test=test, no_tests=no_tests,
-                               force_human=force_human, note=note)
+    brain = Brain.find()
+    os.environ.setdefault("NIKA_COMMAND", f"scripts/theme-branch-merge.sh {branch}")  # named by the git hooks
+    res, finished = launch.merge_branch(brain, branch, base=base, test=test, no_tests=no_tests,
+                                        force_human=force_human, note=note)
     print(f"{res.reason} ({res.commit})")
+    for out in finished:
+        _print(out)

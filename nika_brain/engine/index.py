@@ -44,6 +44,7 @@ _RACY_NS = 3_000_000_000  # a file changed less than this ago is verified by its
 STATE_STYLES = {
     "done": "fill:#2da44e,stroke:#1a7f37,color:#ffffff",
     "partial": "fill:#d4a72c,stroke:#9a6700,color:#000000",
+    "accepted": "fill:#d4a72c,stroke:#cf222e,color:#000000",
     "failed": "fill:#cf222e,stroke:#a40e26,color:#ffffff",
     "running": "fill:#0969da,stroke:#0550ae,color:#ffffff",
     "gated": "fill:#8250df,stroke:#6639ba,color:#ffffff",
@@ -84,8 +85,15 @@ def _load(brain: Brain, kind: str, path: Path):
         raise
 
 
-def _load_all(brain: Brain, folder: Path, kind: str) -> list:
-    return brain.load_all(folder, lambda p: _load(brain, kind, p))
+def _load_all(brain: Brain, folder: Path, kind: str, bad: list | None = None) -> list:
+    """Every valid record of the folder; an invalid one is named in `bad` (the index still shows the rest)."""
+    from nika_brain.state import listing
+    good, errors = listing.load_each(brain, folder, lambda p: _load(brain, kind, p))
+    if bad is not None:
+        bad += errors
+    elif errors:
+        raise errors[0]
+    return good
 
 
 def _digest(path: str) -> str | None:
@@ -111,7 +119,7 @@ class _Cache:
         except (OSError, ValueError, AttributeError):
             self.data = {}  # missing or damaged: it is only a cache, rebuild it
 
-    def summaries(self, folder: Path, kind: str) -> list[dict]:
+    def summaries(self, folder: Path, kind: str, bad: list | None = None) -> list[dict]:
         kind_name, summarize = _CACHED[kind]
         old = self.data.get(kind, {})
         new: dict[str, list] = {}
@@ -142,7 +150,13 @@ class _Cache:
             if good and digest is not None and hit[3] == digest:
                 new[name] = key + hit[3:]  # the same bytes (a copy, a fresh checkout): not parsed again
             else:
-                new[name] = key + [digest, summarize(_load(self.brain, kind_name, Path(de.path)))]
+                try:
+                    new[name] = key + [digest, summarize(_load(self.brain, kind_name, Path(de.path)))]
+                except BrainError as exc:
+                    if bad is None:
+                        raise
+                    bad.append(exc)  # named in the index, never cached
+                    continue
             self.dirty = True
         if new.keys() != old.keys():
             self.dirty = True
@@ -159,6 +173,16 @@ class _Cache:
             atomic_write(self.path, text, fsync=False)  # disposable: no need to pay for fsync
         except OSError:
             pass  # a read-only state folder only costs speed
+
+
+def claim_summaries(brain: Brain) -> list[dict]:
+    """Every claim's summary (id, workflow, step, scope, status, opened, closed, result) from the index
+    cache: a claim file is parsed again only when it changed. The orchestrator's transitions read the
+    claims through this, once, instead of parsing every claim file for each question."""
+    cache = _Cache(brain)
+    rows = cache.summaries(brain.claims_dir, "claims")
+    cache.save()
+    return rows
 
 
 # ---- the model the template renders ------------------------------------------------------------
@@ -256,15 +280,17 @@ def federation_rows(brain: Brain) -> dict:
     return {"stealing": steal, "handovers": handovers, "proposals": pending, "grants": grants}
 
 
-def model(brain: Brain) -> dict:
-    """Everything the template may use (documented at the top of BRAIN-INDEX.md.j2)."""
+def model(brain: Brain, strict: bool = False) -> dict:
+    """Everything the template may use (documented at the top of BRAIN-INDEX.md.j2). An invalid state
+    file is named in the index, which still shows the rest; `strict` (the git hooks) fails instead."""
     cache = _Cache(brain)
-    claim_rows = cache.summaries(brain.claims_dir, "claims")
-    gate_rows = cache.summaries(brain.gates_dir, "gates")
-    lock_list = _load_all(brain, brain.locks_dir, "lock")
-    breaker_list = _load_all(brain, breakers.breakers_dir(brain), "breaker")
-    run_list = _load_all(brain, runs.runs_dir(brain), "run")
-    wf_list = _load_all(brain, brain.workflows_dir, "workflow")
+    bad: list[BrainError] | None = None if strict else []
+    claim_rows = cache.summaries(brain.claims_dir, "claims", bad)
+    gate_rows = cache.summaries(brain.gates_dir, "gates", bad)
+    lock_list = _load_all(brain, brain.locks_dir, "lock", bad)
+    breaker_list = _load_all(brain, breakers.breakers_dir(brain), "breaker", bad)
+    run_list = _load_all(brain, runs.runs_dir(brain), "run", bad)
+    wf_list = _load_all(brain, brain.workflows_dir, "workflow", bad)
     kernel_rows = _kernels(brain)
     cache.save()
 
@@ -341,6 +367,7 @@ def model(brain: Brain) -> dict:
         "claims": open_claims, "locks": lock_rows, "gates": pending, "breakers": tripped,
         "workflows": wf_rows, "charts": charts, "kernels": kernel_rows, "states": STATE_STYLES,
         "federation": federation_rows(brain),
+        "invalid": [{"file": e.file or "?", "problem": e.message} for e in bad or []],
     }
 
 
@@ -379,10 +406,10 @@ def template_path(brain: Brain) -> Path:
     return path
 
 
-def render(brain: Brain) -> str:
+def render(brain: Brain, strict: bool = False) -> str:
     """The text of BRAIN-INDEX.md for the brain's current state."""
     import jinja2
-    data = model(brain)
+    data = model(brain, strict)
     path = template_path(brain)
     shown = brain.rel(path) or str(path)
     try:
@@ -399,10 +426,10 @@ def render(brain: Brain) -> str:
     return text if text.endswith("\n") else text + "\n"
 
 
-def regenerate(brain: Brain) -> bool:
+def regenerate(brain: Brain, strict: bool = False) -> bool:
     """Rewrite BRAIN-INDEX.md when its text changed; True when the file changed."""
     with brain.mutex("index"):
-        text = render(brain)
+        text = render(brain, strict)
         try:
             if brain.index_path.read_bytes() == text.encode("utf-8"):
                 return False

@@ -60,8 +60,29 @@ def owed(wf, run: Run | None) -> Owed:
     return Owed(red, tuple(open_))
 
 
+def run_branch_tests(brain: Brain, branch: str, command: str) -> tuple[satellites.TestRun, tuple[str, ...]]:
+    """The 0-failures test on exactly the tree that would be merged: the branch tip. A clean theme
+    worktree is that tree; a dirty one is not, so the tip is checked out apart (detached) and the
+    worktree's uncommitted paths are returned: they are neither tested nor merged."""
+    from nika_brain.gitrepo import changes
+    worktree = branches.theme_worktree_path(branch, brain.worktrees_dir)
+    dirty = tuple(changes.changed(worktree)) if worktree.is_dir() else ()
+    if worktree.is_dir() and not dirty:
+        return satellites.run_tests(command, worktree), ()
+    apart = brain.state_dir / "tip-checkouts" / branch.replace("/", "__")
+    with base_checkout(brain):
+        if apart.exists():
+            git.run(brain.root, "worktree", "remove", "--force", str(apart), check=False)
+        git.run(brain.root, "worktree", "add", "-q", "--detach", str(apart), branch)
+    try:
+        return satellites.run_tests(command, apart), dirty
+    finally:
+        with base_checkout(brain):
+            git.run(brain.root, "worktree", "remove", "--force", str(apart), check=False)
+
+
 def refusal(*, owed_: Owed = Owed(), tests: satellites.TestRun | None = None,
-            conflicts: tuple[str, ...] = (), reason: str = "") -> str:
+            conflicts: tuple[str, ...] = (), reason: str = "", untested: tuple[str, ...] = ()) -> str:
     """The one message for a merge that did not happen, whoever asked for it."""
     if conflicts:
         return f"merge conflict on {', '.join(conflicts)}"
@@ -71,7 +92,10 @@ def refusal(*, owed_: Owed = Owed(), tests: satellites.TestRun | None = None,
     if owed_.unresolved:
         why.append(f"unresolved steps: {', '.join(owed_.unresolved)}")
     if tests is not None and not tests.green:
-        why.append(f"{tests.failed} failed in `{tests.command}`")
+        why.append(f"{tests.failed} failed in `{tests.command}`"
+                   + (f" on the committed branch tip (uncommitted in the theme worktree, so neither "
+                      f"tested nor merged: {', '.join(untested[:5])}; commit what belongs to the branch)"
+                      if untested else ""))
     if why:
         return "0-failures gate is not green: " + "; ".join(why)
     return reason or "not merged"
@@ -124,15 +148,14 @@ def merge_branch(brain: Brain, branch: str, *, base: str | None = None, test: st
                      payload={"branch": branch, "failed": list(debt.failed),
                               "unresolved": list(debt.unresolved)})
         raise Blocked(reason)
-    tr = None
+    tr, untested = None, ()
     if test is not None:
-        worktree = branches.theme_worktree_path(branch, brain.worktrees_dir)
-        tr = satellites.run_tests(test, worktree if worktree.is_dir() else brain.root)
+        tr, untested = run_branch_tests(brain, branch, test)
     green = tr is None or tr.green
     res = merge_into_base(brain, branch, base, green=green,
                           state_message=f"brain: state before merging {branch}")
     if not res.merged:
-        reason = refusal(tests=tr, conflicts=res.conflicts, reason=res.reason)
+        reason = refusal(tests=tr, conflicts=res.conflicts, reason=res.reason, untested=untested)
         signals.emit(brain, "BLOCKED_ON", reason=f"merge of {branch} refused: {reason}",
                      payload={"branch": branch})
         raise Blocked(reason)

@@ -35,6 +35,8 @@ class Outcome:
     gate: str | None = None
     brief: str | None = None
     step: str | None = None
+    report: dict | None = None          # done: DONE's report (delivered / partial / skipped / gates)
+    events: tuple[str, ...] = ()        # what the drive saw on the way (notify: texts, satellite results)
 
     @property
     def exit_code(self) -> int:
@@ -42,8 +44,12 @@ class Outcome:
                 "breaker": EXIT_BLOCKED, "aborted": EXIT_REFUSED}.get(self.status, 0)
 
     def to_dict(self) -> dict:
-        return {"workflow": self.workflow, "status": self.status, "message": self.message,
-                "claim": self.claim, "gate": self.gate, "step": self.step, "exit": self.exit_code}
+        d = {"workflow": self.workflow, "status": self.status, "message": self.message,
+             "claim": self.claim, "gate": self.gate, "step": self.step, "exit": self.exit_code,
+             "events": list(self.events)}
+        if self.report is not None:
+            d["report"] = self.report
+        return d
 
 
 # ---- helpers ------------------------------------------------------------------------------------
@@ -114,31 +120,33 @@ def with_history(run: Run, step: str, claim: str | None, result: str, action: st
 
 def _first_step(brain: Brain, wf: Workflow) -> str:
     """Seed rule for a fresh run: the first step without a closed (ok or partial) claim."""
-    done = {str(c.step) for c in claims.list_claims(brain, "closed")
-            if c.workflow == wf.name and c.result and c.result.status in ("ok", "partial")}
+    from nika_brain.engine.index import claim_summaries
+    done = {str(c["step"]) for c in claim_summaries(brain)
+            if c["status"] == "closed" and c["workflow"] == wf.name and c["result"] in ("ok", "partial")}
     for s in wf.chain:
         if s.id not in done:
             return s.id
     return END
 
 
-def start_run(brain: Brain, wf: Workflow, *, mode: str = "assisted", step: str | None = None,
+def start_run(brain: Brain, wf: Workflow, *, mode: str | None = None, step: str | None = None,
               context: dict | None = None, restart: bool = False, now: datetime | None = None) -> Run:
     now = now or clock.now()
     with lock_workflow(brain, wf.name):
         run = runs.load_run(brain, wf.name)
         if run is not None and run.active:
             changes = {}
-            if mode != run.mode:
+            if mode is not None and mode != run.mode:  # no --mode: the run keeps its own
                 changes["mode"] = mode
             if context:
                 changes["context"] = {**run.context, **context}
             if step is not None and run.claim is None and run.status == "running":
-                changes["cursor"] = str(wf.step(step).id)
+                changes["cursor"] = str(effective(wf, run).step(step).id)  # inserted steps too
             return runs.update(brain, run, **changes) if changes else run
         if run is not None and not restart and step is None:
             return run  # done or aborted: say so, start again only when asked
         cursor = str(wf.step(step).id) if step is not None else (wf.chain[0].id if restart else _first_step(brain, wf))
+        mode = mode or "assisted"
         run = runs.save(brain, Run(wf.name, "running", mode, now, cursor, context=context or {}))
     open_branch(brain, wf)
     emit(brain, "CHECKPOINT", run, cursor, reason=f"run started in {mode} mode")
@@ -154,10 +162,11 @@ def step_once(brain: Brain, name: str, now: datetime | None = None) -> Outcome:
         run = runs.load_run(brain, name)
         if run is None:
             raise BrainError(f"workflow {name} has no run (start it with workflow-launch)")
-        wf = effective(find_workflow(brain, name), run)
+        declared = find_workflow(brain, name)
+        wf = effective(declared, run)
         if run.status == "done" and run.report:
             return Outcome(name, "done", f"merged {wf.branch} into {base_of(brain, wf)} "
-                                         f"({run.report.get('merge')})")
+                                         f"({run.report.get('merge')})", report=run.report)
         if run.status in ("done", "aborted"):
             return Outcome(name, run.status, run.reason or f"workflow {name} is {run.status}")
         _release_orphans(brain, wf)
@@ -185,7 +194,21 @@ def step_once(brain: Brain, name: str, now: datetime | None = None) -> Outcome:
             return adopted
         if run.cursor in (None, END):
             return _close(brain, wf, run, now)
+        if run.cursor not in {s.id for s in wf.chain}:  # skipped by an ADAPT meanwhile
+            run = runs.update(brain, run, cursor=next_in_plan(wf, declared, run.cursor))
+            return Outcome(name, "progress", f"step {run.cursor} (adapted plan)", step=run.cursor)
         return _start_step(brain, wf, run, wf.step(run.cursor), now)
+
+
+def next_in_plan(wf: Workflow, declared: Workflow, step_id: str) -> str:
+    """The step after `step_id` in the adapted plan `wf`, even when `step_id` itself was skipped."""
+    ids = [s.id for s in wf.chain]
+    if step_id in ids:
+        nxt = wf.next_of(step_id)
+        return nxt.id if nxt else END
+    order = [s.id for s in declared.chain]
+    later = order[order.index(step_id) + 1:] if step_id in order else []
+    return next((sid for sid in later if sid in ids), END)
 
 
 def _maybe_claim(brain: Brain, claim_id: str) -> claims.Claim | None:
@@ -199,11 +222,14 @@ def _maybe_claim(brain: Brain, claim_id: str) -> claims.Claim | None:
 
 def _adopt_open_claim(brain: Brain, wf: Workflow, run: Run) -> Outcome | None:
     """A crash between opening a claim and recording it in the run: adopt that claim."""
-    for c in claims.list_claims(brain, "open"):
-        if c.workflow == wf.name and str(c.step) == run.cursor and c.opened >= run.started:
-            runs.update(brain, run, claim=c.id)
-            return Outcome(wf.name, "satellite" if run.mode == "swarm" else "waiting",
-                           f"step {c.step} in progress", claim=c.id, step=str(c.step))
+    from nika_brain.engine.index import claim_summaries
+    for row in claim_summaries(brain):
+        if row["status"] == "open" and row["workflow"] == wf.name and str(row["step"]) == run.cursor:
+            c = claims.load_claim(brain, row["id"])
+            if c.is_open and c.opened >= run.started:
+                runs.update(brain, run, claim=c.id)
+                return Outcome(wf.name, "satellite" if run.mode == "swarm" else "waiting",
+                               f"step {c.step} in progress", claim=c.id, step=str(c.step))
     return None
 
 
@@ -271,11 +297,26 @@ def _after_gate(brain: Brain, wf: Workflow, run: Run, now: datetime) -> Outcome:
             if b.gate == g.id:
                 breakerreset.reset_breaker_state(brain, b.scope, why=f"gate {g.id} approved by {g.decided_by}")
     step_id, _, what = (run.after_gate or "").partition("::")
-    if what == "run":
-        runs.update(brain, run, status="running", gate=None, after_gate=None, cursor=step_id)
+    ids = {s.id for s in wf.chain}
+    if what in ("run", "next"):  # resolved now, in the plan as adapted while the gate was pending
+        declared = find_workflow(brain, wf.name)
+        cursor = step_id if what == "run" and step_id in ids else next_in_plan(wf, declared, step_id)
+        if what == "run" and step_id not in ids and step_id not in [s.id for s in declared.chain]:
+            cursor = step_id  # END or an unknown step: as recorded
+        runs.update(brain, run, status="running", gate=None, after_gate=None, cursor=cursor,
+                    history=_accepted(run, g, now))
         return Outcome(wf.name, "progress", f"gate {g.id} approved")
     run = runs.update(brain, run, status="running", gate=None, after_gate=None)
     return _apply(brain, wf, run, wf.step(step_id), parse_action(what), None, "ok", now)
+
+
+def _accepted(run: Run, g: gates.Gate, now: datetime) -> tuple:
+    """A human's go on a gate opened for a failed step is that step's recorded override: the
+    0-failures check then names it as accepted instead of failed."""
+    last = next((h for h in reversed(run.history) if str(h.get("step")) == str(g.step)), None)
+    if g.step is None or last is None or last.get("result") != "failed" or last.get("claim") != g.claim:
+        return run.history
+    return with_history(run, str(g.step), g.claim, "accepted", f"gate {g.id} approved by {g.decided_by}", now)
 
 
 # ---- a step starts ----------------------------------------------------------------------------------
@@ -284,9 +325,6 @@ def _start_step(brain: Brain, wf: Workflow, run: Run, step: Step, now: datetime)
     worktree = worktree_of(brain, wf)
     if not worktree.is_dir():
         open_branch(brain, wf)
-    pre = _pre_gate(brain, wf, run, step)
-    if pre is not None:
-        return pre
     if step.gate == "0-failures":  # the suite must be green before this step may start
         test = step.test or wf.test
         if not test:
@@ -302,8 +340,14 @@ def _start_step(brain: Brain, wf: Workflow, run: Run, step: Step, now: datetime)
         failed = preflight.failures(preflight.run_checks(brain, step.scope, step.zone, agent=agent,
                                                          branch=wf.branch, worktree=worktree, now=now))
     if failed:
+        # A zone the card does not grant is a decision the orchestrator must not take: ESCALATE.
         return _block(brain, run, step.id, "preflight failed: " + "; ".join(
-            f"{c.name}: {c.reason}" for c in failed))
+            f"{c.name}: {c.reason}" for c in failed),
+            signal="ESCALATE" if any(c.name == "zone" for c in failed) else "BLOCKED_ON")
+    # A human is asked only for a step that can run: preflight first, then the go gate.
+    pre = _pre_gate(brain, wf, run, step)
+    if pre is not None:
+        return pre
     faults.point("after-preflight")
     claim_id = claims.next_id(brain, wf.name, step.id, now)
     holder = os.getpid() if run.mode == "swarm" else None
@@ -390,8 +434,11 @@ def _route(brain: Brain, wf: Workflow, run: Run, c: claims.Claim, now: datetime)
         reindex(brain)
         return Outcome(wf.name, "breaker", run.reason, claim=c.id, gate=out.gate, step=step.id)
     action = {"ok": step.on_done, "partial": step.partial_action, "failed": step.on_fail}[status]
+    if status == "partial" and step.on_partial is None and run.mode == "swarm":
+        # Mode 3 keeps a human gate on partial results unless the workflow routes them itself.
+        action = Action("gate", message=f"step {step.id} partial — go on?")
     if status == "ok" and tier_of(step) == "validated" and not step.test and c.result \
-            and c.result.tests_failed is None:
+            and (c.result.tests_failed is None or c.result.tests_failed > 0):
         history = with_history(run, step.id, c.id, status, "gate:no-tests", now)
         return _open_gate(brain, wf, run, gate_id(wf, run, step.id, c.id, "no-tests"),
                           f"step {step.id} ({step.type}) has no tests: "
@@ -426,8 +473,7 @@ def _apply(brain: Brain, wf: Workflow, run: Run, step: Step, action: Action, cla
         return _open_gate(brain, wf, run, gate_id(wf, run, step.id, claim, "partial" if status == "partial"
                                                   else "human"), action.message,
                           step=step.id, claim=claim, reason="partial" if status == "partial" else "human",
-                          after=f"{onward}::run" if onward != END else f"{step.id}::trigger:next",
-                          history=run.history)
+                          after=f"{step.id}::next", history=run.history)
     if action.kind == "notify":
         emit(brain, "INFO", run, step.id, claim, action.message)
         runs.save(brain, replace(run, cursor=onward, status="running", claim=None))
@@ -472,13 +518,12 @@ def abort_run(brain: Brain, run: Run, reason: str, now: datetime) -> Outcome:
 # ---- the chain ends ---------------------------------------------------------------------------------------
 
 def _close(brain: Brain, wf: Workflow, run: Run, now: datetime) -> Outcome:
-    """Orchestrated close: every step closed; merge the theme branch if the 0-failures gate is green."""
-    worktree = worktree_of(brain, wf)
-    results = merging.step_results(run)
+    """Orchestrated close: every step closed; merge the theme branch if the 0-failures gate is green
+    on exactly what is merged (the committed branch tip)."""
     debt = merging.owed(wf, run)
-    tr = None
+    tr, untested = None, ()
     if not debt and wf.test:
-        tr = satellites.run_tests(wf.test, worktree if worktree.is_dir() else brain.root)
+        tr, untested = merging.run_branch_tests(brain, wf.branch, wf.test)
     green = not debt and (tr is None or tr.green)
     try:
         res = merge_into_base(brain, wf.branch, base_of(brain, wf), green=green,
@@ -488,27 +533,71 @@ def _close(brain: Brain, wf: Workflow, run: Run, now: datetime) -> Outcome:
         return _block(brain, run, END, exc.message)
     if not res.merged:
         return _block(brain, run, END, merging.refusal(owed_=debt, tests=tr, conflicts=res.conflicts,
-                                                       reason=res.reason))
+                                                       reason=res.reason, untested=untested))
     faults.point("after-merge")
-    signals.emit(brain, "MERGE", workflow=wf.name, reason=f"{wf.branch} merged into {base_of(brain, wf)}",
+    accepted = _accepted_steps(run)
+    signals.emit(brain, "MERGE", workflow=wf.name, reason=f"{wf.branch} merged into {base_of(brain, wf)}"
+                 + (f" (failed steps accepted by a human: {', '.join(accepted)})" if accepted else ""),
                  payload={"branch": wf.branch, "base": base_of(brain, wf), "commit": res.commit})
-    skipped = [a.get("step") for a in run.adaptations if a.get("op") == "skip"]
-    skipped += [s for s, r in results.items() if r == "skipped"]
+    return finish_run(brain, wf, run, res.commit, now)
+
+
+def _accepted_steps(run: Run) -> list[str]:
+    return sorted(s for s, r in merging.step_results(run).items() if r == "accepted")
+
+
+def finish_run(brain: Brain, wf: Workflow, run: Run, commit: str | None, now: datetime, *,
+               forced: bool = False) -> Outcome:
+    """The branch is in its base (the merge commit exists): DONE with the report, then tidy up. What
+    fails after the merge (a worktree git will not remove) is said, never a half-finished run."""
+    results = merging.step_results(run)
+    skipped = [str(a.get("step")) for a in run.adaptations if a.get("op") == "skip"]
+    skipped += [s for s, r in results.items() if r == "skipped" and s not in skipped]
     report = {"delivered": sorted(s for s, r in results.items() if r == "ok"),
               "partial": sorted(s for s, r in results.items() if r == "partial"),
-              "skipped": [str(s) for s in skipped] + [s.id for s in wf.chain if s.id not in results
-                                                      and s.id not in skipped],
-              "gates": list(run.gates), "merge": res.commit}
+              "accepted": _accepted_steps(run),
+              "failed": sorted(s for s, r in results.items() if r == "failed"),
+              "skipped": skipped + [s.id for s in wf.chain if s.id not in results and s.id not in skipped],
+              "gates": list(run.gates), "merge": commit}
+    if forced:
+        report["forced"] = True
     if run.context.get("triggered"):
         report["triggered"] = list(run.context["triggered"])
-    run = runs.update(brain, run, status="done", finished=now, report=report, reason="")
-    emit(brain, "DONE", run, None, None, f"{len(report['delivered'])} delivered, "
-          f"{len(report['partial'])} partial, {len(report['skipped'])} skipped", payload=report)
+    run = runs.update(brain, run, status="done", finished=now, report=report, reason="", claim=None,
+                      gate=None, halted=False)
+    emit(brain, "DONE", run, None, None, report_line(report), payload=report)
+    notes = []
+    worktree = worktree_of(brain, wf)
     with base_checkout(brain):
-        branches.remove_theme_worktree(brain.root, wf.branch, brain.worktrees_dir)
+        try:
+            from nika_brain.gitrepo import changes
+            if worktree.is_dir():
+                ref = f"refs/nika/leftover/{wf.branch}"
+                left = changes.set_aside(worktree, ref, f"{wf.name}: left in the theme worktree at DONE")
+                if left:
+                    notes.append(f"uncommitted in the theme worktree, set aside on {ref}: {', '.join(left[:5])}")
+            branches.remove_theme_worktree(brain.root, wf.branch, brain.worktrees_dir)
+        except BrainError as exc:
+            notes.append(f"the theme worktree {worktree} stays: {exc.message}")
+    if notes:
+        signals.emit(brain, "INFO", workflow=wf.name, reason="; ".join(notes))
     reindex(brain)
     commit_state(brain, f"brain: {wf.name} done")
-    return Outcome(wf.name, "done", f"merged {wf.branch} into {base_of(brain, wf)} ({res.commit})")
+    return Outcome(wf.name, "done", f"merged {wf.branch} into {base_of(brain, wf)} ({commit})"
+                   + "".join(f"; {n}" for n in notes), report=report)
+
+
+def report_line(report: dict) -> str:
+    """DONE's report, as the card says: delivered / partial / skipped / gates."""
+    parts = [f"delivered {', '.join(report.get('delivered') or []) or '-'}",
+             f"partial {', '.join(report.get('partial') or []) or '-'}"]
+    if report.get("accepted"):
+        parts.append(f"accepted by a human {', '.join(report['accepted'])}")
+    if report.get("failed"):
+        parts.append(f"failed {', '.join(report['failed'])}")
+    parts += [f"skipped {', '.join(report.get('skipped') or []) or '-'}",
+              f"gates {len(report.get('gates') or [])}"]
+    return "; ".join(parts)
 
 
 def _after_breaker(brain: Brain, wf: Workflow, run: Run, now: datetime) -> Outcome | None:

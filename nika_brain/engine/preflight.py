@@ -11,7 +11,7 @@ from pathlib import Path
 from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
 from nika_brain.gitrepo import git
-from nika_brain.state import agents, breakers, claims, locks, zones
+from nika_brain.state import agents, breakers, locks, zones
 from nika_brain.state.scopes import normalize_scope, scopes_overlap
 from nika_brain.support import clock
 
@@ -24,13 +24,14 @@ class Check:
 
 
 def _scope_check(brain: Brain, scopes, me: str | None, now: datetime) -> Check:
+    from nika_brain.engine.index import claim_summaries  # each claim parsed once, when it changed
     problems = []
-    for c in claims.list_claims(brain, "open"):
-        if c.id == me:
+    for c in claim_summaries(brain):
+        if c["status"] != "open" or c["id"] == me:
             continue
-        hit = [s for s in scopes if any(scopes_overlap(s, o) for o in c.scope)]
+        hit = [s for s in scopes if any(scopes_overlap(s, o) for o in c["scope"])]
         if hit:
-            problems.append(f"{', '.join(hit)} overlaps open claim {c.id} ({', '.join(c.scope)})")
+            problems.append(f"{', '.join(hit)} overlaps open claim {c['id']} ({', '.join(c['scope'])})")
     for s in scopes:
         for lk in locks.conflicts(brain, s, me or "", now=now):
             problems.append(f"{s}: locked — {locks.describe(lk)}")

@@ -5,7 +5,9 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +21,9 @@ _PASSED = re.compile(r"(\d+) passed")
 _FAILED = re.compile(r"(\d+) (?:failed|errors?)")
 
 
+_BRIEF_ENV = None
+
+
 def render_brief(brain: Brain, wf: Workflow, step: Step, claim: Claim, *, worktree: Path | None,
                  context: dict | None = None) -> str:
     import jinja2  # only the brief needs a template engine
@@ -28,9 +33,11 @@ def render_brief(brain: Brain, wf: Workflow, step: Step, claim: Claim, *, worktr
         body = agents.load_card(brain, agent).body.strip()
     except BrainError:
         body = ""
-    env = jinja2.Environment(loader=jinja2.PackageLoader("nika_brain", "templates"),
-                             keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
-    return env.get_template("brief.md.j2").render(
+    global _BRIEF_ENV
+    if _BRIEF_ENV is None:  # compiled once per process: a swarm run renders one brief per step
+        _BRIEF_ENV = jinja2.Environment(loader=jinja2.PackageLoader("nika_brain", "templates"),
+                                        keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
+    return _BRIEF_ENV.get_template("brief.md.j2").render(
         wf=wf, step=step, claim=claim, worktree=worktree, agent=agent, card_body=body[:4000],
         run_context=context or {})
 
@@ -92,6 +99,7 @@ class SatelliteOutcome:
     returncode: int
     status: str | None     # ok | partial | failed, from the satellite's JSON, or None
     summary: str
+    unavailable: bool = False  # no satellite could be started at all (the brain's setup, not the step)
 
 
 def launch(brain: Brain, claim: Claim, brief: str, brief_file: Path, cwd: Path, *,
@@ -103,31 +111,100 @@ def launch(brain: Brain, claim: Claim, brief: str, brief_file: Path, cwd: Path, 
     {"status": ok|partial|failed, "summary": ...} or Claude's {"type": "result", "is_error": ...}.
     """
     template = brain.config.satellite_command or DEFAULT_COMMAND
+    if not brain.config.satellite_command and shutil.which(DEFAULT_COMMAND[0]) is None:
+        # Nothing can run the step here: not the step's failure (no breaker count), the brain's setup.
+        return SatelliteOutcome(127, None, "no satellite can run here: nika-brain.yml sets no "
+                                "satellite_command and `claude` is not on PATH — install Claude Code "
+                                "(and log in) or set satellite_command", unavailable=True)
     values = {"brief": brief, "brief_file": str(brief_file), "claim": claim.id, "worktree": str(cwd),
               "brain": str(brain.root)}
-    argv = [part.format(**values) for part in template]
+    try:
+        argv = [part.format(**values) for part in template]
+    except (KeyError, IndexError, ValueError) as exc:
+        return SatelliteOutcome(2, "failed", f"satellite_command in nika-brain.yml has a bad placeholder "
+                                f"({exc}): use {{brief}}, {{brief_file}}, {{claim}}, {{worktree}}, {{brain}}, "
+                                "and {{ }} for a literal brace")
     if not brain.config.satellite_command and kernel_settings is not None:
         argv += ["--settings", str(kernel_settings)]
     env = {**os.environ, "NIKA_BRAIN_DIR": str(brain.root), "NIKA_CLAIM": claim.id,
            "NIKA_WORKTREE": str(cwd), "NIKA_AGENT": "1"}
+    out_path, err_path = _files(brain, claim.id)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    # Its output goes to files, not pipes, and its pid and start time are recorded: an orchestrator
+    # killed meanwhile leaves a satellite whose result the next one still reads (see `alive`).
+    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+        try:
+            proc = subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=err, env=env, stdin=subprocess.DEVNULL)
+        except FileNotFoundError:
+            return SatelliteOutcome(127, "failed", f"satellite could not start: command not found: "
+                                    f"{shlex.join(argv[:1])} (set satellite_command in nika-brain.yml)")
+        except OSError as exc:
+            return SatelliteOutcome(126, "failed", f"satellite could not start: {shlex.join(argv[:1])}: "
+                                    f"{exc.strerror or exc}")
+    _record(brain, claim.id, proc.pid)
+    # A blocking wait (Popen.wait with a timeout polls, up to 50 ms late); a timer kills it at the limit.
+    timer = threading.Timer(timeout, proc.kill)
+    timer.daemon = True
+    timer.start()
     try:
-        proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env,
-                              stdin=subprocess.DEVNULL)
-    except FileNotFoundError:
-        return SatelliteOutcome(127, "failed", f"satellite could not start: command not found: "
-                                f"{shlex.join(argv[:1])} (set satellite_command in nika-brain.yml)")
-    except OSError as exc:
-        return SatelliteOutcome(126, "failed", f"satellite could not start: {shlex.join(argv[:1])}: "
-                                f"{exc.strerror or exc}")
-    except subprocess.TimeoutExpired:
+        returncode = proc.wait()
+    finally:
+        timed_out = not timer.is_alive()
+        timer.cancel()
+    if timed_out:
         return SatelliteOutcome(124, "failed", f"satellite timed out after {timeout:g}s "
                                 "(satellite_timeout in nika-brain.yml)")
-    _record_window(brain, proc.stdout)
-    status, summary = _parse_result(proc.stdout)
-    if status is None and proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["no result"])[-1]
-        status, summary = "failed", f"satellite exited {proc.returncode}: {last}"
-    return SatelliteOutcome(proc.returncode, status, summary)
+    return collect(brain, claim.id, returncode)
+
+
+def _files(brain: Brain, claim_id: str) -> tuple[Path, Path]:
+    folder = brain.state_dir / "satellites"
+    return folder / f"{claim_id}.out", folder / f"{claim_id}.err"
+
+
+def _start_time(pid: int) -> str | None:
+    """The process's start time (clock ticks since boot, /proc/<pid>/stat field 22), None when it is
+    gone or a zombie: with the pid it names one process, never a later one that reused the pid."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[-1].split()
+    return None if not fields or fields[0] in ("Z", "X") else fields[19]
+
+
+def _record(brain: Brain, claim_id: str, pid: int) -> None:
+    brain.write(brain.state_dir / "satellites" / f"{claim_id}.json",
+                json.dumps({"pid": pid, "start": _start_time(pid)}))
+
+
+def alive(brain: Brain, claim_id: str) -> int | None:
+    """The pid of the claim's satellite when that very process still runs (pid and start time)."""
+    try:
+        rec = json.loads((brain.state_dir / "satellites" / f"{claim_id}.json").read_text())
+        pid, start = int(rec["pid"]), rec.get("start")
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    now = _start_time(pid)
+    return pid if now is not None and now == start else None
+
+
+def launched(brain: Brain, claim_id: str) -> bool:
+    return (brain.state_dir / "satellites" / f"{claim_id}.json").exists()
+
+
+def collect(brain: Brain, claim_id: str, returncode: int | None = None) -> SatelliteOutcome:
+    """The result a satellite wrote (its last JSON line), read from its output file."""
+    out_path, err_path = _files(brain, claim_id)
+    stdout = out_path.read_text(errors="replace") if out_path.exists() else ""
+    stderr = err_path.read_text(errors="replace") if err_path.exists() else ""
+    _record_window(brain, stdout)
+    status, summary = _parse_result(stdout)
+    if status is None and returncode != 0:
+        last = (stderr.strip().splitlines() or ["no result"])[-1]
+        status, summary = "failed", (f"satellite exited {returncode}: {last}" if returncode is not None
+                                     else f"satellite ended with no result: {last}")
+    return SatelliteOutcome(-1 if returncode is None else returncode, status, summary)
 
 
 def _record_window(brain: Brain, stdout: str) -> None:

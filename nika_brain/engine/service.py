@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Callable
 
 from nika_brain.brain import Brain
-from nika_brain.engine import breakerreset, gatebackends, halts, orchestrator, satellites, signals
+from nika_brain.engine import breakerreset, gatebackends, halts, orchestrator, preflight, satellites, signals
 from nika_brain.engine.orchestrator import Outcome
 from nika_brain.errors import Blocked, BrainError, Invalid, Refused
 from nika_brain.gitrepo import git
@@ -22,7 +22,7 @@ from nika_brain.support import clock, faults
 Printer = Callable[[Outcome], None]
 
 
-def launch(brain: Brain, ref: str, *, mode: str = "assisted", wait: bool = False, restart: bool = False,
+def launch(brain: Brain, ref: str, *, mode: str | None = None, wait: bool = False, restart: bool = False,
            step: str | None = None, context: dict | None = None, poll: float = 1.0,
            timeout: float | None = None, on_event: Printer | None = None) -> Outcome:
     wf = find_workflow(brain, ref)
@@ -30,16 +30,27 @@ def launch(brain: Brain, ref: str, *, mode: str = "assisted", wait: bool = False
     if before is not None and before.status == "done" and step is not None and not restart:
         raise Refused(f"workflow {wf.name} is done (merged {(before.report or {}).get('merge')}); "
                       "run it again only when asked: --restart (ORCHESTRATE: rerun)")
+    if restart and before is not None and before.active:
+        raise Refused(f"workflow {wf.name} has an active run ({before.status}, step {before.cursor}): "
+                      f"--restart starts a finished or aborted run again and did nothing here; go on with "
+                      f"`nika-brain workflow resume {wf.name}` or stop it with `nika-brain workflow abort {wf.name}`")
+    if step is not None:
+        orchestrator.effective(wf, before if before is not None and before.active else None).step(step)
     orchestrator.start_run(brain, wf, mode=mode, step=step, context=context, restart=restart)
     out = drive(brain, wf.name, wait=wait, poll=poll, timeout=timeout, on_event=on_event)
-    if wait and out.status == "done":  # the operator is in the loop: triggered runs start at once
-        done = runs.load_run(brain, wf.name)
-        for target in (done.report or {}).get("triggered", []) if done else []:
+    done = runs.load_run(brain, wf.name) if out.status == "done" else None
+    if done is not None and (wait or done.mode == "swarm"):
+        # The run is driven (--wait, swarm, a listener): triggered runs start at once, and it is said.
+        for target in (done.report or {}).get("triggered", []):
             other, sid = target.split("/", 1)
             if _finished(brain, other):
                 continue  # never re-run a finished workflow silently: the DONE line lists its command
-            out = launch(brain, other, mode=done.mode, wait=True, step=sid, context={"from": wf.name},
+            if on_event:
+                on_event(Outcome(wf.name, "info", f"trigger {target}: starting {other} at step {sid} "
+                                                  f"({done.mode})"))
+            out = launch(brain, other, mode=done.mode, wait=wait, step=sid, context={"from": wf.name},
                          poll=poll, timeout=timeout, on_event=on_event)
+            out = replace(out, events=(f"trigger {target}: started {other} at step {sid}",) + out.events)
     return out
 
 
@@ -53,6 +64,13 @@ def drive(brain: Brain, name: str, *, wait: bool = False, poll: float = 1.0, tim
     """Run transitions until the workflow needs someone: a human (mode 1) or it ends/blocks."""
     deadline = None if timeout is None else time.monotonic() + timeout
     shown: set[str] = set()
+    events: list[str] = []
+
+    def note(text: str) -> None:
+        events.append(text)
+        if on_event:
+            on_event(Outcome(name, "info", text))
+
     relaunch = True  # only the first transition retries a blocked run; one blocked since then stops
     while True:
         run = None if relaunch else runs.load_run(brain, name)
@@ -62,18 +80,25 @@ def drive(brain: Brain, name: str, *, wait: bool = False, poll: float = 1.0, tim
         else:
             out = orchestrator.step_once(brain, name)
         if out.status == "progress":
+            if out.message.startswith("notify: "):
+                note(out.message)
             continue
         if out.status == "satellite":
-            _run_satellite(brain, name, out)
-            continue
+            said = _run_satellite(brain, name, out)
+            if isinstance(said, Outcome):
+                out = said  # its relaunch was refused (preflight): the run is blocked
+            else:
+                for text in said:
+                    note(text)
+                continue
         key = f"{out.status}:{out.claim}:{out.gate}"
         if on_event and key not in shown:
             on_event(out)
             shown.add(key)
         if not wait or out.status not in ("waiting", "gated"):
-            return out
+            return replace(out, events=tuple(events))
         if deadline is not None and time.monotonic() >= deadline:
-            return out
+            return replace(out, events=tuple(events))
         if out.status == "gated" and brain.config.gate_backend != "cli":
             gatebackends.sync(brain)
         if out.status == "waiting" and out.claim:
@@ -89,34 +114,74 @@ def _keep_locks(brain: Brain, claim_id: str) -> None:
             locks.renew(brain, lk.scope, claim_id, now=now)
 
 
-def _run_satellite(brain: Brain, name: str, out: Outcome) -> None:
+def _run_satellite(brain: Brain, name: str, out: Outcome) -> list[str] | Outcome:
+    """Run (or, after a crash, find) the satellite of the open claim and report its result. A step
+    never runs twice at once: a live satellite of the claim is waited for and its result adopted;
+    a relaunch of a claim whose satellite is gone runs preflight like any launch."""
     run = runs.load_run(brain, name)
     wf = orchestrator.effective(find_workflow(brain, name), run)
     c = claims.load_claim(brain, out.claim)
     step = wf.step(c.step)
     worktree = orchestrator.worktree_of(brain, wf)
-    brief_file = brain.state_dir / "briefs" / f"{c.id}.md"
-    brief = out.brief or (brief_file.read_text() if brief_file.exists() else
-                          satellites.render_brief(brain, wf, step, c, worktree=worktree, context=run.context))
-    if not brief_file.exists():
-        brain.write(brief_file, brief)
-    result = satellites.launch(brain, c, brief, brief_file, worktree,
-                               kernel_settings=satellites.session_settings(brain, run.context.get("kernel")),
-                               timeout=brain.config.satellite_timeout)
+    result = None
+    if out.brief is None:  # not a fresh claim: a resume after a crash
+        pid = satellites.alive(brain, c.id)
+        if pid is not None:
+            signals.emit(brain, "INFO", workflow=name, step=step.id, claim=c.id,
+                         reason=f"the satellite of {c.id} is still running (pid {pid}): waiting for it")
+            deadline = time.monotonic() + brain.config.satellite_timeout
+            while satellites.alive(brain, c.id) == pid and time.monotonic() < deadline:
+                time.sleep(0.1)
+            result = satellites.collect(brain, c.id)
+        elif satellites.launched(brain, c.id) and satellites.collect(brain, c.id, 0).status is not None:
+            result = satellites.collect(brain, c.id, 0)  # it finished while no one was there: adopt it
+        else:
+            failed = preflight.failures(preflight.run_checks(brain, step.scope, step.zone, claim=c.id,
+                                                             agent=c.agent, branch=wf.branch,
+                                                             worktree=worktree))
+            if failed:
+                reason = "preflight failed: " + "; ".join(f"{x.name}: {x.reason}" for x in failed)
+                with orchestrator.lock_workflow(brain, name):
+                    run = runs.update(brain, runs.load_run(brain, name), status="blocked", reason=reason)
+                orchestrator.emit(brain, "BLOCKED_ON", run, step.id, c.id, reason)
+                return Outcome(name, "blocked", reason, claim=c.id, step=step.id)
+    if result is None:
+        brief_file = brain.state_dir / "briefs" / f"{c.id}.md"
+        brief = out.brief or (brief_file.read_text() if brief_file.exists() else
+                              satellites.render_brief(brain, wf, step, c, worktree=worktree, context=run.context))
+        if not brief_file.exists():
+            brain.write(brief_file, brief)
+        result = satellites.launch(brain, c, brief, brief_file, worktree,
+                                   kernel_settings=satellites.session_settings(brain, run.context.get("kernel")),
+                                   timeout=brain.config.satellite_timeout)
+        if result.unavailable:  # said, and the claim stays open for a resume once it is set up
+            with orchestrator.lock_workflow(brain, name):
+                run = runs.update(brain, runs.load_run(brain, name), status="blocked", reason=result.summary)
+            orchestrator.emit(brain, "BLOCKED_ON", run, step.id, c.id, result.summary)
+            return Outcome(name, "blocked", result.summary, claim=c.id, step=step.id)
     c = claims.load_claim(brain, c.id)
     if not c.is_open:
         # The satellite reported itself; from inside its sandbox it could not commit (Claude Code
         # keeps .git read-only there): its work is committed here, then step_once routes it.
         if worktree.is_dir():
-            _commit_work(worktree, c, c.result.summary if c.result else "")
-        return
+            settle_work(worktree, c, c.result.status if c.result else "failed",
+                        c.result.summary if c.result else "")
+        return [_said(c)]
     try:
-        report(brain, c.id, result.status or "failed", result.summary or f"satellite exit {result.returncode}")
+        closed = report(brain, c.id, result.status or "failed",
+                        result.summary or f"satellite exit {result.returncode}")
     except BrainError as exc:
         if not claims.load_claim(brain, c.id).is_open:
             raise
         # A refused close (tests red, no work at all): in swarm mode that is the step's failure.
-        report(brain, c.id, "failed", exc.message.splitlines()[0], validate=False)
+        closed = report(brain, c.id, "failed", exc.message.splitlines()[0], validate=False)
+    routed = closed.outcome.message if closed.outcome and closed.outcome.message.startswith("notify: ") else None
+    return [_said(closed.claim), *list(closed.warnings), *([routed] if routed else [])]
+
+
+def _said(c: claims.Claim) -> str:
+    r = c.result
+    return f"step {c.step} satellite result: {r.status if r else '?'}" + (f" — {r.summary}" if r and r.summary else "")
 
 
 def _context(brain: Brain, c: claims.Claim):
@@ -161,8 +226,10 @@ def report(brain: Brain, claim_id: str, status: str, summary: str = "", *, tests
     warnings: list[str] = []
     if wf is not None and step is not None:
         worktree = orchestrator.worktree_of(brain, wf)
+        from nika_brain.gitrepo import changes
+        dirty = changes.changed(worktree) if worktree.is_dir() else []  # read once for this close
         if worktree.is_dir() and status != "failed":
-            warnings += _where_is_the_work(brain, worktree, c, step, empty=empty)
+            warnings += _where_is_the_work(brain, worktree, c, step, empty=empty, dirty=dirty)
         if validate and status == "ok" and orchestrator.tier_of(step) == "validated" and step.test:
             tr = satellites.run_tests(step.test, worktree if worktree.is_dir() else brain.root)
             if not tr.green:
@@ -171,8 +238,14 @@ def report(brain: Brain, claim_id: str, status: str, summary: str = "", *, tests
                 raise Blocked(f"tests not green ({tr.failed} failed, {tr.passed} passed in `{step.test}`): "
                                  f"claim {c.id} stays open; fix and report again")
             tests_passed, tests_failed = tr.passed, tr.failed
+        elif validate and status == "ok" and orchestrator.tier_of(step) == "validated" and tests_failed:
+            # Self-reported failed tests are red as well: the validated tier never accepts them.
+            signals.emit(brain, "INFO", workflow=wf.name, step=step.id, claim=c.id,
+                         reason=f"validated close refused: {tests_failed} failed tests reported")
+            raise Blocked(f"tests not green ({tests_failed} failed, {tests_passed or 0} passed, as reported): "
+                          f"claim {c.id} stays open; fix and report again")
         if worktree.is_dir() and not in_sandbox:
-            _commit_work(worktree, c, summary)  # accepted: now, and only now, it is committed
+            warnings += settle_work(worktree, c, status, summary, dirty)  # accepted: now, only now, committed
     c = claims.close_claim(brain, claim_id, status, summary, tests_passed=tests_passed,
                            tests_failed=tests_failed, now=now)
     faults.point("after-claim-close")
@@ -192,11 +265,15 @@ def report(brain: Brain, claim_id: str, status: str, summary: str = "", *, tests
     return Closed(c, out, tuple(warnings))
 
 
-def _where_is_the_work(brain: Brain, worktree, c: claims.Claim, step, *, empty: bool) -> list[str]:
+def _where_is_the_work(brain: Brain, worktree, c: claims.Claim, step, *, empty: bool,
+                       dirty: list[str]) -> list[str]:
     """A close with no change in the claim's scope in its theme worktree: say where work must go."""
-    if _changed(worktree, c.scope, since=c.opened):
+    from nika_brain.state.scopes import covers
+    if any(_inside(c.scope, p, covers) for p in dirty):
         return []
     stray = _changed(brain.root, c.scope)
+    if (stray or (step.type == "code" and not empty)) and _changed(worktree, c.scope, since=c.opened):
+        return []  # committed by the worker itself
     where = (f"no change in {', '.join(c.scope)} in the theme worktree {worktree}"
              + (f", but the brain root has changes there ({', '.join(stray[:3])}): the work must be "
                 f"written in {worktree}" if stray else ""))
@@ -225,13 +302,41 @@ def git_writable(brain: Brain) -> bool:
                if p.exists())
 
 
-def _commit_work(worktree, c: claims.Claim, summary: str) -> None:
-    """The step's work is committed on the theme branch, attributed to its claim."""
-    if not git.run(worktree, "status", "--porcelain", check=False).stdout.strip():
-        return
-    git.run(worktree, "add", "-A")
+def _inside(scopes, path: str, covers) -> bool:
+    try:
+        return any(covers(s, path) for s in scopes)
+    except BrainError:  # a path no scope can name (odd characters): not the claim's
+        return False
+
+
+def attempt_ref(claim_id: str) -> str:
+    return f"refs/nika/attempts/{claim_id}"
+
+
+def settle_work(worktree, c: claims.Claim, status: str, summary: str, dirty: list[str] | None = None) -> list[str]:
+    """A claim's work in its theme worktree once its result is known: an accepted result commits the
+    paths inside the claim's scope (and only those); a failed attempt's changes there are set aside
+    on a ref. Returns what the closer must be told."""
+    from nika_brain.gitrepo import changes
+    from nika_brain.state.scopes import covers
+    dirty = changes.changed(worktree) if dirty is None else dirty
+    mine = [p for p in dirty if _inside(c.scope, p, covers)]
+    others = [p for p in dirty if p not in mine]
+    said = []
+    if status == "failed":
+        ref = attempt_ref(c.id)
+        aside = changes.set_aside(worktree, ref, f"{c.workflow} step {c.step}: failed attempt\n\nClaim: {c.id}",
+                                  paths=mine)
+        if aside:
+            said.append(f"the failed attempt's changes are set aside on {ref} ({', '.join(aside[:5])}"
+                        f"{', ...' if len(aside) > 5 else ''}): `git show {ref}`")
+        return said
     msg = f"{c.workflow} step {c.step}: {summary or c.story_angle or 'work'}\n\nClaim: {c.id}"
-    git.run(worktree, "commit", "-q", "-m", msg, env={"NIKA_CLAIM": c.id})
+    changes.commit_paths(worktree, mine, msg, env={"NIKA_CLAIM": c.id})
+    if others:
+        said.append(f"not committed under {c.id} (outside its scope {', '.join(c.scope)}): "
+                    f"{', '.join(others[:5])}{', ...' if len(others) > 5 else ''}")
+    return said
 
 
 def abort(brain: Brain, name: str, reason: str) -> Outcome:
@@ -292,11 +397,30 @@ def open_branch(brain: Brain, branch: str, base: str | None = None):
     return path
 
 
+def merge_branch(brain: Brain, branch: str, **options) -> tuple[object, list[Outcome]]:
+    """theme-branch-merge.sh: the merge (merging.merge_branch), then each active run of that branch
+    is finished as the orchestrator's own close would (DONE with its report), a forced merge included."""
+    from nika_brain.engine import merging
+    from nika_brain.state.workflows import list_workflows
+    res = merging.merge_branch(brain, branch, **options)
+    finished = []
+    for wf in [w for w in list_workflows(brain) if w.branch == branch]:
+        with orchestrator.lock_workflow(brain, wf.name):
+            run = runs.load_run(brain, wf.name)
+            if run is None or not run.active:
+                continue
+            eff = orchestrator.effective(wf, run)
+            forced = bool(merging.owed(eff, run))
+            finished.append(orchestrator.finish_run(brain, eff, run, res.commit, clock.now(), forced=forced))
+    return res, finished
+
+
 def open_claim(brain: Brain, **fields) -> claims.Claim:
     """A claim opened by hand (the orchestrator opens its own), journaled like the orchestrator's."""
     c = claims.open_claim(brain, **fields)
     signals.emit(brain, "CLAIM_OPEN", workflow=c.workflow, step=str(c.step), claim=c.id,
                  reason=f"claim opened by hand ({', '.join(c.scope)})", payload={"scope": list(c.scope)})
+    orchestrator.reindex(brain)  # as after the orchestrator's own open
     return c
 
 
@@ -307,7 +431,12 @@ def adapt(brain: Brain, name: str, changes: list[dict]) -> runs.Run:
         if run is None or not run.active:
             raise BrainError(f"workflow {name} has no active run to adapt")
         stamped = [dict(ch, at=clock.iso(clock.now())) for ch in changes]
-        adapt_mod.apply(wf, list(run.adaptations) + stamped)  # validate before recording
+        try:
+            adapt_mod.apply(wf, list(run.adaptations) + stamped)  # validate before recording
+        except BrainError as exc:  # a conflicting plan change: not the orchestrator's to settle
+            signals.emit(brain, "ESCALATE", workflow=name, reason=f"ADAPT refused: {exc.message}",
+                         payload={"changes": changes})
+            raise
         run = runs.update(brain, run, adaptations=run.adaptations + tuple(stamped))
     signals.emit(brain, "INFO", workflow=name, reason=f"ADAPT: {len(changes)} change(s)",
                  payload={"changes": changes})
@@ -331,6 +460,12 @@ def handle_inbound(brain: Brain, message: dict, *, on_event: Printer | None = No
         raise BrainError(f"inbound {kind}: missing workflow")
     if kind == "ORCHESTRATE":
         step = message.get("step")
+        ctx = message.get("context") if isinstance(message.get("context"), dict) else {}
+        current = runs.load_run(brain, find_workflow(brain, name).name)
+        if ctx.get("from") and current is not None and current.context.get("from") == ctx["from"] \
+                and not message.get("rerun"):
+            # A trigger its driven run already started at once: said, not run a second time.
+            return f"ORCHESTRATE {name}: already started by {ctx['from']} ({current.status})"
         out = launch(brain, name, mode=message.get("mode", "swarm"), restart=bool(message.get("rerun")),
                      step=None if step is None else str(step), context=message.get("context") or None,
                      on_event=on_event)

@@ -35,7 +35,7 @@ def _identity_env(repo: Path | str) -> dict[str, str]:
 def run(repo: Path | str, *args: str, check: bool = True, input: str | None = None,
         env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """Run `git -C repo args...`; raise BrainError with git's stderr when check and it fails."""
-    if args and args[0] in ("commit", "merge") and "--abort" not in args:
+    if args and args[0] in ("commit", "commit-tree", "merge") and "--abort" not in args:
         env = {**_identity_env(repo), **(env or {})}
     full_env = None
     if env:
@@ -48,6 +48,10 @@ def run(repo: Path | str, *args: str, check: bool = True, input: str | None = No
         raise BrainError("git is not installed or not on PATH") from exc
     if check and proc.returncode != 0:
         msg = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
+        if args[0] in ("commit", "merge") and len(msg) > 1:
+            # A hook's refusal: each line names a path or a problem, the last one the way out.
+            said = "; ".join(line.strip() for line in msg[-12:] if line.strip())
+            raise BrainError(f"git {args[0]} failed: {said}")
         raise BrainError(f"git {args[0]} failed: {msg[-1] if msg else 'exit ' + str(proc.returncode)}")
     return proc
 
@@ -57,17 +61,49 @@ def out(repo: Path | str, *args: str, env: dict[str, str] | None = None) -> str:
     return run(repo, *args, env=env).stdout.strip()
 
 
+def _own_git_dir(repo: Path | str) -> Path | None:
+    """The git dir of a checkout's top folder, read from its `.git` (a folder, or a linked worktree's
+    `gitdir:` file) without starting git; None when that is not plainly there (git decides then)."""
+    dot = Path(repo) / ".git"
+    try:
+        if dot.is_dir():
+            return dot.resolve() if (dot / "HEAD").is_file() else None
+        text = dot.read_text()
+    except OSError:
+        return None
+    if not text.startswith("gitdir: "):
+        return None
+    p = Path(text[len("gitdir: "):].strip())
+    p = p if p.is_absolute() else (Path(repo) / p).resolve()
+    return p if (p / "HEAD").is_file() else None
+
+
 def is_repo(path: Path | str) -> bool:
+    if _own_git_dir(path) is not None:
+        return True
     return run(path, "rev-parse", "--git-dir", check=False).returncode == 0
 
 
 def current_branch(repo: Path | str) -> str | None:
+    gd = _own_git_dir(repo)
+    if gd is not None:
+        try:
+            head = (gd / "HEAD").read_text().strip()
+        except OSError:
+            head = ""
+        if head.startswith("ref: refs/heads/"):
+            return head[len("ref: refs/heads/"):]
+        if head and not head.startswith("ref:"):
+            return None  # a detached HEAD
     proc = run(repo, "symbolic-ref", "--quiet", "--short", "HEAD", check=False)
     return proc.stdout.strip() or None
 
 
 def git_dir(repo: Path | str) -> Path:
     """The git dir of this worktree (for a linked worktree, its private one)."""
+    own = _own_git_dir(repo)
+    if own is not None:
+        return own
     p = Path(out(repo, "rev-parse", "--git-dir"))
     return p if p.is_absolute() else (Path(repo) / p).resolve()
 

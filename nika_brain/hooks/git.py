@@ -119,8 +119,11 @@ def pre_commit(top: Path) -> int:
         if report.problems:
             for problem in report.problems:
                 print(str(problem), file=sys.stderr)
+            again = os.environ.get("NIKA_COMMAND")  # the nika-brain command that is committing
             _err(f"commit refused: {len(report.problems)} problem(s) in staged brain files "
-                 "(fix them, or `git commit --no-verify` to skip the hooks)")
+                 + (f"({', '.join(sorted({str(p.file) for p in report.problems if p.file}))}; fix them, then "
+                    f"run `{again}` again)" if again else
+                    "(fix them, or `git commit --no-verify` to skip the hooks)"))
             return 1
 
     # 2. Nobody commits into a scope another claim holds exclusively.
@@ -150,15 +153,17 @@ def pre_commit(top: Path) -> int:
                 for path, lk in conflicts:
                     _err(f"{path}: locked exclusively by {lk.owner} (scope {lk.scope}, token {lk.token}, "
                          f"expires {_iso(lk.expires)})")
+                again = os.environ.get("NIKA_COMMAND")
                 _err(f"commit refused: you are {who}. To commit anyway: "
-                     "`NIKA_LOCK_OVERRIDE=1 git commit ...` (or `git commit --no-verify` to skip every hook)")
+                     + (f"`NIKA_LOCK_OVERRIDE=1 {again}` (an operator's override)" if again else
+                        "`NIKA_LOCK_OVERRIDE=1 git commit ...` (or `git commit --no-verify` to skip every hook)"))
                 return 1
 
     # 3. State staged: the index follows in the same commit.
     tree_brain = Brain.at(top)
     if any(_feeds_index(p, tree_brain) for _, p in changes):
         from nika_brain.engine import index
-        index.regenerate(tree_brain)
+        index.regenerate(tree_brain, strict=True)  # a commit's index tells the whole state
         _git("add", "--", tree_brain.index_path.name)
         _also_stage_in_real_index(tree_brain.index_path.name)
     return 0
@@ -196,7 +201,7 @@ def post_update(top: Path) -> int:
         if Brain.find(top).root != top.resolve():
             return 0  # a linked (theme) worktree: the live state is the main worktree's
         from nika_brain.engine import index
-        index.regenerate(Brain.at(top))
+        index.regenerate(Brain.at(top), strict=True)
     except BrainError as exc:
         _err(f"BRAIN-INDEX.md not regenerated: {exc}")
     return 0  # git ignores these hooks' status; never make a merge look failed

@@ -124,8 +124,17 @@ def open_gate(brain: Brain, gate_id: str, message: str, *, workflow: str | None 
 
 
 def in_agent_session(env: Mapping[str, str] | None = None) -> bool:
+    return agent_session_variable(env) is not None
+
+
+def agent_session_variable(env: Mapping[str, str] | None = None) -> str | None:
+    """The variable that marks this process as an agent's (`CLAUDECODE=1`, `NIKA_AGENT=...`), or None."""
     env = os.environ if env is None else env
-    return env.get("CLAUDECODE") == "1" or bool(env.get("NIKA_AGENT"))
+    if env.get("CLAUDECODE") == "1":
+        return "CLAUDECODE=1"
+    if env.get("NIKA_AGENT"):
+        return f"NIKA_AGENT={env['NIKA_AGENT']}"
+    return None
 
 
 def decide(brain: Brain, gate_id: str, decision: str, *, by: str | None = None, via: str = "cli",
@@ -133,9 +142,10 @@ def decide(brain: Brain, gate_id: str, decision: str, *, by: str | None = None, 
     status = DECISIONS.get(decision)
     if status is None:
         raise BrainError(f"decision must be approve or reject, not {decision!r}")
-    if via == "cli" and in_agent_session(env):
-        raise Refused("refused: a human gate cannot be decided from inside an agent session "
-                         "(CLAUDECODE=1); a human must run this")
+    marker = agent_session_variable(env) if via == "cli" else None
+    if marker:
+        raise Refused(f"refused: a human gate cannot be decided from inside an agent session "
+                      f"({marker} is set here); a human must run this")
     with brain.mutex("gates"):
         g = load_gate(brain, gate_id)
         if not g.pending:

@@ -425,6 +425,9 @@ def _try_acquire(brain: Brain, scope: str, owner: str, mode: str, ttl: float, pi
 
 def describe(lk: Lock) -> str:
     who = f"{lk.holder.host}:{lk.holder.pid}" if lk.holder.pid else lk.holder.host
+    if lk.expired(clock.now()) and holder_alive(lk.holder):
+        return (f"{lk.scope} held by {lk.owner} ({who}, token {lk.token}, expired {clock.iso(lk.expires)} "
+                f"but still held: its holder process {lk.holder.pid} is alive)")
     return f"{lk.scope} held by {lk.owner} ({who}, token {lk.token}, expires {clock.iso(lk.expires)})"
 
 

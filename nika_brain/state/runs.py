@@ -103,6 +103,10 @@ def load_run(brain: Brain, workflow: str) -> Run | None:
     return load_path(path) if path.exists() else None
 
 
+def list_runs(brain: Brain) -> list[Run]:
+    return brain.load_all(runs_dir(brain), load_path)
+
+
 def save(brain: Brain, run: Run) -> Run:
     brain.write(run_path(brain, run.workflow), dumps(to_dict(run)))
     return run
@@ -114,7 +118,8 @@ def update(brain: Brain, run: Run, **changes) -> Run:
 
 # ---- how the index and `workflow status` show a run -----------------------------------------------
 
-_RESULT_STATE = {"ok": "done", "partial": "partial", "failed": "failed"}
+_RESULT_STATE = {"ok": "done", "partial": "partial", "failed": "failed", "skipped": "skipped",
+                 "accepted": "accepted"}
 
 
 def chain_view(wf, run: Run | None):
@@ -144,6 +149,8 @@ def step_states(wf, run: Run | None) -> dict[str, str]:
     for h in run.history:
         if isinstance(h, dict) and h.get("step") is not None and h.get("result") in _RESULT_STATE:
             states[str(h["step"])] = _RESULT_STATE[h["result"]]
+    if run.status == "done":  # as the report says: a step the run never went through was skipped
+        states = {k: ("skipped" if v == "pending" else v) for k, v in states.items()}
     cur = run.cursor
     if cur is not None and cur in states and run.active:
         if run.status == "gated" or run.gate:

@@ -12,6 +12,7 @@ end, before anything runs.
 """
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,7 @@ SIGNALS = ("STEP_DONE", "GATE_PENDING", "BLOCKED", "BLOCKED_ON", "DONE", "CIRCUI
            "ESCALATE", "CHECKPOINT", "INFO")
 HALTING_SIGNALS = ("BLOCKED", "BLOCKED_ON", "CIRCUIT_BREAK", "ABORT", "ESCALATE")
 GATES = ("human", "0-failures")
+_SIGNAL_RE = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)*")
 _GATE_RE = re.compile(r"^gate:human\s*(?:→|->)\s*(?:\"(?P<dq>[^\"]*)\"|'(?P<sq>[^']*)'|(?P<bare>.+?))\s*$")
 
 
@@ -63,8 +65,8 @@ def parse_action(text: str) -> Action:
         return Action("trigger", target)
     if t.startswith("signal:"):
         sig = t[len("signal:"):].strip()
-        if sig not in SIGNALS:
-            raise BrainError(f"unknown signal {sig!r} (known: {', '.join(SIGNALS)})")
+        if not _SIGNAL_RE.fullmatch(sig):  # the card's list is open-ended: any UPPER_SNAKE type
+            raise BrainError(f"not a signal type: {sig!r} (UPPER_SNAKE, e.g. {', '.join(SIGNALS)})")
         return Action("signal", sig)
     if t.startswith("gate:"):
         m = _GATE_RE.match(t)
@@ -248,8 +250,23 @@ def check_routes(wf: Workflow, doc: Doc | None = None) -> None:
                       i, "on_done")
 
 
+_LOADED: dict[str, tuple[tuple[int, int, int], Workflow]] = {}
+
+
 def load_workflow(path: Path | str) -> Workflow:
-    return build(load_doc(path))
+    """The workflow of a file; parsed again only when the file changed (a swarm run reads its
+    workflow at every transition). A Workflow is frozen: sharing it is safe."""
+    try:
+        st = os.stat(path)
+        key = (st.st_mtime_ns, st.st_size, st.st_ino)
+    except OSError:
+        return build(load_doc(path))
+    hit = _LOADED.get(str(path))
+    if hit is not None and hit[0] == key:
+        return hit[1]
+    wf = build(load_doc(path))
+    _LOADED[str(path)] = (key, wf)
+    return wf
 
 
 def find_workflow(brain: Brain, ref: str) -> Workflow:
@@ -269,4 +286,6 @@ def find_workflow(brain: Brain, ref: str) -> Workflow:
 
 
 def list_workflows(brain: Brain) -> list[Workflow]:
-    return [load_workflow(p) for p in brain.iter_yaml(brain.workflows_dir)]
+    """The valid workflows: an invalid file elsewhere never stops the others (`validate` names it)."""
+    from nika_brain.state import listing
+    return listing.load_each(brain, brain.workflows_dir, load_workflow)[0]

@@ -251,16 +251,20 @@ def test_cli_index_check_and_stdout(brain, cli):
     assert cli("index", "--check").returncode == 0
 
 
-def test_a_malformed_state_file_fails_the_index_without_touching_it(brain, cli):
+def test_a_malformed_state_file_is_named_in_the_index_which_still_shows_the_rest(brain, cli):
+    # Issue 18, item 3: one bad file elsewhere never breaks the index (nor a run's transition).
     put_claim(brain.root, "c1")
     assert cli("index").returncode == 0
-    before = brain.index_path.read_bytes()
     write(brain.root, "claims/c2.yml", "id: c2\nstatus: [unclosed\n")
     proc = cli("index")
-    assert proc.returncode == 1
-    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
-    assert proc.stderr.startswith("nika-brain: claims/c2.yml:") and "invalid YAML" in proc.stderr
-    assert brain.index_path.read_bytes() == before
+    assert proc.returncode == 0 and proc.stderr == ""
+    text = brain.index_path.read_text()
+    assert "## Invalid files" in text and "`claims/c2.yml`" in text and "invalid YAML" in text
+    assert "| c1 |" in text or "c1" in text.split("## Active claims")[1]
+    # The git hooks stay strict: a commit's index tells the whole state or the commit waits.
+    with pytest.raises(BrainError) as exc:
+        index.render(brain, strict=True)
+    assert str(exc.value).startswith("claims/c2.yml:")
 
 
 def test_a_lock_with_an_escaping_scope_is_named_in_the_error(brain):
@@ -268,8 +272,9 @@ def test_a_lock_with_an_escaping_scope_is_named_in_the_error(brain):
     lock_file = next(brain.locks_dir.glob("*.yml"))
     lock_file.write_text(lock_file.read_text().replace("scope: src/", "scope: ../../etc"))
     with pytest.raises(BrainError) as exc:
-        index.render(brain)
+        index.render(brain, strict=True)
     assert str(exc.value).startswith(f"locks/{lock_file.name}:1: scope: scope must be a path inside the brain")
+    assert f"`locks/{lock_file.name}`" in index.render(brain)
 
 
 def test_the_regen_script_runs_the_index_from_any_folder(ibrain):

@@ -16,6 +16,8 @@ from tests.kit.brain import git_out as git
 from tests.kit.orch import (
     BREAKER,
     PLAIN,
+    W1,
+    W2,
     claims_of,
     journal,
     nb,
@@ -175,7 +177,9 @@ def test_3_theme_branch_merge_refuses_a_run_with_failed_steps_unless_a_human_for
     assert "human" in forced.stderr
     nb(brain, "branch", "merge", "theme/halt", "--test", "true", "--force-human",
        "--note", "reviewed by hand", check=0)
-    assert (brain.root / "notes" / "n.md").is_file()
+    assert git(brain.root, "rev-parse", "main") != base
+    # The failed attempt's file is set aside on its ref, never merged (issue 18, item 8).
+    assert not (brain.root / "notes" / "n.md").is_file()
     merge = [r for r in journal(brain) if r["type"] == "MERGE"]
     assert merge and merge[-1]["payload"]["failed"] == ["1"] and merge[-1]["payload"]["forced_by"]
     assert merge[-1]["payload"]["note"] == "reviewed by hand"
@@ -357,23 +361,6 @@ def test_readme_quick_start_walks_the_example_to_done(tmp_path, git_env):
 
 # ---- 8. cross-workflow triggers -------------------------------------------------------------------
 
-W1 = """name: w1
-branch: theme/w1
-chain:
-  - step: 1
-    type: search
-    scope: notes/
-    story_angle: "result=ok"
-    on_done: trigger:w2/1
-"""
-W2 = """name: w2
-branch: theme/w2
-chain:
-  - step: 1
-    type: search
-    scope: docs/
-    story_angle: "result=ok"
-"""
 
 
 def test_8_a_trigger_is_listed_as_next_in_the_triggering_runs_mode(tmp_path, git_env):

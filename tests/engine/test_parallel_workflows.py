@@ -86,21 +86,23 @@ def test_overlapping_scopes_launched_together_block_one_naming_the_holder(tmp_pa
     assert claims_of(brain, loser) == [], "the blocked workflow opened no claim"
     assert any(r["type"] == "BLOCKED_ON" and held in r["reason"] for r in journal(brain, loser))
 
-    (worktree(brain, f"theme/{winner}") / "shared" / "first.txt").parent.mkdir(parents=True)
-    (worktree(brain, f"theme/{winner}") / "shared" / "first.txt").write_text("first\n")
+    scope_of = {"alpha": "shared", "beta": "shared/b"}  # each writes inside its own claim's scope
+    first = worktree(brain, f"theme/{winner}") / scope_of[winner] / "first.txt"
+    first.parent.mkdir(parents=True)
+    first.write_text("first\n")
     nb(brain, "claim", "close", held, "--status", "ok", "--summary", "first", check=0)
     assert "DONE" in nb(brain, "workflow-launch", winner, check=0).stdout
     nb(brain, "workflow-launch", loser, check=0)
     second = open_claim_id(brain, loser)
-    mine = worktree(brain, f"theme/{loser}") / "shared" / "b" / "second.txt"
-    mine.parent.mkdir(parents=True)
+    mine = worktree(brain, f"theme/{loser}") / scope_of[loser] / "second.txt"
+    mine.parent.mkdir(parents=True, exist_ok=True)
     mine.write_text("second\n")
     nb(brain, "claim", "close", second, "--status", "ok", "--summary", "second", check=0)
     assert "DONE" in nb(brain, "workflow-launch", loser, check=0).stdout
     assert run_file(brain, "alpha")["status"] == run_file(brain, "beta")["status"] == "done"
     assert len(git(brain.root, "log", "--merges", "--format=%H").split()) == 2
-    assert (brain.root / "shared" / "first.txt").read_text() == "first\n"
-    assert (brain.root / "shared" / "b" / "second.txt").read_text() == "second\n"
+    assert (brain.root / scope_of[winner] / "first.txt").read_text() == "first\n"
+    assert (brain.root / scope_of[loser] / "second.txt").read_text() == "second\n"
 
 
 def test_overlap_with_a_running_swarm_satellite_blocks_until_it_has_finished(tmp_path, git_env):

@@ -130,3 +130,23 @@ chain:
     scope: notes/
     story_angle: "{angle}"
 """
+
+
+# Two workflows: w1's one step triggers w2's step 1 (cross-workflow triggers).
+W1 = """name: w1
+branch: theme/w1
+chain:
+  - step: 1
+    type: search
+    scope: notes/
+    story_angle: "result=ok"
+    on_done: trigger:w2/1
+"""
+W2 = """name: w2
+branch: theme/w2
+chain:
+  - step: 1
+    type: search
+    scope: docs/
+    story_angle: "result=ok"
+"""
