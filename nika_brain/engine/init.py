@@ -26,7 +26,7 @@ IGNORE_LINES = (IGNORE_LINE, TEMP_IGNORE)
 def secret_ignores() -> tuple[str, ...]:
     """Every secret pattern of the one list (claude/secretfiles.py), for the brain's .gitignore: a
     kernel's credentials.env must never reach a commit (an operator's `git add -A`)."""
-    from nika_brain.claude.secretfiles import _ONLY_UNDER, _NOT_SECRET, DIRS, NAMES, PATTERNS
+    from nika_brain.claude.secretfiles import _NOT_SECRET, _ONLY_UNDER, DIRS, NAMES, PATTERNS
     names = sorted(n for n in NAMES if n not in _ONLY_UNDER)
     keep = [f"!*{suffix}" for suffix in _NOT_SECRET if suffix != ".md"]
     return ("credentials.env", *names, *PATTERNS, *(f"{d}/" for d in sorted(DIRS)), *keep)

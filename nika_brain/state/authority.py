@@ -52,12 +52,12 @@ def _passwd_home() -> str:
         return "/nonexistent"
 
 
-def operator_dir(env: Mapping[str, str] | None = None) -> Path:
-    """The operator's config folder. `env` is accepted for old callers and ignored on purpose."""
+def operator_dir() -> Path:
+    """The operator's config folder (from the passwd database; no variable moves it)."""
     return Path(_passwd_home()) / ".config" / "nika-brain"
 
 
-def private_dir(env: Mapping[str, str] | None = None) -> Path:
+def private_dir() -> Path:
     """The folder agent sessions are denied (sandbox denyRead, Read deny rule, hook)."""
     return operator_dir() / "private"
 
@@ -68,7 +68,7 @@ def brain_id(root: Path | str) -> str:
     return f"{os.path.basename(real) or 'brain'}-{hashlib.sha256(real.encode()).hexdigest()[:12]}"
 
 
-def key_paths(root: Path | str, env: Mapping[str, str] | None = None) -> tuple[Path, Path]:
+def key_paths(root: Path | str) -> tuple[Path, Path]:
     """(private key, the operator's own pin) of this brain."""
     bid = brain_id(_root(root))
     return private_dir() / f"{bid}.key", operator_dir() / f"{bid}.pub"
@@ -259,6 +259,17 @@ def require(brain: Any, what: str) -> None:
         _signer(brain)
     except BrainError as exc:
         raise Refused(exc.message.replace("refused: this", f"refused: {what}", 1)) from None
+
+
+def operator_only(brain: Any, what: str) -> None:
+    """The CLI's own check for a command only the operator runs: refused when the session says it is
+    an agent's (a hint, for a clear early answer) and whenever this process cannot sign with the
+    pinned key (the authority itself: an agent unsetting CLAUDECODE still has no key)."""
+    if in_agent_session():
+        raise Refused(f"refused: {what} is the operator's decision, not an agent's (this is an agent "
+                      "session); an agent asks with `/kernel new` or `nika-brain kernel propose`, or "
+                      "reports BLOCKED_ON")
+    require(brain, what)
 
 
 def status(brain: Any) -> dict[str, Any]:
