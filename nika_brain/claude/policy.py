@@ -63,6 +63,7 @@ _LEGACY_READ = {"NotebookRead": "notebook_path", "LS": "path"}  # older builds: 
 class Target(NamedTuple):
     path: str            # absolute, normalised
     rel: str | None      # brain-relative logical path, None outside the brain
+    links: int = 1       # hard links to the file (a second name may be a state file's)
 
 
 class Facts(NamedTuple):
@@ -166,6 +167,9 @@ def _check_write(t: Target, facts: Facts) -> str | None:
     guarded = _guarded(rel)
     if guarded:
         return guarded
+    if t.links > 1:
+        return (f"{rel} has {t.links} hard links: writing it writes its other names too (maybe a "
+                "lock, claim or gate). Write a new file instead (remove this link first).")
     other = _other_kernel(rel, facts)
     if other:
         return _kernel_reason(rel, other, facts)
@@ -418,6 +422,8 @@ def _segment(words: list[str], redirected: list[str], depth: int,
     searches: list[str] = []
     if verb in _WRITE_ALL:
         writes += operands
+    elif verb == "ln" and not any(a in ("-s", "--symbolic") or _cluster(a, "s") for a in args):
+        writes += operands  # a hard link makes its source writable under the new name
     elif verb in _WRITE_LAST and operands and not any(a in ("-t", "--target-directory")
                                                       or a.startswith("--target-directory=")
                                                       for a in args):
