@@ -521,6 +521,8 @@ def _operator_command(seg: Segment, facts: Facts) -> str | None:
     (`env -S "nika-brain gate approve"`, an alias's text), options between the two words are
     skipped, and a follower built at run time (`$v`, a backtick) counts as the decision."""
     words = [x.lower() for w in seg.words for x in (w.split() or [w])]
+    if seg.verb in ("alias", "function") and any(w in OPERATOR_ONLY for w in words):
+        return f"`{seg.verb}` naming an operator command"
     for i, w in enumerate(words):
         base = os.path.basename(w)
         for script, decisions in _SCRIPTS.items():

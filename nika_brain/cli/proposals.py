@@ -15,7 +15,7 @@ def _line(p: dict) -> str:
     extra = f" -> {p['spawned']}" if p.get("spawned") else (f" ({p['error']})" if p.get("error") else "")
     return (
         f"{p['id']}\t{p['status']}{extra}\t{p['trigger']}\t{p.get('kernel') or '-'}\t"
-        f"mem~{p['memory_estimate']}\t{p['goal']}\n    why: {p['why']}"
+        f"mem~{p.get('memory_estimate', '?')}\t{p['goal']}\n    why: {p.get('why', '')}"
     )
 
 
