@@ -20,32 +20,12 @@ from nika_brain.engine.signals import INBOX
 from nika_brain.federation.spawning import proposals
 from nika_brain.state import authority, gates
 from nika_brain.support.yamlsafe import dumps, load_file
+from tests.engine.test_inbound import THREE  # the inbound tests' three-step chain
 from tests.kit.brain import git_out
 from tests.kit.claude import SID, bound_env, hook, hook_brain
 from tests.kit.fixtures import agent_env
 from tests.kit.orch import journal, nb, open_claim_id, orch_brain, run_file, satellite_config
-
-GATED = """name: gated
-branch: theme/gated
-chain:
-  - step: 1
-    type: code
-    scope: src/
-    gate: human
-    story_angle: "after a human go"
-"""
-THREE = """name: three
-branch: theme/three
-chain:
-  - step: 1
-    type: search
-    scope: one/
-    story_angle: "result=ok"
-  - step: 2
-    type: search
-    scope: two/
-    story_angle: "result=ok"
-"""
+from tests.state.test_authority import GATED  # a code step behind a human gate
 
 
 def _gated(tmp_path):
