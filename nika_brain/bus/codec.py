@@ -60,6 +60,19 @@ def decode(where: str, text: str | None) -> dict:
     return value
 
 
+MALFORMED = "_malformed"
+
+
+def decode_delivered(where: str, text: str | None) -> dict:
+    """A message delivered to a consumer group: a body that is not a JSON object is handed over as
+    {MALFORMED: why}, so the consumer acknowledges and journals it and the rest of the batch goes on
+    (raising would lose the batch: the group's cursor has already moved past it)."""
+    try:
+        return decode(where, text)
+    except BrainError as exc:
+        return {MALFORMED: exc.message}
+
+
 def one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     return text or type(exc).__name__

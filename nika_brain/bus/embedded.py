@@ -134,8 +134,9 @@ class EmbeddedBus:
             return int(value)
         raise BrainError(f"bus: {value!r} is not a message id of the embedded bus")
 
-    def _messages(self, channel: str, rows) -> list[Message]:
-        return [(str(i), codec.decode(f"message {i} on {channel}", body)) for i, body in rows]
+    def _messages(self, channel: str, rows, delivered: bool = False) -> list[Message]:
+        read = codec.decode_delivered if delivered else codec.decode
+        return [(str(i), read(f"message {i} on {channel}", body)) for i, body in rows]
 
     def publish(self, channel: str, message: dict) -> str:
         # Ids come from one AUTOINCREMENT under SQLite's single writer and each insert commits on its
@@ -170,7 +171,7 @@ class EmbeddedBus:
         while True:
             rows = self._deliver(channel, group, consumer, count)
             if rows or not deadline.sleep():
-                return self._messages(channel, rows)
+                return self._messages(channel, delivered=True, rows=rows)
 
     def _deliver(self, channel: str, group: str, consumer: str, count: int) -> list:
         # A cheap look without the write lock first: idle consumers poll this many times a second.
@@ -217,7 +218,7 @@ class EmbeddedBus:
             db.executemany("UPDATE pending SET consumer = ?, delivered = ?, deliveries = deliveries + 1"
                            " WHERE channel = ? AND grp = ? AND id = ?",
                            [(consumer, now, channel, group, i) for i, _ in rows])
-        return self._messages(channel, rows)
+        return self._messages(channel, delivered=True, rows=rows)
 
     def set(self, key: str, value: dict, ttl: float | None = None) -> None:
         key, body, ttl = codec.check_name("key", key), codec.encode("value", value), codec.check_ttl(ttl)

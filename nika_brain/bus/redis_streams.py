@@ -94,12 +94,13 @@ class RedisBus:
             return value
         raise BrainError(f"bus: {value!r} is not a message id of the redis bus")
 
-    def _messages(self, channel: str, entries) -> list[Message]:
+    def _messages(self, channel: str, entries, delivered: bool = False) -> list[Message]:
         out = []
         for mid, fields in entries or ():
             if fields is None:  # an entry deleted by a trim while it was pending
                 continue
-            out.append((mid, codec.decode(f"message {mid} on {channel}", fields.get("m"))))
+            read = codec.decode_delivered if delivered else codec.decode
+            out.append((mid, read(f"message {mid} on {channel}", fields.get("m"))))
         return out
 
     def _ms(self, seconds: float) -> int:
@@ -161,7 +162,7 @@ class RedisBus:
                 res = self._with_group(r, channel, group, lambda wait=wait: r.xreadgroup(
                     group, consumer, {channel: ">"}, count=count, block=wait))
             if res or deadline.remaining() <= 0:
-                return self._messages(channel, res[0][1] if res else ())
+                return self._messages(channel, delivered=True, entries=res[0][1] if res else ())
 
     def ack(self, channel: str, group: str, id: str) -> bool:
         channel, group, mid = codec.check_name("channel", channel), codec.check_name("group", group), self._id(id)
@@ -183,7 +184,7 @@ class RedisBus:
                 if nxt in ("0-0", start):
                     break
                 start = nxt
-        return self._messages(channel, out)
+        return self._messages(channel, delivered=True, entries=out)
 
     def set(self, key: str, value: dict, ttl: float | None = None) -> None:
         key, body, ttl = codec.check_name("key", key), codec.encode("value", value), codec.check_ttl(ttl)

@@ -63,6 +63,7 @@ _LEGACY_READ = {"NotebookRead": "notebook_path", "LS": "path"}  # older builds: 
 class Target(NamedTuple):
     path: str            # absolute, normalised
     rel: str | None      # brain-relative logical path, None outside the brain
+    links: int = 1       # hard links to the file (a second name may be a state file's)
 
 
 class Facts(NamedTuple):
@@ -146,6 +147,9 @@ def _guarded(rel: str | None) -> str | None:
         return f"{rel} is under {seg[0]}/: {_STATE_HINT}."
     if seg[0] == ".git":
         return f"{rel} is inside git's own folder; use git commands."
+    if seg == ["operator.pub"]:
+        return (f"{rel} pins the operator's key (what every decision is checked against); a human "
+                "changes it with `nika-brain operator init`.")
     if ".claude" in seg[:-1] and (seg[-1].startswith("settings") or seg[-1] == "nika-brain.json"):
         return (f"{rel} holds the Claude Code hooks and rules that guard this session; a human changes "
                 "them with `nika-brain claude install|uninstall`.")
@@ -163,6 +167,9 @@ def _check_write(t: Target, facts: Facts) -> str | None:
     guarded = _guarded(rel)
     if guarded:
         return guarded
+    if t.links > 1:
+        return (f"{rel} has {t.links} hard links: writing it writes its other names too (maybe a "
+                "lock, claim or gate). Write a new file instead (remove this link first).")
     other = _other_kernel(rel, facts)
     if other:
         return _kernel_reason(rel, other, facts)
@@ -280,7 +287,13 @@ IDENTITY_VARS = {"CLAUDECODE", "NIKA_CLAIM", "NIKA_AGENT", "NIKA_LOCK_OVERRIDE",
 OPERATOR_ONLY: dict[str, tuple[str, ...] | None] = {
     "gate": ("approve", "reject", "approved", "rejected"),
     "preflight": ("reset",),
+    "breaker": ("reset",),
     "operator": ("init", "rotate", "key", "sign"),
+    # Governing the federation (issue 20 item 3): an agent asks with `/kernel new` or `kernel propose`.
+    "kernel": ("spawn", "kill", "restart", "start", "env", "approve", "reject", "readjust"),
+    "rag": ("grant", "revoke", "purge"),
+    "federation": ("acl", "up", "down"),
+    "workflow": ("abort", "adapt"),
 }
 _SCRIPTS = {"human-gate-ack": ("approve", "reject", "approved", "rejected"),
             "preflight-check": ("reset",)}
@@ -295,7 +308,7 @@ def operator_only(word: str, followers: tuple[str, ...] | None) -> None:
 def _words(command: str) -> list[str]:
     # Newlines separate commands too; shlex would read them as plain spaces.
     import shlex
-    text = command.replace("\n", " ; ")
+    text = command.replace("\\\n", "").replace("\n", " ; ")  # a backslash-newline joins lines
     try:
         lex = shlex.shlex(text, posix=True, punctuation_chars=True)
         lex.whitespace_split = True
@@ -409,6 +422,8 @@ def _segment(words: list[str], redirected: list[str], depth: int,
     searches: list[str] = []
     if verb in _WRITE_ALL:
         writes += operands
+    elif verb == "ln" and not any(a in ("-s", "--symbolic") or _cluster(a, "s") for a in args):
+        writes += operands  # a hard link makes its source writable under the new name
     elif verb in _WRITE_LAST and operands and not any(a in ("-t", "--target-directory")
                                                       or a.startswith("--target-directory=")
                                                       for a in args):
@@ -502,8 +517,12 @@ def segments(command: str, depth: int = 0) -> list[Segment]:
 
 
 def _operator_command(seg: Segment, facts: Facts) -> str | None:
-    """Why this simple command is the operator's to run, or None."""
-    words = [w.lower() for w in seg.words]
+    """Why this simple command is the operator's to run, or None. Words are also split on blanks
+    (`env -S "nika-brain gate approve"`, an alias's text), options between the two words are
+    skipped, and a follower built at run time (`$v`, a backtick) counts as the decision."""
+    words = [x.lower() for w in seg.words for x in (w.split() or [w])]
+    if seg.verb in ("alias", "function") and any(w in OPERATOR_ONLY for w in words):
+        return f"`{seg.verb}` naming an operator command"
     for i, w in enumerate(words):
         base = os.path.basename(w)
         for script, decisions in _SCRIPTS.items():
@@ -511,8 +530,12 @@ def _operator_command(seg: Segment, facts: Facts) -> str | None:
                 return f"`{script}` {' '.join(x for x in words[i + 1:] if x in decisions)}"
         if w in OPERATOR_ONLY and i + 1 < len(words):
             followers = OPERATOR_ONLY[w]
-            if followers is None or words[i + 1] in followers:
-                return f"`{w} {words[i + 1]}`"
+            j = i + 1
+            while j < len(words) - 1 and words[j].startswith("-"):
+                j += 1
+            nxt = words[j]
+            if followers is None or nxt in followers or "$" in nxt or "`" in nxt:
+                return f"`{w} {nxt}`"
     if seg.verb == "gh" and words[1:3] == ["pr", "review"] and any(
             w in ("--approve", "-a", "--request-changes", "-r") for w in words):
         return "`gh pr review --approve|--request-changes`"
@@ -524,9 +547,24 @@ def _operator_command(seg: Segment, facts: Facts) -> str | None:
     return None
 
 
+_ASSIGNING = {"printf", "read", "export", "declare", "typeset", "local", "readonly", "unset", "mapfile",
+              "readarray", "getopts", "eval", "let", "set", "alias", "source", "."}
+_APPEND = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(?:\[[^]]*\])?\+?=")
+
+
 def _forged(seg: Segment) -> str | None:
     """Environment or git options that would let an agent pass for the operator or skip a check."""
     words = list(seg.words)
+    flat = [x for w in words for x in (w.split() or [w])]
+    for x in flat:
+        m = _APPEND.match(x)  # NIKA_CLAIM=x, NIKA_CLAIM+=x, a[0]=x, also inside `env -S "..."`
+        if m and m.group(1) in IDENTITY_VARS:
+            return f"setting {m.group(1)}"
+    if seg.verb in _ASSIGNING or any(os.path.basename(w) in _ASSIGNING for w in words[:1]):
+        named = [x for x in flat if x.lstrip("+-") in IDENTITY_VARS or any(
+            v in x for v in IDENTITY_VARS)]
+        if named:
+            return f"`{seg.verb}` on {named[0]} (the session's identity is not the agent's to change)"
     for i, w in enumerate(words):
         m = _ASSIGN.match(w)
         if m and m.group(1) in IDENTITY_VARS:
@@ -541,7 +579,10 @@ def _forged(seg: Segment) -> str | None:
     if seg.verb == "git":
         if any("core.hookspath" in w for w in low):
             return "changing core.hooksPath (it switches the git hooks off)"
-        if "--no-verify" in low:
+        for i, w in enumerate(low[:-1]):
+            if w == "-c" and ("$" in low[i + 1] or "`" in low[i + 1] or "path" in low[i + 1]):
+                return "a git `-c` setting built at run time or naming a path (it may switch hooks off)"
+        if any(len(w) >= 5 and "--no-verify".startswith(w) for w in low):  # git takes --no-veri
             return "`--no-verify` (it skips git's hooks, among them the pre-commit lock check)"
         if "commit" in low:
             valued = {"-m", "-f", "-c", "-C", "--message", "-F", "--author", "--date", "-t",
@@ -590,7 +631,26 @@ def _walk_finds(root: str, facts: Facts, excludes: tuple[str, ...]) -> str | Non
     return None
 
 
+MAX_COMMAND_CHARS = 64 * 1024   # the hook's work per call is bounded: past these, refuse, never time out
+MAX_WORDS = 4000
+
+
+def _too_big(command: str) -> str | None:
+    if len(command) > MAX_COMMAND_CHARS:
+        return (f"this command is {len(command)} characters long; nika-brain checks at most "
+                f"{MAX_COMMAND_CHARS} per call. Split it into smaller commands (or write a script "
+                "file and run it).")
+    if command.count(" ") + command.count("\t") + command.count("\n") >= MAX_WORDS and \
+            len(_words(command)) > MAX_WORDS:
+        return (f"this command has more than {MAX_WORDS} words (operands); nika-brain checks at most "
+                f"{MAX_WORDS} per call. Split it into smaller commands.")
+    return None
+
+
 def _check_bash(command: str, cwd: str, facts: Facts) -> str | None:
+    big = _too_big(command)
+    if big:
+        return big
     here = cwd
     stack: list[str] = []
     full: list[Facts] = []

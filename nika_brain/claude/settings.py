@@ -46,7 +46,7 @@ SANDBOX_MODES = ("auto", "required", "off")
 # Brain files an agent's own nika-brain commands never write: its guard (.claude), git's hooks and
 # config (a core.hooksPath would switch the pre-commit lock check off), the zones, cards, workflows
 # and config that decide what the agent may do.
-_NO_AGENT_WRITE = (".claude", ".git/hooks", ".git/config", "nika-brain.yml", "brain", "agents",
+_NO_AGENT_WRITE = (".claude", ".git/hooks", ".git/config", "nika-brain.yml", "operator.pub", "brain", "agents",
                    "workflows", "hooks")
 
 
@@ -232,8 +232,10 @@ def install(target_dir: Path, *, command: str | None = None, kernel_id: str | No
 
     hooks = _section(data, "hooks", settings_path)
     for event, (matcher, timeout) in HOOKS.items():
+        # onFailure "block": a hook that times out or fails must not let the tool call through
+        # (Claude Code lets it through by default); the pinned CLI honours it (tests/claudecli).
         group: dict[str, Any] = {"hooks": [{"type": "command", "command": f"{command} hook {event}",
-                                            "timeout": timeout}]}
+                                            "timeout": timeout, "onFailure": "block"}]}
         if matcher:
             group = {"matcher": matcher, **group}
         groups = hooks.setdefault(event, [])

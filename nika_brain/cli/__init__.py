@@ -164,3 +164,10 @@ def run(argv: list[str]) -> int:
         print("nika-brain: interrupted", file=sys.stderr)
         return 130
     return rv if isinstance(rv, int) else 0
+
+
+def operator_only(what: str) -> None:
+    """The CLI's own check for commands only the operator runs (authority.operator_only)."""
+    from nika_brain.brain import Brain
+    from nika_brain.state import authority
+    authority.operator_only(Brain.find(), what)

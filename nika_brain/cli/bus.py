@@ -22,10 +22,16 @@ def _line(mid: str, message: dict) -> str:
 
 
 @bus_app.command("publish")
-def publish(channel: str, message: str = typer.Argument(..., help="a JSON object")):
+def publish(channel: str, message: str = typer.Argument(..., help="a JSON object"),
+            sign: bool = typer.Option(False, "--sign", help="sign it with the operator key (the "
+                                      "orchestrator's inbox obeys only signed messages)")):
     """Append MESSAGE (a JSON object) to CHANNEL; print its id."""
     value = json_object(message, "bus: the message")
-    print(busmod.open_bus(Brain.find()).publish(channel, value))
+    brain = Brain.find()
+    if sign:
+        from nika_brain.engine import inbox
+        value = inbox.sign(brain, value)
+    print(busmod.open_bus(brain).publish(channel, value))
 
 
 @bus_app.command("tail")

@@ -7,7 +7,7 @@ from typing import List
 import typer
 
 from nika_brain.brain import Brain
-from nika_brain.cli import app
+from nika_brain.cli import app, operator_only
 
 fed_app = typer.Typer(no_args_is_help=True, help="The kernel federation: health, supervisor, Redis ACLs.")
 app.add_typer(fed_app, name="federation")
@@ -53,6 +53,7 @@ def federation_acl(kernel: List[str] = typer.Option([], "--kernel",
                                                    help="a kernel (repeat; default all live)"),
                    revoke: bool = typer.Option(False, "--revoke")):
     """Create (or rotate) one Redis ACL user per kernel; its password goes to its credentials file."""
+    operator_only("creating the federation's Redis users")
     from nika_brain.federation.kernels import acl
     for name in acl.apply(Brain.find(), kernel or None, revoke=revoke):
         print(f"{'revoked' if revoke else 'set'} {name}")

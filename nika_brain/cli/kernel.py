@@ -11,7 +11,7 @@ from typing import List, Optional
 import typer
 
 from nika_brain.brain import Brain
-from nika_brain.cli import app
+from nika_brain.cli import app, operator_only
 from nika_brain.errors import BrainError
 from nika_brain.state import kernels
 
@@ -102,6 +102,7 @@ def kernel_spawn(goal: str,
                  temporary: bool = typer.Option(False, "--temporary", help="a burst worker (needs --ttl)"),
                  ttl: Optional[str] = typer.Option(None, "--ttl", help="e.g. 2h")):
     """Create kernels/<id>/, register its goal and start it (a human command)."""
+    operator_only("spawning a kernel")
     from nika_brain.federation.kernels import verbs
     ex: list[str] = []
     if examples is not None:
@@ -133,6 +134,7 @@ def kernel_invoke(kernel_id: str, prompt: str,
 @kernel_app.command("readjust")
 def kernel_readjust(kernel_id: str, directive: str):
     """Inject a directive into a running kernel without killing it (the seed's readjust verb)."""
+    operator_only("readjusting a kernel")
     from nika_brain.federation.kernels import verbs
     d = verbs.kernel_readjust(Brain.find(), kernel_id, directive, by=getpass.getuser())
     print(f"directive {d.id} queued for {kernel_id}")
@@ -188,6 +190,7 @@ def kernel_observe(kernel_id: str, since: str = typer.Option("1h", "--since"),
 @kernel_app.command("kill")
 def kernel_kill(kernel_id: str, reason: str = typer.Option(..., "--reason")):
     """Stop a kernel (graceful, then forced); keeps its folder and history."""
+    operator_only("killing a kernel")
     from nika_brain.federation.kernels import verbs
     out = verbs.kernel_kill(Brain.find(), kernel_id, reason, by=getpass.getuser())
     print(f"killed {out['kernel']} in {out['seconds']}s; released {len(out['locks_released'])} lock(s), "

@@ -19,16 +19,18 @@ WHEN_OFF = ("when it is off, only the PreToolUse hook's tripwire stands between 
 
 @operator_app.command("init")
 def operator_init():
-    """Create this brain's operator key pair (idempotent); `claude install` does it too."""
+    """Create this brain's operator key pair and pin it (operator.pub, commit it); refused to agents."""
     from nika_brain.state import authority
     brain = Brain.find()
-    pub = authority.ensure_key(brain)
-    print(f"operator key: {authority.key_paths(brain.root)[0]} (private, 0600)\npublic key: {pub}")
+    pub = authority.create_key(brain)
+    print(f"operator key: {authority.key_paths(brain.root)[0]} (private, 0600)\npublic key: {pub}\n"
+          f"pinned in the brain: {authority.pin_path(brain)} (commit it)")
 
 
 @operator_app.command("show")
 def operator_show():
-    """Where the key is and whether this process can sign with it."""
+    """The pinned operator key (what every decision is checked against), where the key is and
+    whether this process can sign with it."""
     from nika_brain.state import authority
     for key, value in authority.status(Brain.find()).items():
         print(f"{key}: {value}")

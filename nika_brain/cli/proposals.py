@@ -7,6 +7,7 @@ import json
 import typer
 
 from nika_brain.brain import Brain
+from nika_brain.cli import operator_only
 from nika_brain.cli.kernel import kernel_app
 
 
@@ -14,7 +15,7 @@ def _line(p: dict) -> str:
     extra = f" -> {p['spawned']}" if p.get("spawned") else (f" ({p['error']})" if p.get("error") else "")
     return (
         f"{p['id']}\t{p['status']}{extra}\t{p['trigger']}\t{p.get('kernel') or '-'}\t"
-        f"mem~{p['memory_estimate']}\t{p['goal']}\n    why: {p['why']}"
+        f"mem~{p.get('memory_estimate', '?')}\t{p['goal']}\n    why: {p.get('why', '')}"
     )
 
 
@@ -56,6 +57,7 @@ def kernel_propose(
 @kernel_app.command("approve")
 def kernel_approve(proposal_id: str, note: str = typer.Option("", "--note")):
     """Approve a spawn proposal (a human only): the kernel is spawned."""
+    operator_only("approving a spawn proposal")
     from nika_brain.federation.spawning import proposals
 
     p = proposals.decide(Brain.find(), proposal_id, "approve", note=note)
@@ -67,6 +69,7 @@ def kernel_approve(proposal_id: str, note: str = typer.Option("", "--note")):
 @kernel_app.command("reject")
 def kernel_reject(proposal_id: str, note: str = typer.Option("", "--note")):
     """Reject a spawn proposal (a human only): its trigger stays silent until its measure changes."""
+    operator_only("rejecting a spawn proposal")
     from nika_brain.federation.spawning import proposals
 
     print(_line(proposals.decide(Brain.find(), proposal_id, "reject", note=note)))

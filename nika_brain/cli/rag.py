@@ -9,7 +9,7 @@ import sys
 import typer
 
 from nika_brain.brain import Brain
-from nika_brain.cli import app, json_object
+from nika_brain.cli import app, json_object, operator_only
 from nika_brain.errors import BrainError
 
 rag_app = typer.Typer(no_args_is_help=True,
@@ -95,6 +95,7 @@ def rag_grant(owner: str = typer.Argument(..., help="the kernel whose records ar
               level: list[str] = typer.Option([], "--level", help="only these levels (repeat)"),
               until: str | None = typer.Option(None, "--until", help="ISO time the grant ends")):
     """Let READER read OWNER's records (a file in grants/, journaled)."""
+    operator_only("granting vault access")
     from nika_brain.federation.vault import grants
     brain = Brain.find()
     _known_kernel(brain, owner)
@@ -107,6 +108,7 @@ def rag_grant(owner: str = typer.Argument(..., help="the kernel whose records ar
 @rag_app.command("revoke")
 def rag_revoke(owner: str, reader: str):
     """Withdraw READER's access to OWNER's records."""
+    operator_only("revoking vault access")
     from nika_brain.federation.vault import grants
     if not grants.revoke(Brain.find(), owner, reader):
         raise BrainError(f"no grant from {owner} to {reader}")
@@ -196,6 +198,7 @@ def rag_stats(kernel: str | None = typer.Option(None, "--kernel"),
 def rag_purge(kernel: str = typer.Option(..., "--kernel"),
               yes: bool = typer.Option(False, "--yes", help="required: this deletes the records")):
     """Delete a kernel's records, summaries and grants (what a killed kernel leaves behind)."""
+    operator_only("purging a kernel's vault records")
     from nika_brain.federation.vault.admin import purge
     if not yes:
         raise BrainError(f"rag purge deletes every vault record of {kernel}: add --yes to confirm")

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from nika_brain.brain import Brain
-from nika_brain.cli import app, json_object
+from nika_brain.cli import app, json_object, operator_only
 from nika_brain.engine import nextstep, orchestrator, preflight, signals
 from nika_brain.engine import service as launch
 from nika_brain.errors import EXIT_BLOCKED, Invalid
@@ -134,6 +134,7 @@ def workflow_status(name: str, as_json: bool = typer.Option(False, "--json"),
 @wf_app.command("abort")
 def workflow_abort(name: str, reason: str = typer.Option("aborted by request")):
     """ABORT {workflow, reason}: stop the chain."""
+    operator_only("aborting a workflow")
     out = launch.abort(Brain.find(), name, reason)
     print(f"[{out.workflow}] ABORT: {out.message}")
 
@@ -155,6 +156,7 @@ def workflow_adapt(name: str,
                    replace: Optional[str] = typer.Option(None, help="replace this step with --step-yaml"),
                    step_yaml: Optional[str] = typer.Option(None, help="a step mapping in YAML/JSON")):
     """ADAPT {workflow, changes}: insert, skip or replace steps mid-sequence (recorded in the run)."""
+    operator_only("adapting a workflow")
     changes: list[dict] = [{"op": "skip", "step": s} for s in skip]
     if insert_after or replace:
         if not step_yaml:

@@ -21,6 +21,15 @@ EXECUTABLE_DIRS = ("scripts", "hooks/git")
 IGNORE_LINE = ".nika/"
 TEMP_IGNORE = ".*.tmp"
 IGNORE_LINES = (IGNORE_LINE, TEMP_IGNORE)
+
+
+def secret_ignores() -> tuple[str, ...]:
+    """Every secret pattern of the one list (claude/secretfiles.py), for the brain's .gitignore: a
+    kernel's credentials.env must never reach a commit (an operator's `git add -A`)."""
+    from nika_brain.claude.secretfiles import _NOT_SECRET, _ONLY_UNDER, DIRS, NAMES, PATTERNS
+    names = sorted(n for n in NAMES if n not in _ONLY_UNDER)
+    keep = [f"!*{suffix}" for suffix in _NOT_SECRET if suffix != ".md"]
+    return ("credentials.env", *names, *PATTERNS, *(f"{d}/" for d in sorted(DIRS)), *keep)
 COMMIT_MESSAGE = "nika-brain init: brain template"
 
 
@@ -87,7 +96,8 @@ def _ensure_gitignore(root: Path) -> str | None:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        path.write_text("".join(f"{line}\n" for line in IGNORE_LINES), encoding="utf-8")
+        path.write_text("".join(f"{line}\n" for line in IGNORE_LINES + secret_ignores()),
+                        encoding="utf-8")
         return "created"
     except (OSError, UnicodeDecodeError) as exc:
         raise BrainError(f"cannot read .gitignore: {exc}", file=str(path)) from exc
@@ -97,6 +107,7 @@ def _ensure_gitignore(root: Path) -> str | None:
         missing.append(IGNORE_LINE)
     if TEMP_IGNORE not in lines:
         missing.append(TEMP_IGNORE)
+    missing += [line for line in secret_ignores() if line not in lines]
     if not missing:
         return None
     sep = "" if not text or text.endswith("\n") else "\n"
@@ -146,9 +157,17 @@ def init(target: Path | str, *, hooks: bool = True) -> InitReport:
         from nika_brain.gitrepo import sync
         sync.configure_merge_driver(root)   # BRAIN-INDEX.md is regenerated after a sync, never merged
 
+    from nika_brain.state import authority
+    if not authority.in_agent_session():
+        # The operator runs init: the brain's key is made and pinned (operator.pub, committed).
+        try:
+            authority.create_key(root)
+        except BrainError:
+            pass  # `nika-brain operator init` says why, when a decision first needs it
     if not _has_commit(root):
         paths = [p for p in template_files() + [f"{d}/.gitkeep" for d in EMPTY_DIRS]
-                 + [".gitignore", ".gitattributes", brain.index_path.name] if (root / p).exists()]
+                 + [".gitignore", ".gitattributes", brain.index_path.name, authority.PIN_NAME]
+                 if (root / p).exists()]
         git.run(root, "add", "--", *paths)
         git.run(root, "commit", "-q", "-m", COMMIT_MESSAGE, "--", *paths)
         report.committed = git.out(root, "rev-parse", "HEAD")

@@ -491,11 +491,17 @@ def listen(brain: Brain, *, once: bool = False, block: float = 1.0, on_line: Cal
     handled = 0
     while True:
         for msg_id, msg in b.group_read(signals.INBOX, "orchestrator", consumer, count=10, block=block):
+            from nika_brain.engine import inbox
+            why = inbox.refusal(brain, msg)  # only the operator (signed) or a recorded trigger
             try:
+                if why is not None:
+                    raise BrainError(why)
                 on_line(handle_inbound(brain, msg, on_event=on_event))
-            except BrainError as exc:
-                on_line(f"inbound signal refused: {exc}")
-                signals.emit(brain, "INFO", reason=f"inbound signal refused: {exc}", publish=False)
+            except (BrainError, TypeError, ValueError, KeyError, AttributeError) as exc:
+                text = exc.message if isinstance(exc, BrainError) else f"{type(exc).__name__}: {exc}"
+                on_line(f"inbound signal refused: {text}")
+                signals.emit(brain, "INFO", reason=f"inbound signal refused: {text} (message {msg_id})",
+                             publish=False)
             b.ack(signals.INBOX, "orchestrator", msg_id)
             handled += 1
         if once:

@@ -178,11 +178,15 @@ def _locator(brain: Any) -> Callable[[str], Any]:
     def locate(path: str) -> Target:
         real = os.path.realpath(path)
         folder = real
+        try:
+            links = os.stat(real).st_nlink if os.path.isfile(real) else 1
+        except OSError:
+            links = 1
         while True:
             if folder == root:
-                return Target(real, os.path.relpath(real, root).replace(os.sep, "/"))
+                return Target(real, os.path.relpath(real, root).replace(os.sep, "/"), links)
             if os.path.isfile(os.path.join(folder, "nika-brain.yml")) and is_worktree(folder):
-                return Target(real, os.path.relpath(real, folder).replace(os.sep, "/"))
+                return Target(real, os.path.relpath(real, folder).replace(os.sep, "/"), links)
             parent = os.path.dirname(folder)
             if parent == folder:
                 return Target(real, None)

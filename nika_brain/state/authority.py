@@ -1,54 +1,65 @@
-"""The operator's authority: a per-brain signing key that agent sessions cannot read.
+"""The operator's authority: a per-brain signing key that agent sessions cannot reach, and a pinned
+public key that decides what is authentic.
 
-Deciding a gate, resetting a circuit breaker, releasing or overriding another owner's lock and
-(federation) approving a spawn proposal are the operator's decisions. An environment variable an
-agent can unset, or a regex over its commands, cannot tell the operator from an agent; what can is
-a file the agent cannot read. So each brain has an Ed25519 key pair in the operator's config folder,
-outside the brain:
+Deciding a gate, resetting a circuit breaker, releasing or overriding another owner's lock,
+(federation) approving a spawn, granting vault access, governing kernels and posting to the
+orchestrator's inbox are the operator's decisions. An environment variable an agent can set, or a
+file or message it can write, cannot tell the operator from an agent. So:
 
-    $NIKA_OPERATOR_DIR (default $XDG_CONFIG_HOME/nika-brain, else ~/.config/nika-brain)
-        private/<brain-id>.key    0600, in a 0700 folder: the sandbox's denyRead covers private/
-        <brain-id>.pub            readable by anyone, writable only by the operator
+- The key pair lives in the operator's own config folder, found from the passwd database (the
+  user's home as the system records it), never from HOME, XDG_CONFIG_HOME or any variable:
 
-`sign()` needs the private key, so only the operator's own processes can sign; `verify()` needs only
-the public key, so the orchestrator checks every decision it reads, even inside an agent's sandbox
-(a gate file edited by hand to say "approved" carries no valid signature: it is invalid, not
-approved). Claude Code's OS sandbox (`nika-brain claude install`) denies agent sessions the
-`private/` folder and every write outside the brain; where the sandbox is off, only the hook's
-tripwire stands between an agent and the key, and `nika-brain doctor` says so.
+      <passwd home>/.config/nika-brain/private/<brain-id>.key   0600, in a 0700 folder
+      <passwd home>/.config/nika-brain/<brain-id>.pub           the operator's pin for this brain
 
-The pull-request review is the other authority (its token is not in an agent's environment).
+- The brain pins the public key too: `operator.pub` at its root, committed (`operator show`).
+- `verify()` trusts only the pinned key: the operator's own pin when this machine has it (and then
+  the brain's `operator.pub` must say the same, or nothing is authentic: someone rewrote it), else the
+  brain's `operator.pub` as committed on HEAD (another machine, CI). A key an agent makes for itself
+  signs nothing anyone trusts.
+- Signing never creates a key: `nika-brain operator init` (or `init`, `claude install`, run by a human)
+  does, and refuses in an agent session. `require()` proves the process holds the pinned private key.
 
-`sign(brain, kind, fields)` / `verify(brain, kind, fields, signature)` are the whole API; any
-record kind ("gate", "breaker-reset", "lock-override", "spawn") uses them. The `cryptography`
-package is imported only when signing or verifying, never on the hook path.
+Inside the sandboxes (Claude Code's, and the per-kernel one nika-brain starts) the private folder is
+denied and `operator.pub` is not writable; where no sandbox runs, an agent runs as the operator's
+user and the hook's tripwire is what stands in the way (README: "Authority: what each layer covers").
+
+`sign(brain, kind, fields)` / `verify(brain, kind, fields, signature)` are the whole API; the record's
+id is among its fields, so a signature replayed onto another id fails. The `cryptography` package is
+imported only when signing or verifying, never on the hook path.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from nika_brain.errors import BrainError, Refused
 
-ENV_DIR = "NIKA_OPERATOR_DIR"
+PIN_NAME = "operator.pub"   # the brain's pinned operator key, committed at its root
 
 
-def operator_dir(env: Mapping[str, str] | None = None) -> Path:
-    env = os.environ if env is None else env
-    if env.get(ENV_DIR):
-        return Path(env[ENV_DIR]).expanduser()
-    base = env.get("XDG_CONFIG_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"),
-                                                      ".config")
-    return Path(base) / "nika-brain"
+def _passwd_home() -> str:
+    """The user's home as the passwd database records it (not $HOME: an agent sets that)."""
+    import pwd
+    try:
+        return pwd.getpwuid(os.getuid()).pw_dir or "/nonexistent"
+    except KeyError:
+        return "/nonexistent"
 
 
-def private_dir(env: Mapping[str, str] | None = None) -> Path:
+def operator_dir() -> Path:
+    """The operator's config folder (from the passwd database; no variable moves it)."""
+    return Path(_passwd_home()) / ".config" / "nika-brain"
+
+
+def private_dir() -> Path:
     """The folder agent sessions are denied (sandbox denyRead, Read deny rule, hook)."""
-    return operator_dir(env) / "private"
+    return operator_dir() / "private"
 
 
 def brain_id(root: Path | str) -> str:
@@ -57,9 +68,14 @@ def brain_id(root: Path | str) -> str:
     return f"{os.path.basename(real) or 'brain'}-{hashlib.sha256(real.encode()).hexdigest()[:12]}"
 
 
-def key_paths(root: Path | str, env: Mapping[str, str] | None = None) -> tuple[Path, Path]:
+def key_paths(root: Path | str) -> tuple[Path, Path]:
+    """(private key, the operator's own pin) of this brain."""
     bid = brain_id(_root(root))
-    return private_dir(env) / f"{bid}.key", operator_dir(env) / f"{bid}.pub"
+    return private_dir() / f"{bid}.key", operator_dir() / f"{bid}.pub"
+
+
+def pin_path(brain: Any) -> Path:
+    return _root(brain) / PIN_NAME
 
 
 def _root(brain: Any) -> Path:
@@ -70,18 +86,66 @@ def _root(brain: Any) -> Path:
     return _main_worktree(root)
 
 
+def in_agent_session(env: Mapping[str, str] | None = None) -> bool:
+    """A hint only (an agent can unset these): used to refuse early and clearly, never as authority."""
+    env = os.environ if env is None else env
+    return env.get("CLAUDECODE") == "1" or bool(env.get("NIKA_AGENT"))
+
+
 def _refused(what: str, why: str) -> Refused:
     return Refused(f"refused: {what} needs the operator's authority, and {why}. A human runs "
-                      "this command in their own terminal (agent sessions are denied the operator "
+                   "this command in their own terminal (agent sessions are denied the operator "
                    "key)")
 
 
-def ensure_key(brain: Any) -> Path:
-    """Create the brain's key pair if it has none; return the public key path. Idempotent."""
+def _read_hex(path: Path) -> str | None:
+    try:
+        text = path.read_text(encoding="ascii").strip()
+        bytes.fromhex(text)
+    except (OSError, ValueError, UnicodeError):
+        return None
+    return text if len(text) == 64 else None
+
+
+def _committed_pin(root: Path) -> str | None:
+    """The brain's operator.pub as committed on HEAD (the working copy is not trusted)."""
+    try:
+        out = subprocess.run(["git", "-C", str(root), "show", f"HEAD:{PIN_NAME}"], capture_output=True,
+                             text=True, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    text = out.stdout.strip() if out.returncode == 0 else ""
+    try:
+        bytes.fromhex(text)
+    except ValueError:
+        return None
+    return text if len(text) == 64 else None
+
+
+def trusted_key(brain: Any) -> tuple[str | None, str]:
+    """(the public key every decision is checked against, or None; where it comes from / why none)."""
+    root = _root(brain)
+    _, own = key_paths(root)
+    mine, pinned = _read_hex(own), _read_hex(root / PIN_NAME)
+    if mine is not None:
+        if pinned is not None and pinned != mine:
+            return None, (f"{root / PIN_NAME} differs from the operator's pin {own} (rewritten?): no "
+                          "decision is authentic until a human restores it")
+        return mine, f"the operator's pin {own}"
+    committed = _committed_pin(root)
+    if committed is not None:
+        return committed, f"{PIN_NAME} as committed on HEAD"
+    return None, "no operator key is pinned for this brain (a human runs `nika-brain operator init`)"
+
+
+def create_key(brain: Any) -> Path:
+    """Create the brain's key pair if it has none, pin it (operator's config and the brain's
+    operator.pub); return the operator's pin path. Idempotent; refused in an agent session."""
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-    key, pub = key_paths(_root(brain))
-    if key.is_file() and pub.is_file():
-        return pub
+    if in_agent_session():
+        raise _refused("creating the operator key", "this is an agent session")
+    root = _root(brain)
+    key, pub = key_paths(root)
     try:
         key.parent.mkdir(parents=True, exist_ok=True)
         os.chmod(key.parent.parent, 0o700)
@@ -93,20 +157,30 @@ def ensure_key(brain: Any) -> Path:
             fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as fh:
                 fh.write(seed.hex() + "\n")
-        raw = Ed25519PrivateKey.from_private_bytes(seed).public_key().public_bytes_raw()
-        tmp = pub.with_suffix(f".pub.{os.getpid()}.tmp")
-        tmp.write_text(raw.hex() + "\n")
-        os.replace(tmp, pub)
+        raw = Ed25519PrivateKey.from_private_bytes(seed).public_key().public_bytes_raw().hex()
+        pinned = _read_hex(root / PIN_NAME)
+        if pinned is not None and pinned != raw:
+            raise Refused(f"refused: {root / PIN_NAME} pins another operator's key; this machine's key "
+                          f"({key}) would sign nothing this brain trusts. Restore {PIN_NAME} from git, or "
+                          "have the brain's operator run this")
+        for path in (pub, root / PIN_NAME):
+            if _read_hex(path) != raw:
+                tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+                tmp.write_text(raw + "\n")
+                os.replace(tmp, path)
     except (OSError, ValueError) as exc:
         raise _refused("creating the operator key",
                        f"{key} cannot be written here ({getattr(exc, 'strerror', None) or exc})") from exc
     return pub
 
 
+ensure_key = create_key  # `claude install` and `init` call it by this name
+
+
 def available(brain: Any) -> bool:
-    """Whether this process can sign (reads the private key); never raises."""
+    """Whether this process can sign with the pinned key; never raises."""
     try:
-        _private(brain)
+        _signer(brain)
         return True
     except BrainError:
         return False
@@ -127,19 +201,22 @@ def _private(brain: Any):
 
 
 def _signer(brain: Any):
-    key, pub = key_paths(_root(brain))
-    if not pub.is_file() and not key.exists():
-        ensure_key(brain)  # the operator's first decision on this brain (install creates it too)
-    return _private(brain)
+    """The private key, only when its public half is the key this brain trusts (never created here)."""
+    private = _private(brain)
+    trusted, why = trusted_key(brain)
+    if trusted is None:
+        raise _refused("this", why)
+    if private.public_key().public_bytes_raw().hex() != trusted:
+        raise _refused("this", f"this machine's key is not the one the brain trusts ({why})")
+    return private
 
 
 def _public(brain: Any):
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-    _, pub = key_paths(_root(brain))
-    try:
-        return Ed25519PublicKey.from_public_bytes(bytes.fromhex(pub.read_text().strip()))
-    except (OSError, ValueError, UnicodeError):
+    trusted, _ = trusted_key(brain)
+    if trusted is None:
         return None
+    return Ed25519PublicKey.from_public_bytes(bytes.fromhex(trusted))
 
 
 def payload(brain: Any, kind: str, fields: Mapping[str, Any]) -> bytes:
@@ -184,8 +261,22 @@ def require(brain: Any, what: str) -> None:
         raise Refused(exc.message.replace("refused: this", f"refused: {what}", 1)) from None
 
 
+def operator_only(brain: Any, what: str) -> None:
+    """The CLI's own check for a command only the operator runs: refused when the session says it is
+    an agent's (a hint, for a clear early answer) and whenever this process cannot sign with the
+    pinned key (the authority itself: an agent unsetting CLAUDECODE still has no key)."""
+    if in_agent_session():
+        raise Refused(f"refused: {what} is the operator's decision, not an agent's (this is an agent "
+                      "session); an agent asks with `/kernel new` or `nika-brain kernel propose`, or "
+                      "reports BLOCKED_ON")
+    require(brain, what)
+
+
 def status(brain: Any) -> dict[str, Any]:
-    """For `doctor`: where the key is and whether this process can use it."""
+    """For `doctor` and `operator show`: the pinned key, where it comes from, whether this process
+    can sign with it."""
     key, pub = key_paths(_root(brain))
-    return {"brain_id": brain_id(_root(brain)), "private": str(key), "public": str(pub),
+    trusted, source = trusted_key(brain)
+    return {"brain_id": brain_id(_root(brain)), "pinned": trusted or "-", "trusted_from": source,
+            "brain_pin": str(pin_path(brain)), "private": str(key), "public": str(pub),
             "public_present": pub.is_file(), "can_sign": available(brain)}

@@ -27,6 +27,7 @@ from nika_brain.support.schema import MAX_PID, MAX_TTL, MAX_WAIT, F, fields, in_
 from nika_brain.support.yamlsafe import dumps_fast, load_doc, plain_scalar
 
 MODES = ("exclusive", "shared")
+MAX_RENEW = 7 * 86400.0
 _WILD_CHARS = re.compile(r"[*?\[]")
 
 
@@ -519,7 +520,9 @@ def renew(brain: Brain, scope: str, owner: str, *, ttl: float | None = None,
           now: datetime | None = None) -> Lock:
     scope = normalize_scope(scope)
     now = now or clock.now()
-    ttl = in_range(brain.config.lock_ttl if ttl is None else ttl, "ttl", 0, MAX_TTL, lo_open=True)
+    # A renewal keeps a lock for at most a week more (a century-long renewal is a lock taken for ever).
+    ttl = in_range(brain.config.lock_ttl if ttl is None else ttl, "ttl", 0,
+                   max(MAX_RENEW, brain.config.lock_ttl), lo_open=True)
     short_text(owner, "lock owner")
     with brain.mutex("locks"):
         before = _read_index(brain)

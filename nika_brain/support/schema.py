@@ -84,6 +84,7 @@ def name(value: Any) -> str | None:
 # so text is the one type that covers every case without a lossy int()/str() round trip. YAML may
 # write it as a non-negative integer (`step: 2`); it is read as its decimal text. ASCII only: "²"
 # passes str.isdigit() but no int() wants it, and a file name should not depend on Unicode folding.
+MAX_STEP = 10**18   # one bound for a numeric step id, as YAML integer and as text
 _STEP_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", re.ASCII)
 
 
@@ -92,8 +93,11 @@ def step_id_error(value: Any) -> str | None:
     if isinstance(value, bool):
         return "a step id must be a number or a name, not true/false"
     if isinstance(value, int):
-        return None if 0 <= value < 10**18 else "a step id number must be between 0 and 10^18"
+        return None if 0 <= value < MAX_STEP else "a step id number must be between 0 and 10^18"
     if isinstance(value, str) and _STEP_ID.fullmatch(value):
+        if value.isdigit() and len(value) > 1 and not value.startswith("0") and int(value) >= MAX_STEP:
+            # Written back as a YAML integer (step_id_yaml): one bound for every writer and reader.
+            return "a step id number must be between 0 and 10^18"
         return None
     return ("a step id must be ASCII letters, digits, '.', '_' or '-' "
             "(at most 64, starting with a letter or digit)")

@@ -56,8 +56,9 @@ def _binary():
 
 
 def _operator_env(tmp_path: Path) -> dict[str, str]:
-    # The operator's own config dir (the key lives there), outside the brain and the agent's HOME.
-    return {"NIKA_OPERATOR_DIR": str(tmp_path / "operator")}
+    # The operator's own config dir (the key lives there) comes from the passwd database: the
+    # suite's operator_home fixture gives each test one of its own; nothing to set here.
+    return {}
 
 
 def test_a_swarm_satellite_with_no_kernel_runs_under_the_brains_hooks(tmp_path, git_env, home):

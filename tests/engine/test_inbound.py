@@ -5,6 +5,7 @@ small program standing in for Claude Code."""
 from __future__ import annotations
 
 from nika_brain.bus import open_bus
+from nika_brain.engine import inbox
 from nika_brain.engine.signals import INBOX
 from nika_brain.support.yamlsafe import load_file
 from tests.kit.brain import git_out as git
@@ -136,8 +137,9 @@ def test_abort_from_the_cli_closes_the_claim_and_frees_the_scope(tmp_path, git_e
 # ---- from the bus ----------------------------------------------------------------------------------
 
 def _post(brain, *messages):
+    """The operator's messages: signed with the pinned key (the inbox obeys nothing else)."""
     bus = open_bus(brain)
-    return [bus.publish(INBOX, m) for m in messages]
+    return [bus.publish(INBOX, inbox.sign(brain, m)) for m in messages]
 
 
 def test_orchestrate_from_the_bus_runs_the_workflow(tmp_path, git_env):
@@ -178,8 +180,8 @@ def test_bad_inbound_messages_are_refused_one_line_each_and_consumed(tmp_path, g
           {"type": "ORCHESTRATE", "workflow": "nope"})
     out = nb(brain, "workflow", "listen", "--once", check=0)
     assert out.stdout.splitlines() == [
-        "inbound signal refused: inbound ORCHESTRATE: missing workflow",
-        "inbound signal refused: unknown inbound signal 'REBOOT' (ORCHESTRATE, ADAPT, ABORT)",
+        "inbound signal refused: ORCHESTRATE without a workflow",
+        "inbound signal refused: unknown signal 'REBOOT' (ORCHESTRATE, ADAPT, ABORT)",
         "inbound signal refused: inbound ADAPT: changes must be a list",
         "inbound signal refused: workflow three has no active run",
         "inbound signal refused: no workflow file nope",

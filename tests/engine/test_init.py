@@ -9,7 +9,7 @@ import pytest
 
 from nika_brain.brain import Brain, load_config
 from nika_brain.engine import index
-from nika_brain.engine.init import TEMPLATE_ROOT, init, template_files
+from nika_brain.engine.init import TEMPLATE_ROOT, init, secret_ignores, template_files
 from nika_brain.errors import BrainError
 from nika_brain.gitrepo import githooks
 from nika_brain.state import agents, zones
@@ -23,7 +23,8 @@ LAYOUT = ["nika-brain.yml", "BRAIN-INDEX.md", ".gitignore", ".gitattributes", "b
           "gates/.gitkeep", "hooks/README.md", "hooks/git/pre-commit", "hooks/git/post-merge",
           "hooks/git/post-checkout", "hooks/git/post-rewrite", "scripts/preflight-check.sh",
           "scripts/file-lock.sh", "scripts/human-gate-ack.sh", "scripts/workflow-launch.sh",
-          "scripts/theme-branch-open.sh", "scripts/theme-branch-merge.sh", "scripts/brain-index-regen.sh"]
+          "scripts/theme-branch-open.sh", "scripts/theme-branch-merge.sh", "scripts/brain-index-regen.sh",
+          "operator.pub"]  # the operator key pinned by init (authority.py)
 
 
 def test_init_makes_a_brain_in_a_new_folder(tmp_path, git_env):
@@ -42,7 +43,8 @@ def test_init_makes_a_brain_in_a_new_folder(tmp_path, git_env):
     brain = Brain.at(root)
     assert index.is_current(brain)
     assert validate(root).problems == []
-    assert (root / ".gitignore").read_text() == ".nika/\n.*.tmp\n"
+    assert (root / ".gitignore").read_text() == "".join(f"{x}\n" for x in (".nika/", ".*.tmp",
+                                                                           *secret_ignores()))
 
 
 def test_running_init_twice_changes_nothing(tmp_path, git_env):
@@ -87,7 +89,8 @@ def test_adopting_a_repository_with_history_keeps_its_files_and_stages_nothing(t
     assert out(root, "diff", "--cached", "--name-only") == ""
     assert (root / "agents/kernel-orchestrator.md").read_text() == custom   # never overwritten
     assert "agents/kernel-orchestrator.md" not in report.created
-    assert (root / ".gitignore").read_text() == "*.pyc\n.nika/\n.*.tmp\n"
+    assert (root / ".gitignore").read_text() == "".join(f"{x}\n" for x in ("*.pyc", ".nika/", ".*.tmp",
+                                                                           *secret_ignores()))
     assert report.gitignore == "updated"
     # The branch it found becomes the base branch of theme branches.
     assert load_config(root / "nika-brain.yml").base_branch == "trunk"

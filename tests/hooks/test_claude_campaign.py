@@ -30,7 +30,6 @@ def hb(tmp_path, git_env, monkeypatch):
     monkeypatch.setenv("NIKA_BRAIN_DIR", str(brain.root))
     monkeypatch.setenv("NIKA_CLAIM", claim_id)
     monkeypatch.setenv("NIKA_KERNEL_ID", "alpha")
-    monkeypatch.setenv("NIKA_OPERATOR_DIR", str(tmp_path / "operator"))
     authority.ensure_key(brain)
     return brain, claim_id
 
@@ -151,7 +150,7 @@ def test_a_search_from_the_brain_root_reaches_other_kernels(hb):
 ])
 def test_file_tools_globs_case_and_shell_tools(hb, tool, tool_input, expected):
     brain, _ = hb
-    opdir = os.environ["NIKA_OPERATOR_DIR"]
+    opdir = str(authority.operator_dir())
     tool_input = {k: v.replace("BRAIN", str(brain.root)).replace("OPDIR", opdir)
                   if isinstance(v, str) else v for k, v in tool_input.items()}
     reason = pre(brain, tool, tool_input)
@@ -165,8 +164,7 @@ def test_a_fifo_transcript_never_hangs_stop_or_precompact(hb, tmp_path):
     brain, claim_id = hb
     fifo = tmp_path / "transcript.jsonl"
     os.mkfifo(fifo)
-    env = clean_env(NIKA_BRAIN_DIR=str(brain.root), NIKA_CLAIM=claim_id,
-                    NIKA_OPERATOR_DIR=os.environ["NIKA_OPERATOR_DIR"])
+    env = clean_env(NIKA_BRAIN_DIR=str(brain.root), NIKA_CLAIM=claim_id)
     for event in ("Stop", "PreCompact"):
         data = {"session_id": SID, "cwd": str(brain.root), "hook_event_name": event,
                 "transcript_path": str(fifo), "stop_hook_active": False}
@@ -217,8 +215,7 @@ def test_pre_tool_use_imports_nothing_heavy(hb, tool, tool_input):
     tool_input = {k: v.replace("BRAIN", str(brain.root)) for k, v in tool_input.items()}
     payload = json.dumps({"session_id": SID, "cwd": str(brain.root), "hook_event_name": "PreToolUse",
                           "tool_name": tool, "tool_input": tool_input})
-    env = clean_env(NIKA_BRAIN_DIR=str(brain.root), NIKA_CLAIM=claim_id, NIKA_KERNEL_ID="alpha",
-                    NIKA_OPERATOR_DIR=os.environ["NIKA_OPERATOR_DIR"])
+    env = clean_env(NIKA_BRAIN_DIR=str(brain.root), NIKA_CLAIM=claim_id, NIKA_KERNEL_ID="alpha")
     proc = subprocess.run([sys.executable, "-c", PROBE % (payload, HEAVY)], env=env, text=True,
                           capture_output=True, timeout=60, check=False)
     line = [x for x in proc.stderr.splitlines() if x.startswith("HEAVY ")]

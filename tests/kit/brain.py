@@ -38,7 +38,9 @@ def make_brain(root: Path, config: str = MINIMAL_CONFIG) -> Brain:
     git_out(root, "init", "-q", "-b", "main")
     (root / CONFIG_NAME).write_text(config, encoding="utf-8")
     (root / ".gitignore").write_text(".nika/\n.*.tmp\n", encoding="utf-8")
-    git_out(root, "add", CONFIG_NAME, ".gitignore")
+    from nika_brain.state import authority
+    authority.create_key(root)  # what `operator init` does: the key, pinned in operator.pub
+    git_out(root, "add", CONFIG_NAME, ".gitignore", authority.PIN_NAME)
     git_out(root, "commit", "-q", "-m", "init brain")
     return Brain.at(root)
 

@@ -23,6 +23,52 @@ if os.environ.get("PYTHONPATH", "").split(os.pathsep)[0] != CHECKOUT:
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (CHECKOUT, os.environ.get("PYTHONPATH")) if p)
 
 
+# The operator's key folder comes from the passwd database, never from a variable (authority.py). So
+# that no test writes keys under the real ~/.config/nika-brain, every test gets a passwd database of
+# its own through nss_wrapper (a preloaded libc NSS module, apt package libnss-wrapper): the test's
+# processes see a home of their own, the way a second Unix account would; the pytest process itself
+# is pointed there in code. This is the harness's, not a nika-brain knob.
+NSS_WRAPPER = "libnss_wrapper.so"
+_NSS_PATHS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib")
+
+
+def passwd_env(folder: Path, home: Path) -> dict[str, str]:
+    """Variables that give the processes started with them a passwd home of `home`."""
+    import grp
+    import pwd
+    folder.mkdir(parents=True, exist_ok=True)
+    home.mkdir(parents=True, exist_ok=True)
+    me = pwd.getpwuid(os.getuid())
+    (folder / "passwd").write_text(f"{me.pw_name}:x:{me.pw_uid}:{me.pw_gid}::{home}:{me.pw_shell}\n")
+    try:
+        gname = grp.getgrgid(me.pw_gid).gr_name
+    except KeyError:
+        gname = me.pw_name
+    (folder / "group").write_text(f"{gname}:x:{me.pw_gid}:\n")
+    return {"LD_PRELOAD": NSS_WRAPPER, "NSS_WRAPPER_PASSWD": str(folder / "passwd"),
+            "NSS_WRAPPER_GROUP": str(folder / "group")}
+
+
+@pytest.fixture(autouse=True)
+def operator_home(tmp_path_factory, monkeypatch) -> Path:
+    """This test's passwd home (its operator keys live under it); an empty one stands for an agent."""
+    if not any(os.path.isfile(os.path.join(d, NSS_WRAPPER)) for d in _NSS_PATHS):
+        pytest.fail("libnss-wrapper is not installed (apt-get install libnss-wrapper): the suite needs it "
+                    "to keep operator keys out of the real ~/.config/nika-brain", pytrace=False)
+    from nika_brain.state import authority
+    base = tmp_path_factory.mktemp("passwd")
+    home = base / "home"
+    for name, value in passwd_env(base / "nss", home).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(authority, "_passwd_home", lambda: str(home))
+    return home
+
+
+def agent_env(tmp_path: Path) -> dict[str, str]:
+    """An agent's view under the sandbox: the operator's key folder is not there (a home without it)."""
+    return passwd_env(tmp_path / "agent-nss", tmp_path / "agent-home")
+
+
 @pytest.fixture
 def git_env(tmp_path_factory, monkeypatch) -> dict[str, str]:
     """Fixed git identity, empty HOME, no system git config, no leaked NIKA_* variables."""

@@ -28,7 +28,6 @@ chain:
 
 @pytest.fixture
 def brain(tmp_path, git_env, monkeypatch):
-    monkeypatch.setenv("NIKA_OPERATOR_DIR", str(tmp_path / "operator"))
     return orch_brain(tmp_path / "b", {"gated": GATED})
 
 

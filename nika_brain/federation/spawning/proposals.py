@@ -55,7 +55,11 @@ def load(brain: Brain, pid: str) -> dict:
     doc = load_doc(path)
     if not isinstance(doc.data, dict) or doc.data.get("id") != pid:
         raise BrainError("not a proposal (id does not match the file name)", file=str(path))
-    return doc.data
+    p = doc.data
+    if p.get("status") not in STATUSES or p.get("trigger") not in TRIGGERS or \
+            not isinstance(p.get("goal"), str) or not isinstance(p.get("scope") or [], list):
+        raise BrainError("not a proposal (needs status, trigger, goal and a scope list)", file=str(path))
+    return p
 
 
 def _save(brain: Brain, p: dict) -> None:
@@ -76,6 +80,13 @@ def list_proposals(brain: Brain, status: str | None = None) -> list[dict]:
         if status is None or p.get("status") == status:
             out.append(p)
     return out
+
+
+def digest(p: dict) -> str:
+    """What the operator approves: the proposal's goal, scope, limits, trigger and kernel. The gate's
+    message carries it, so editing a pending proposal makes its approval void."""
+    keys = ("trigger", "kernel", "goal", "scope", "limits")
+    return hashlib.sha256(repr([p.get(k) for k in keys]).encode()).hexdigest()[:16]
 
 
 def signature(value: Any) -> str:
@@ -159,7 +170,7 @@ def propose(
         brain,
         gate_id(pid),
         f"spawn a kernel ({trigger}): {goal} - {why} "
-        f"(estimated memory {mem}); nika-brain kernel approve|reject {pid}",
+        f"(estimated memory {mem}); nika-brain kernel approve|reject {pid} [proposal {digest(p)}]",
         reason="spawn",
         now=when,
     )
@@ -191,8 +202,8 @@ def decide(
     """A human approves (the kernel is spawned) or rejects (the trigger is silenced)."""
     from nika_brain.state import gates
 
-    p = load(brain, pid)
-    gates.decide(brain, p["gate"], decision, by=by, note=note, env=env)  # refuses agent sessions
+    load(brain, pid)
+    gates.decide(brain, gate_id(pid), decision, by=by, note=note, env=env)  # refuses agent sessions
     return apply(brain, pid)
 
 
@@ -204,9 +215,12 @@ def apply(brain: Brain, pid: str, *, spawn: Any = None) -> dict:
         p = load(brain, pid)
         if p["status"] != "pending":
             return p
-        g = gates.load_gate(brain, p["gate"])
+        g = gates.load_gate(brain, gate_id(pid))  # its own gate, whatever the file says
         if g.pending:
             return p
+        if g.status == "approved" and f"[proposal {digest(p)}]" not in g.message:
+            raise BrainError(f"proposal {pid} changed since its gate was opened (or its gate is not "
+                             "its own); nothing done: propose again")
         authentic = getattr(gates, "authentic", None)  # the operator's signature, where it exists
         why = authentic(brain, g) if authentic is not None else None
         if why:
@@ -251,7 +265,7 @@ def reconcile(brain: Brain) -> list[dict]:
     done = []
     for p in list_proposals(brain, "pending"):
         try:
-            if not gates.load_gate(brain, p["gate"]).pending:
+            if not gates.load_gate(brain, gate_id(p["id"])).pending:
                 done.append(apply(brain, p["id"]))
         except BrainError:
             continue

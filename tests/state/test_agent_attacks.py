@@ -1,0 +1,305 @@
+"""Issue 24: the red team's attacks from an agent's session, each through the real CLI or the real
+PreToolUse hook, each asserting the attack has no effect.
+
+An agent is modelled the way the sandboxes present the machine to it: its processes run as the
+operator's user but the operator's key folder is not there (`agent_env`: a passwd home of its own,
+what the per-kernel sandbox's hidden ~/.config/nika-brain and Claude Code's denyRead leave), and it
+may set any variable it likes (XDG_CONFIG_HOME, NIKA_CLAIM, CLAUDECODE unset...).
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from nika_brain.bus import open_bus
+from nika_brain.claude import settings
+from nika_brain.engine import inbox
+from nika_brain.engine.init import init
+from nika_brain.engine.signals import INBOX
+from nika_brain.federation.spawning import proposals
+from nika_brain.state import authority, gates
+from nika_brain.support.yamlsafe import dumps, load_file
+from tests.engine.test_inbound import THREE  # the inbound tests' three-step chain
+from tests.kit.brain import git_out
+from tests.kit.claude import SID, bound_env, hook, hook_brain
+from tests.kit.fixtures import agent_env
+from tests.kit.orch import journal, nb, open_claim_id, orch_brain, run_file, satellite_config
+from tests.state.test_authority import GATED  # a code step behind a human gate
+
+
+def _gated(tmp_path):
+    brain = orch_brain(tmp_path / "b", {"gated": GATED})
+    nb(brain, "workflow-launch", "gated", check=5)
+    return brain, run_file(brain, "gated")["gate"]
+
+
+def _attacker_key():
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    return Ed25519PrivateKey.generate()
+
+
+# ---- hole 1: a forged operator key ---------------------------------------------------------------
+
+def test_an_agent_pointing_the_key_folder_at_its_own_cannot_approve_its_gate(tmp_path, git_env):
+    brain, gid = _gated(tmp_path)
+    cfg = brain.root / ".nika" / "cfg"
+    env = {**agent_env(tmp_path), "XDG_CONFIG_HOME": str(cfg), "HOME": str(tmp_path / "fakehome"),
+           "NIKA_OPERATOR_DIR": str(cfg)}
+    out = nb(brain, "gate", "approve", gid, env=env)
+    assert out.returncode == 6 and "operator's authority" in out.stderr, out.stderr
+    assert not cfg.exists() and not (tmp_path / "fakehome").exists(), "signing never creates a key"
+    assert nb(brain, "operator", "init", env={**env, "CLAUDECODE": "1"}).returncode == 6
+    assert gates.load_gate(brain, gid).pending
+    nb(brain, "workflow", "resume", "gated", env=env)
+    assert run_file(brain, "gated")["status"] == "gated"
+
+
+def test_a_gate_signed_with_a_key_the_agent_made_and_pinned_in_the_working_tree_is_not_approved(
+        tmp_path, git_env):
+    brain, gid = _gated(tmp_path)
+    key = _attacker_key()
+    (brain.root / authority.PIN_NAME).write_text(key.public_key().public_bytes_raw().hex() + "\n")
+    g = gates.load_gate(brain, gid)
+    from dataclasses import replace
+
+    from nika_brain.support import clock
+    g = replace(g, status="approved", decided_at=clock.now(), decided_by="op", via="cli")
+    sig = key.sign(authority.payload(brain, "gate", gates.to_dict(g))).hex()
+    gates.save(brain, replace(g, signature=sig))
+    # The operator's own processes: the pin in their config differs from the rewritten file.
+    out = nb(brain, "workflow", "resume", "gated")
+    assert run_file(brain, "gated")["status"] == "gated", out.stdout + out.stderr
+    assert "differs from the operator's pin" in nb(brain, "operator", "show").stdout
+    # A machine without the operator's pin trusts only what is committed, never the working copy.
+    assert authority._committed_pin(brain.root) != key.public_key().public_bytes_raw().hex()
+
+
+def test_an_agent_cannot_release_another_owners_lock_nor_commit_over_it(tmp_path, git_env):
+    brain, _ = _gated(tmp_path)
+    nb(brain, "lock", "acquire", "src/locked/", "--owner", "other-claim", "--no-pid", check=0)
+    env = {**agent_env(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "x"), "NIKA_CLAIM": "mine"}
+    out = nb(brain, "lock", "release", "src/locked/", "--owner", "other-claim", env=env)
+    assert out.returncode == 6 and list((brain.root / "locks").glob("*.yml"))
+    from nika_brain.gitrepo import githooks
+    githooks.install(brain.root)
+    (brain.root / "src" / "locked").mkdir(parents=True)
+    (brain.root / "src" / "locked" / "f.py").write_text("x = 1\n")
+    git_out(brain.root, "add", "src/locked/f.py")
+    commit = subprocess.run(["git", "-C", str(brain.root), "commit", "-qm", "over the lock"],
+                            env={**git_env, **env, "NIKA_LOCK_OVERRIDE": "1"}, capture_output=True,
+                            text=True)
+    assert commit.returncode != 0 and "operator's authority" in commit.stderr, commit.stderr
+
+
+# ---- hole 2 and 3: identity re-spellings and operator-only commands, through the real hook ------
+
+RESPELLINGS = [
+    "printf -v NIKA_CLAIM %s other; nika-brain lock release src/locked/",
+    "read NIKA_CLAIM <<< other; nika-brain lock release src/locked/",
+    "export -n NIKA_KERNEL_ID; nika-brain rag query x",
+    "export -n CLAUDECODE; nika-brain gate approve g1",
+    "declare +x CLAUDECODE; nika-brain preflight reset src/",
+    "NIKA_CLAIM+=x nika-brain lock release src/locked/",
+    "a=appr; nika-brain gate ${a}ove g1",
+    "nika-brain gate \\\napprove g1",
+    "env -S 'nika-brain gate approve g1'",
+    "busybox sh -c 'nika-brain gate approve g1'",
+    "/tmp/nb gate approve g1",
+    "git commit --no-veri -m x",
+    "git -c ${k}Path=/dev/null commit -m x",
+    "git -c core.hooks$X=/dev/null commit -m x",
+    "alias x='nika-brain gate'; x approve g1",
+    "nika-brain kernel spawn 'evil' --id e1",
+    "nika-brain kernel kill beta --reason x",
+    "nika-brain kernel readjust beta 'do evil'",
+    "nika-brain kernel approve p-evil",
+    "nika-brain kernel --json reject p-evil",
+    "nika-brain rag grant beta alpha",
+    "nika-brain rag purge --kernel beta",
+    "nika-brain federation acl",
+    "nika-brain workflow abort three",
+    "nika-brain workflow adapt three --skip 2",
+    "python3 -m nika_brain breaker reset src/",
+    "ln claims/c.yml src/c.yml",
+]
+
+
+def test_the_hook_refuses_each_re_spelling_of_identity_and_operator_commands(tmp_path, git_env):
+    brain, claim_id = hook_brain(tmp_path / "brain")
+    env = bound_env(brain, claim_id, "alpha")
+    for command in RESPELLINGS:
+        data = {"session_id": SID, "cwd": str(brain.root), "hook_event_name": "PreToolUse",
+                "tool_name": "Bash", "tool_input": {"command": command}}
+        ans = hook("PreToolUse", data, env=env, cwd=brain.root)
+        out = (ans.json or {}).get("hookSpecificOutput", {})
+        assert out.get("permissionDecision") == "deny", (command, ans.stdout, ans.stderr)
+
+
+def test_a_hard_link_to_a_state_file_is_never_written_through(tmp_path, git_env):
+    brain, claim_id = hook_brain(tmp_path / "brain")
+    lock = next((brain.root / "locks").glob("*.yml"))
+    link = brain.root / "src" / "auth" / "l.yml"
+    link.parent.mkdir(parents=True, exist_ok=True)
+    import os
+    os.link(lock, link)
+    data = {"session_id": SID, "cwd": str(brain.root), "hook_event_name": "PreToolUse",
+            "tool_name": "Edit", "tool_input": {"file_path": str(link), "old_string": "a",
+                                                 "new_string": "b"}}
+    ans = hook("PreToolUse", data, env=bound_env(brain, claim_id, None), cwd=brain.root)
+    assert ans.json["hookSpecificOutput"]["permissionDecision"] == "deny"
+    assert "hard links" in ans.json["hookSpecificOutput"]["permissionDecisionReason"]
+
+
+def test_operator_only_commands_are_refused_by_the_cli_itself(tmp_path, git_env):
+    brain = orch_brain(tmp_path / "b", {"three": THREE}, config=satellite_config())
+    nb(brain, "workflow-launch", "three", check=0)
+    env = agent_env(tmp_path)  # CLAUDECODE unset: the CLI still finds no operator key
+    for args in (("workflow", "abort", "three"), ("workflow", "adapt", "three", "--skip", "2"),
+                 ("kernel", "kill", "beta", "--reason", "x"), ("rag", "purge", "--kernel", "beta"),
+                 ("rag", "grant", "beta", "alpha"), ("kernel", "approve", "p-evil")):
+        out = nb(brain, *args, env=env)
+        assert out.returncode == 6 and "operator" in out.stderr and "Traceback" not in out.stderr, \
+            (args, out.stderr)
+    run = run_file(brain, "three")
+    assert run["status"] != "aborted" and not run.get("adaptations")
+
+
+def test_renewing_a_lock_for_a_century_is_refused(tmp_path, git_env):
+    brain = orch_brain(tmp_path / "b", {})
+    nb(brain, "lock", "acquire", "src/x/", "--owner", "c1", "--no-pid", check=0)
+    out = nb(brain, "lock", "renew", "src/x/", "--owner", "c1", "--ttl", "3000000000")
+    assert out.returncode != 0 and "ttl" in out.stderr
+    assert load_file(next((brain.root / "locks").glob("*.yml")))["expires"] < "2030"
+
+
+# ---- hole 4: spawn proposals ---------------------------------------------------------------------
+
+def test_a_proposal_pointing_at_another_gate_or_edited_after_it_is_never_spawned(tmp_path, git_env):
+    brain = orch_brain(tmp_path / "b", {})
+    gates.open_gate(brain, "unrelated", "ok?")
+    nb(brain, "gate", "approve", "unrelated", check=0)
+    (brain.root / "proposals").mkdir()
+    evil = {"id": "p-evil", "trigger": "doctrine", "kernel": None, "status": "pending", "goal": "evil",
+            "scope": ["."], "limits": {}, "gate": "unrelated"}
+    (brain.root / "proposals" / "p-evil.yml").write_text(dumps(evil))
+    (brain.root / "proposals" / "p-broken.yml").write_text(dumps({"id": "p-broken"}))
+    p = proposals.propose(brain, "explicit", goal="audit backups", why="asked", measures={}, sig="s")
+    assert p is not None
+    path = brain.root / "proposals" / f"{p['id']}.yml"
+    path.write_text(path.read_text().replace("audit backups", "read every kernel's vault"))
+    nb(brain, "gate", "approve", proposals.gate_id(p["id"]), check=0)
+    out = nb(brain, "kernel", "proposals")
+    assert "Traceback" not in out.stderr
+    assert proposals.load(brain, "p-evil")["status"] == "pending"
+    assert proposals.load(brain, p["id"])["status"] == "pending"
+    assert not (brain.root / "kernels").exists(), "nothing spawned"
+
+
+# ---- hole 7: the inbox ---------------------------------------------------------------------------
+
+def test_forged_inbox_messages_are_ignored_and_a_malformed_one_does_not_stop_the_batch(tmp_path,
+                                                                                       git_env):
+    brain = orch_brain(tmp_path / "b", {"three": THREE}, config=satellite_config())
+    nb(brain, "workflow-launch", "three", check=0)
+    c1 = open_claim_id(brain, "three")
+    forged = json.dumps({"type": "ABORT", "workflow": "three", "reason": "forged"})
+    nb(brain, "bus", "publish", INBOX, forged, env=agent_env(tmp_path), check=0)
+    nb(brain, "bus", "publish", INBOX, forged, "--sign", env=agent_env(tmp_path), check=6)
+    bus = open_bus(brain)
+    bus.publish(INBOX, {"type": "ADAPT", "workflow": "three", "changes": [{"op": "skip", "step": 2}],
+                        "signature": "00" * 64})
+    import sqlite3
+    db = sqlite3.connect(brain.state_dir / "bus.sqlite3")
+    db.execute("INSERT INTO messages(channel, body) VALUES (?, ?)", (INBOX, "{not json"))
+    db.commit()
+    db.close()
+    bus.publish(INBOX, inbox.sign(brain, {"type": "ADAPT", "workflow": "three",
+                                          "changes": [{"op": "skip", "step": 2}]}))
+    out = nb(brain, "workflow", "listen", "--once", "--block", "0", check=0)
+    lines = out.stdout.splitlines()
+    assert lines[-1] == "ADAPT three: 1 change(s) recorded", out.stdout
+    assert sum("refused" in x for x in lines) == 3 and "malformed" in out.stdout
+    run = run_file(brain, "three")
+    assert run["status"] != "aborted" and run["claim"] == c1
+    assert len([r for r in journal(brain) if "inbound signal refused" in r["reason"]]) == 3
+
+
+# ---- hole 9: the hook fails closed, and bounds its work ------------------------------------------
+
+def test_every_hook_blocks_on_failure_and_a_huge_command_is_refused_with_the_reason(tmp_path,
+                                                                                     git_env):
+    brain, claim_id = hook_brain(tmp_path / "brain")
+    text = json.dumps(settings.build_settings(brain.root) if hasattr(settings, "build_settings")
+                      else {})
+    nb(brain, "claude", "install", check=0)
+    data = json.loads((brain.root / ".claude" / "settings.json").read_text())
+    entries = [h for groups in data["hooks"].values() for g in groups for h in g["hooks"]
+               if "hook" in h["command"]]
+    assert entries and all(h.get("onFailure") == "block" for h in entries), text
+    command = "true " + " ".join(f"a{i}" for i in range(100_000)) + "; echo x > gates/g1.yml"
+    payload = {"session_id": SID, "cwd": str(brain.root), "hook_event_name": "PreToolUse",
+               "tool_name": "Bash", "tool_input": {"command": command}}
+    ans = hook("PreToolUse", payload, env=bound_env(brain, claim_id, None), cwd=brain.root)
+    reason = ans.json["hookSpecificOutput"]["permissionDecisionReason"]
+    assert ans.json["hookSpecificOutput"]["permissionDecision"] == "deny" and "at most" in reason
+
+
+# ---- hole 11: credentials never committed --------------------------------------------------------
+
+def test_credentials_env_is_ignored_in_new_and_existing_brains(tmp_path, git_env):
+    old = orch_brain(tmp_path / "old", {})
+    init(old.root)
+    for brain_root in (old.root, init(tmp_path / "new").root):
+        (brain_root / "kernels" / "k1").mkdir(parents=True)
+        (brain_root / "kernels" / "k1" / "credentials.env").write_text("KEY=sk-secret\n")
+        (brain_root / "kernels" / "k1" / "id_ed25519").write_text("k\n")
+        git_out(brain_root, "add", "-A")
+        staged = git_out(brain_root, "diff", "--cached", "--name-only")
+        assert "credentials.env" not in staged and "id_ed25519" not in staged
+
+
+# ---- hole 12: one bound for step ids ---------------------------------------------------------------
+
+def test_a_step_id_past_the_bound_is_refused_and_nothing_breaks(tmp_path, git_env):
+    brain = orch_brain(tmp_path / "b", {"three": THREE})
+    out = nb(brain, "claim", "open", "--workflow", "three", "--step", "9999999999999999999",
+             "--scope", "one/")
+    assert out.returncode != 0 and "10^18" in out.stderr and "Traceback" not in out.stderr
+    assert not list((brain.root / "claims").glob("*.yml"))
+    nb(brain, "validate", check=0)
+    nb(brain, "index", check=0)
+
+
+# ---- issue 25 §1: a signature replayed onto another record id ----------------------------------
+
+def test_a_signature_replayed_onto_another_id_is_refused_for_every_signed_kind(tmp_path, git_env):
+    brain, gid = _gated(tmp_path)
+    nb(brain, "gate", "approve", gid, check=0)
+    signed = load_file(brain.root / "gates" / f"{gid}.yml")
+    # gate (and the breaker reset and spawn decisions, which are gates): the same record, another id
+    for other in ("g-replayed", "spawn-p-replayed", "breaker-src"):
+        copy = dict(signed, id=other)
+        (brain.root / "gates" / f"{other}.yml").write_text(dumps(copy))
+        assert gates.authentic(brain, gates.load_gate(brain, other)) is not None, other
+    assert gates.authentic(brain, gates.load_gate(brain, gid)) is None
+    # every kind signed through authority: the id (scope/owner for a lock) is part of what is signed
+    for kind, fields, moved in (
+            ("gate", {"id": "g1", "status": "approved"}, {"id": "g2"}),
+            ("breaker-reset", {"scope": "src/a/", "at": "t"}, {"scope": "src/b/"}),
+            ("lock-release", {"scope": "src/a/", "owner": "c1", "at": "t"}, {"owner": "c2"}),
+            ("lock-override", {"scope": "src/a/", "owner": "c1", "at": "t"}, {"scope": "src/"}),
+            ("spawn", {"id": "p-1", "goal": "g"}, {"id": "p-2"}),
+            ("inbox", {"type": "ABORT", "workflow": "w1", "nonce": "n"}, {"workflow": "w2"})):
+        sig = authority.sign(brain, kind, fields)
+        assert authority.verify(brain, kind, fields, sig)
+        assert not authority.verify(brain, kind, {**fields, **moved}, sig), kind
+
+
+def test_the_pinned_key_is_shown_and_committed_by_init(tmp_path, git_env):
+    brain = init(tmp_path / "n")
+    pin = (brain.root / authority.PIN_NAME).read_text().strip()
+    assert git_out(brain.root, "show", f"HEAD:{authority.PIN_NAME}") == pin
+    shown = subprocess.run([sys.executable, "-m", "nika_brain", "operator", "show"], cwd=brain.root,
+                           capture_output=True, text=True, check=True).stdout
+    assert f"pinned: {pin}" in shown and "can_sign: True" in shown
