@@ -85,11 +85,16 @@ def test_five_verbs_end_to_end(fbrain, cli, tmp_path):  # noqa: F811
     assert any(m.get("kind") == "killed" for _, m in bus.open_bus(brain).read(bus.HEALTH))
     assert "| `alpha` | killed (test over" in (brain.root / "BRAIN-INDEX.md").read_text()
 
-    # a prompt for a killed kernel is an error, and it is not lost
+    # a prompt for a killed kernel is refused (never queued forever): exit 8 names `kernel start`
     late = cli("kernel", "invoke", "alpha", "are you there")
-    assert late.returncode == 8 and "stays queued" in late.stderr and late.stderr.count("\n") == 1
-    queued = json.loads(cli("kernel", "observe", "alpha", "--json").stdout)["queue"]
-    assert queued[0]["prompt"] == "are you there"
+    assert late.returncode == 8 and "kernel start alpha" in late.stderr and late.stderr.count("\n") == 1
+    assert json.loads(cli("kernel", "observe", "alpha", "--json").stdout)["queue"] == []
+    # started again: same id, history kept, and it takes prompts
+    again = cli("kernel", "start", "alpha")
+    assert again.returncode == 0, again.stderr
+    assert kernels.load_kernel(brain, "alpha").status == "active"
+    took = cli("kernel", "invoke", "alpha", "back again", "--wait", "--timeout", "60")
+    assert took.returncode == 0 and "stand-in answer to: back again" in took.stdout, took.stderr
 
 
 def test_queued_prompt_is_delivered_when_the_kernel_runs_again(fbrain):  # noqa: F811

@@ -60,8 +60,9 @@ class Runtime(Protocol):
     def alive(self, brain: Brain, kernel: Kernel, state: dict) -> Liveness: ...
     def deliver(self, brain: Brain, kernel: Kernel, state: dict, prompt: str, launch: Launch) -> dict:
         """Hand the prompt to the agent (no confirmation here); return state changes."""
-    def stop(self, brain: Brain, kernel: Kernel, state: dict, grace: float) -> None:
-        """Graceful stop, then forced after `grace` seconds; idempotent."""
+    def stop(self, brain: Brain, kernel: Kernel, state: dict, grace: float) -> str | None:
+        """Graceful stop, then forced after `grace` seconds; idempotent. May say which step ended
+        the agent (asked, sigterm, sigkill, gone)."""
 
 
 def _registry() -> dict[str, type]:
