@@ -315,44 +315,48 @@ def kernel_invoke(brain: Brain, kernel_id: str, prompt: str, *, wait: bool = Fal
     item = queue.enqueue(brain, k.id, prompt, by=by)
     if not k.live:
         raise runtimes.NotTaken(f"kernel {k.id} is {k.status}; prompt {item['id']} stays queued and is "
-                                f"delivered when it runs again (nika-brain kernel start {k.id})")
+                                f"delivered when it runs again (nika-brain kernel start {k.id})",
+                                queued=item["id"])
     rt = runtimes.require(brain, k.runtime)
     if not rt.alive(brain, k, runtimes.load_state(brain, k.id)).alive:
         raise runtimes.NotTaken(f"kernel {k.id}'s process is gone; prompt {item['id']} stays queued "
-                                f"(nika-brain kernel start {k.id})")
+                                f"(nika-brain kernel start {k.id})", queued=item["id"])
     limit = options.get(brain, "deliver_timeout")
     try:
         await_ready(brain, k, limit)
     except runtimes.NotTaken as exc:
         raise runtimes.NotTaken(f"{exc}; prompt {item['id']} stays queued and is delivered when the "
-                                "kernel is ready") from None
+                                "kernel is ready", queued=item["id"]) from None
     with brain.mutex(f"deliver-{k.id}"):
         ev, offset = _deliver(brain, k, item, limit)
     if ev is None:
         raise runtimes.NotTaken(f"kernel {k.id} did not take prompt {item['id']} within {limit:g}s (busy or "
-                                "gone); it stays queued, handed over once, confirmed when taken")
+                                "gone); it stays queued, handed over once, confirmed when taken",
+                                queued=item["id"])
     out = {"kernel": k.id, "id": item["id"], "taken": ev["at"], "session": ev.get("session"),
-           "offset": offset}
+           "sha": ev.get("sha"), "offset": offset}
     if wait:
-        out["answer"] = await_answer(brain, k.id, item["id"], ev, offset, timeout or 600.0)
+        out["answer"] = await_answer(brain, k.id, item["id"], ev, offset, timeout or 600.0).get("text")
     return out
 
 
 def await_answer(brain: Brain, kernel_id: str, item_id: str, taken: dict, offset: int,
-                 timeout: float) -> str | None:
+                 timeout: float) -> dict:
     """The agent's answer to the prompt it took (its Stop hook's last assistant text, or a headless
-    run's result). Raises NotTaken (exit 8) at once when the kernel dies or is killed, or when a hook
+    run's result) as its `answered` event ({"text", "at", "session", "offset"}, or {"text", "result"}
+    for a headless result). Raises NotTaken (exit 8) at once when the kernel dies or is killed, or when a hook
     consumed the prompt (no turn follows); BrainError when `timeout` passes."""
     k = kernels.load_kernel(brain, kernel_id)
     rt = runtimes.get(k.runtime)
     sid, sha = taken.get("session"), taken.get("sha")
     deadline = time.monotonic() + timeout
     while True:
+        start = offset
         events, offset = health.read_events(brain, kernel_id, offset)
         for e in events:
             kind = e.get("event")
             if kind == "answered" and e.get("session") == sid:
-                return e.get("text")
+                return {**e, "offset": start}
             if kind == "consumed" and e.get("sha") == sha:
                 raise runtimes.NotTaken(f"prompt {item_id} was consumed by a hook ({e.get('reason') or 'no turn'}); "
                                         "there is no answer")
@@ -364,7 +368,7 @@ def await_answer(brain: Brain, kernel_id: str, item_id: str, taken: dict, offset
         if k.runtime == "headless" and not runtimes.pid_alive(state.get("pid")):
             answer = _headless_result(state)
             if answer is not None:
-                return answer
+                return {"text": answer, "result": answer, "session": sid}
         if not k.live:
             raise runtimes.NotTaken(f"kernel {kernel_id} is {k.status} ({k.status_reason or 'no reason'}); "
                                     f"prompt {item_id} has no answer")

@@ -25,8 +25,13 @@ class RuntimeMissing(BrainError):
 
 
 class NotTaken(BrainError):
-    """The kernel cannot take the prompt now (dead, busy, silent): it stays queued."""
+    """The kernel cannot take the prompt now (dead, busy, silent, killed) or cannot answer it;
+    `queued` is the queue id of a prompt that stays queued (None: nothing was queued)."""
     exit_code = 8
+
+    def __init__(self, message: str, *, queued: str | None = None):
+        super().__init__(message)
+        self.queued = queued
 
 
 EXIT_RUNTIME_MISSING = RuntimeMissing.exit_code
