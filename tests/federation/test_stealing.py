@@ -94,11 +94,14 @@ def test_rule_keeps_without_a_claim_above_the_threshold():
 
 def test_rule_single_and_best_and_tie_break():
     assert decide("a", [Claim("b", 0.81), Claim("c", 0.7)], 0.8).to == "b"
-    assert decide("a", [Claim("b", 0.81), Claim("c", 0.9)], 0.8).to == "c"
-    # equal aptitude: fewer tasks in hand, then the smaller id, whatever the order of arrival
-    assert decide("a", [Claim("c", 0.85, 0), Claim("b", 0.85, 2)], 0.8).to == "c"
-    assert decide("a", [Claim("c", 0.85), Claim("b", 0.85)], 0.8).to == "b"
-    assert decide("a", [Claim("b", 0.85), Claim("c", 0.85)], 0.8).to == "b"
+    # the seed's rule (grant: sole, the default): two claimants above the threshold -> the owner keeps it
+    sole = decide("a", [Claim("b", 0.81), Claim("c", 0.9)], 0.8)
+    assert sole.to == "a" and "grant: sole" in sole.reason
+    assert decide("a", [Claim("b", 0.81), Claim("c", 0.9)], 0.8, "best").to == "c"
+    # equal aptitude (grant: best): fewer tasks in hand, then the smaller id, whatever the order
+    assert decide("a", [Claim("c", 0.85, 0), Claim("b", 0.85, 2)], 0.8, "best").to == "c"
+    assert decide("a", [Claim("c", 0.85), Claim("b", 0.85)], 0.8, "best").to == "b"
+    assert decide("a", [Claim("b", 0.85), Claim("c", 0.85)], 0.8, "best").to == "b"
     assert decide("a", [Claim("a", 0.99)], 0.8).to == "a"  # the owner does not claim its own task
 
 
@@ -109,6 +112,10 @@ def test_settings_are_checked(tmp_path, git_env):
     brain = make_brain(tmp_path / "c", "version: 1\nfederation: {stealing: {windw: 1}}\n")
     with pytest.raises(BrainError, match="windw is not a setting"):
         stealing.settings(brain)
+    brain = make_brain(tmp_path / "d", "version: 1\nfederation: {stealing: {grant: all}}\n")
+    with pytest.raises(BrainError, match="grant must be one of sole, best"):
+        stealing.settings(brain)
+    assert stealing.settings(None).grant == "sole"
 
 
 def test_enqueue_rejects_bad_input(tmp_path, git_env, monkeypatch):
@@ -187,7 +194,8 @@ def test_racing_claims_give_one_winner(tmp_path, git_env, monkeypatch):
     spin(a, b, c, until=lambda: len(bus.keys("ws:done:")) == 2)
     assert sorted(t for _, t in ran) == ["t0", "t1"]
     g = grants(bus, "t1")
-    assert len(g) == 1 and g[0]["to"] == "beta"  # equal aptitudes: the smaller id (tie-break)
+    # two claimants above the threshold: the owner keeps it (grant: sole, the seed's rule), one decision
+    assert len(g) == 1 and g[0]["to"] == "alpha" and "grant: sole" in g[0]["reason"]
     assert sorted(c[0] for c in g[0]["candidates"]) == ["beta", "gamma"]
 
 

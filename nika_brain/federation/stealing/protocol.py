@@ -5,7 +5,8 @@ The seed's protocol, on `nika:federation:work_stealing`:
 2. Idle kernels (nothing running, nothing waiting) answer `task_claim` with their aptitude: the cosine
    of their /goal and the task summary (aptitude.py).
 3. The owner decides (`decide`): no claim at or above the threshold -> it keeps the task; one -> that
-   kernel gets it; several -> the best. Tie-break, deterministic so that any incarnation of the owner
+   kernel gets it; several -> the owner keeps it (`grant: sole`, the default: the seed's "si A est le
+   seul candidat") or, with `grant: best`, the best. Tie-break, deterministic so that any incarnation of the owner
    decides the same from the same claims: the higher aptitude (scores are rounded to 6 decimals),
    then the claimant with fewer tasks in hand (`depth`), then the smaller kernel id. The owner decides
    when every kernel that was idle at offer time has answered, or when the window (0.2 s by default)
@@ -54,7 +55,9 @@ DEFAULTS = {
     "alive_ttl": 10.0,
     "batch": 8,
     "sweep": 1.0,
+    "grant": "sole",
 }
+GRANTS = ("sole", "best")
 
 
 def channel() -> str:
@@ -80,6 +83,7 @@ class Settings:
     alive_ttl: float = DEFAULTS["alive_ttl"]  # a kernel not seen for this long is not alive
     batch: int = DEFAULTS["batch"]  # tasks read ahead from the own queue
     sweep: float = DEFAULTS["sweep"]  # seconds between two sweeps of the open tasks
+    grant: str = str(DEFAULTS["grant"])  # sole: only a sole claimant above the threshold; best
 
 
 def settings(brain: Any, **override: Any) -> Settings:
@@ -94,6 +98,12 @@ def settings(brain: Any, **override: Any) -> Settings:
             raise BrainError(
                 f"nika-brain.yml: federation.stealing.{key} is not a setting (known: {', '.join(DEFAULTS)})"
             )
+        if key == "grant":
+            if value not in GRANTS:
+                raise BrainError(f"nika-brain.yml: federation.stealing.grant must be one of "
+                                 f"{', '.join(GRANTS)}, got {value!r}")
+            values[key] = value
+            continue
         kind = int if isinstance(DEFAULTS[key], int) else float
         ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
         if key == "threshold":
@@ -123,7 +133,7 @@ class Decision(NamedTuple):
     candidates: tuple[Claim, ...]
 
 
-def decide(owner: str, claims: Iterable[Claim], threshold: float) -> Decision:
+def decide(owner: str, claims: Iterable[Claim], threshold: float, grant: str = "sole") -> Decision:
     """The seed's rule with the documented tie-break (module docstring)."""
     seen: dict[str, Claim] = {}
     for c in claims:
@@ -134,6 +144,9 @@ def decide(owner: str, claims: Iterable[Claim], threshold: float) -> Decision:
         why = "no claim" if not seen else f"no claim at or above the threshold {threshold:g}"
         return Decision(owner, f"kept: {why}", None, tuple(seen.values()))
     passing.sort(key=lambda c: (-round(c.aptitude, 6), c.depth, c.kernel))
+    if grant == "sole" and len(passing) > 1:
+        return Decision(owner, f"kept: {len(passing)} claimants above the threshold (grant: sole)", None,
+                        tuple(seen.values()))
     best = passing[0]
     why = (
         "the only claimant above the threshold"
@@ -531,7 +544,7 @@ class Worker:
         return did
 
     def _grant(self, offer: _Offer) -> None:
-        d = decide(self.kernel, offer.claims, self.cfg.threshold)
+        d = decide(self.kernel, offer.claims, self.cfg.threshold, self.cfg.grant)
         record = {
             "to": d.to,
             "epoch": 1,
@@ -689,7 +702,11 @@ class Worker:
             if self.on_start:
                 self.on_start({**task, "epoch": epoch, "kernel": self.kernel, "pid": self.pid})
             renew.start()
-            result = self.run(task)
+            try:
+                result = self.run(task)
+            except BrainError as exc:  # a failed task is done (failed); the worker goes on
+                result = {"failed": str(exc)}
+                self.stats["failed"] = self.stats.get("failed", 0) + 1
             done = {
                 "kernel": self.kernel,
                 "pid": self.pid,
