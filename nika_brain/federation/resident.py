@@ -68,3 +68,22 @@ def request(state_dir: Path, op: str, timeout: float = 30.0, **args: Any) -> dic
     if "error" in answer:
         raise ResidentError(f"federation daemon: {answer['error']}")
     return answer
+
+
+def pid_path(state_dir: Path) -> Path:
+    return Path(state_dir) / "federation" / "daemon.pid"
+
+
+def daemon_pid(state_dir: Path) -> int | None:
+    """The running daemon's pid (its pid file, the process alive), or None."""
+    try:
+        pid = int(pid_path(state_dir).read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        return pid
+    return pid
