@@ -161,3 +161,20 @@ def test_a_prompt_typed_into_a_busy_agent_is_confirmed_later_never_typed_twice(f
     sha = health.prompt_sha("the second one")
     taken = [e for e in health.read_events(brain, "busy")[0] if e.get("sha") == sha]
     assert len(taken) == 1, "taken exactly once"
+
+
+def test_invoke_wait_returns_at_once_when_the_kernel_dies_or_a_hook_consumes_the_prompt(fbrain, cli):  # noqa: F811
+    from nika_brain.federation.kernels import verbs
+    brain = fbrain
+    verbs.kernel_spawn(brain, "Client missions", kernel_id="delta", install_settings=True)
+    # a hook erases the prompt (`/kernel new ...` writes a proposal): no turn follows, no answer
+    eaten = cli("kernel", "invoke", "delta", "/kernel new veille sur les appels d'offres", "--wait",
+                "--timeout", "600")
+    assert eaten.returncode == 8 and "consumed by a hook" in eaten.stderr, eaten.stderr
+    assert eaten.stderr.count("\n") == 1
+    # the agent crashes mid-turn: --wait says so at once (not after its 600 s timeout)
+    crash = cli("kernel", "invoke", "delta", "crash now", "--wait", "--timeout", "600")
+    assert crash.returncode == 8 and "before answering" in crash.stderr, crash.stderr
+    # --ttl without --temporary is refused, nothing written
+    bad = cli("kernel", "spawn", "burst", "--id", "eps", "--ttl", "2h")
+    assert bad.returncode == 1 and "--temporary" in bad.stderr and not (brain.kernels_dir / "eps").exists()

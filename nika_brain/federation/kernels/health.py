@@ -206,6 +206,16 @@ def _last_answer(transcript_path: object) -> str | None:
     return None
 
 
+def record_consumed(hook: Any, reason: str) -> None:
+    """A UserPromptSubmit handler erased the prompt (a `decision: block`): no turn follows, so a
+    caller waiting for the answer (`invoke --wait`, `ask --wait`) stops waiting at once."""
+    kid = _kernel_of(hook) if hook.brain is not None else None
+    prompt = hook.data.get("prompt")
+    if kid and isinstance(prompt, str):
+        record_event(hook.brain, kid, "consumed", session=hook.session_id if isinstance(hook.session_id, str)
+                     else None, sha=prompt_sha(prompt), reason=reason[:300])
+
+
 def on_hook(hook: Any) -> None:
     """SessionStart / UserPromptSubmit / Stop in a kernel's session: record the event, heartbeat."""
     brain = hook.brain
