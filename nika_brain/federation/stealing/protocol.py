@@ -56,8 +56,10 @@ DEFAULTS = {
     "batch": 8,
     "sweep": 1.0,
     "grant": "sole",
+    "aptitude": "calibrated",
 }
 GRANTS = ("sole", "best")
+APTITUDES = ("calibrated", "cosine")
 
 
 def channel() -> str:
@@ -84,6 +86,7 @@ class Settings:
     batch: int = DEFAULTS["batch"]  # tasks read ahead from the own queue
     sweep: float = DEFAULTS["sweep"]  # seconds between two sweeps of the open tasks
     grant: str = str(DEFAULTS["grant"])  # sole: only a sole claimant above the threshold; best
+    aptitude: str = str(DEFAULTS["aptitude"])  # calibrated (the triage's confidence) or cosine
 
 
 def settings(brain: Any, **override: Any) -> Settings:
@@ -98,10 +101,11 @@ def settings(brain: Any, **override: Any) -> Settings:
             raise BrainError(
                 f"nika-brain.yml: federation.stealing.{key} is not a setting (known: {', '.join(DEFAULTS)})"
             )
-        if key == "grant":
-            if value not in GRANTS:
-                raise BrainError(f"nika-brain.yml: federation.stealing.grant must be one of "
-                                 f"{', '.join(GRANTS)}, got {value!r}")
+        if key in ("grant", "aptitude"):
+            allowed = GRANTS if key == "grant" else APTITUDES
+            if value not in allowed:
+                raise BrainError(f"nika-brain.yml: federation.stealing.{key} must be one of "
+                                 f"{', '.join(allowed)}, got {value!r}")
             values[key] = value
             continue
         kind = int if isinstance(DEFAULTS[key], int) else float
@@ -788,12 +792,15 @@ def brain_journal(brain: Any) -> Callable[[str, dict], None]:
 def worker_for(brain: Any, kernel_id: str, run: Callable[[dict], dict | None], **kw: Any) -> Worker:
     """A Worker for a kernel of this brain: its bus, its goal's aptitude, the journal, the settings."""
     from nika_brain.bus import open_bus
-    from nika_brain.federation.stealing.aptitude import Aptitude, goal_text, open_embedder
+    from nika_brain.federation.stealing.aptitude import Aptitude, Calibrated, goal_text, open_embedder
     from nika_brain.state.kernels import load_kernel
 
     bus = open_bus(brain)
     k = load_kernel(brain, kernel_id)
-    apt = Aptitude(k.id, goal_text(k.goal, k.tags), open_embedder(brain), bus)
+    cfg = settings(brain)
+    apt: Any = Aptitude(k.id, goal_text(k.goal, k.tags), open_embedder(brain), bus)
+    if cfg.aptitude == "calibrated":
+        apt = Calibrated(brain, k.id, cfg.threshold, apt)
     apt.warm()  # the model loads now, not while the first offer's window runs
     from nika_brain.state import prompts as prompts
 
@@ -802,7 +809,7 @@ def worker_for(brain: Any, kernel_id: str, run: Callable[[dict], dict | None], *
 
     kw.setdefault("busy", prompts_waiting)
     return Worker(
-        bus, k.id, run, aptitude=apt.scores, config=settings(brain), journal=brain_journal(brain), **kw
+        bus, k.id, run, aptitude=apt.scores, config=cfg, journal=brain_journal(brain), **kw
     )
 
 
