@@ -38,7 +38,7 @@ def _binary():
 def realfed(tmp_path):
     sock = tmp_path / "tmux.sock"
     fed = {"agent_command": [claude_binary()], "tmux_socket": str(sock), "supervisor": "manual",
-           "deliver_timeout": 90, "kill_grace": 5}
+           "deliver_timeout": 90, "kill_grace": 5, "triage": {"default": "alpha"}}
     brain = make_brain(tmp_path / "brain", "version: 1\nlock_poll: 0.01\nfederation: " + json.dumps(fed) + "\n")
     cfg = tmp_path / "claude-config"
     cfg.mkdir()
@@ -71,7 +71,8 @@ def _screen(brain: Brain, kid: str) -> str:
 
 def test_spawn_with_env_file_in_a_fresh_config_takes_the_first_prompt_restart_and_kill(tmp_path, realfed):
     brain, cfg = realfed
-    answers = iter(["first answer from the stand-in", "second answer after restart"])
+    answers = iter(["first answer from the stand-in", "the answer ask brought back",
+                    "second answer after restart"])
     with MessagesStandin(respond=lambda body: [text(next(answers, "done"))]) as standin:
         spawn = nb(brain, "kernel", "spawn", "keep the ledger", "--id", "alpha",
                    "--env-file", _env_file(tmp_path, standin.url, cfg), env=_cli_env())
@@ -96,6 +97,14 @@ def test_spawn_with_env_file_in_a_fresh_config_takes_the_first_prompt_restart_an
         assert events.index("session") < events.index("taken") < events.index("answered")
         assert "Quick safety check" not in _screen(brain, "alpha")
 
+        # the way in: ask triages (one kernel here, also the generalist), delivers, returns the answer
+        ask = nb(brain, "ask", "tidy the ledger for me", "--wait", "--json", "--timeout", "120",
+                 env=_cli_env())
+        assert ask.returncode == 0, ask.stderr
+        (route,) = json.loads(ask.stdout)["routes"]
+        assert route["kernel"] == "alpha" and route["status"] == "answered"
+        assert route["answer"] == "the answer ask brought back"
+
         # restart: same id, history kept, a new session that takes the next prompt
         old_pid = runtimes.load_state(brain, "alpha")["pid"]
         again = nb(brain, "kernel", "restart", "alpha", env=_cli_env())
@@ -105,7 +114,7 @@ def test_spawn_with_env_file_in_a_fresh_config_takes_the_first_prompt_restart_an
                     env=_cli_env())
         assert second.returncode == 0, second.stderr + _screen(brain, "alpha")
         assert second.stdout.strip() == "second answer after restart"
-        assert [e["event"] for e in health.read_events(brain, "alpha")[0]].count("answered") == 2
+        assert [e["event"] for e in health.read_events(brain, "alpha")[0]].count("answered") == 3
 
         # kill: the agent is asked to exit (Ctrl-C twice) and leaves; no signal was needed
         pid = runtimes.load_state(brain, "alpha")["pid"]
