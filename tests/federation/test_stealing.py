@@ -56,8 +56,9 @@ TASK_MS = {"alpha": 10, "beta": 5, "gamma": 0}  # gamma drains first, then steal
 STRESS_CONFIG = """version: 1
 lock_poll: 0.01
 federation:
-  stealing: {threshold: 0.8, window: 0.3, lease: 2.0, grant_timeout: 1.0, alive_ttl: 1.0, sweep: 0.3}
-"""
+  stealing: {threshold: 0.8, window: 0.3, lease: 2.0, grant_timeout: 1.0, alive_ttl: 1.0, sweep: 0.3,
+             aptitude: cosine, grant: best}
+"""  # the exactly-once protocol under kill -9, with every claimant eligible (not the grant rule)
 
 
 def fed_brain(root: Path, config: str = STRESS_CONFIG):

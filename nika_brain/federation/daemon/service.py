@@ -44,7 +44,7 @@ def settings(brain: Brain) -> dict[str, Any]:
             raise BrainError(f"nika-brain.yml: federation.daemon.{key} is not a setting "
                              f"(known: {', '.join(sorted(known))})")
     out = {"services": [], "disable": [], "triggers_every": 900.0, "retention": 86400.0,
-           "stealing_poll": 0.5, **raw}
+           "stealing_poll": 1.0, **raw}
     for key in ("services", "disable"):
         if not isinstance(out[key], list) or not all(isinstance(x, str) for x in out[key]):
             raise BrainError(f"nika-brain.yml: federation.daemon.{key} must be a list of strings")

@@ -96,6 +96,9 @@ class TmuxRuntime:
 
     def alive(self, brain: Brain, kernel: Kernel, state: dict) -> Liveness:
         name = state.get("tmux_session") or session_name(kernel.id)
+        pid = state.get("pid")
+        if pid and pid_alive(pid):  # the pane's process runs: no tmux call (the daemon asks often)
+            return Liveness(True, pid)
         p = self._tmux(brain, "display-message", "-p", "-t", f"={name}:",
                        "#{pane_dead} #{pane_pid} #{pane_dead_status} #{pane_dead_signal}", check=False)
         if p.returncode != 0:
