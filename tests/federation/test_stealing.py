@@ -394,3 +394,40 @@ def test_a_kernel_with_prompts_waiting_is_not_idle(tmp_path, git_env, monkeypatc
     assert not w.idle
     w._claim([{"type": "task_available", "task": "x1", "owner": "alpha", "summary": "s", "at": time.time()}])
     assert w.stats["claims"] == 0
+
+
+def test_a_handed_over_kernels_waiting_tasks_follow_its_successor(tmp_path, git_env, monkeypatch):
+    use_bus(monkeypatch, "embedded")
+    bus = busmod.open_bus(fed_brain(tmp_path / "b"))
+    enqueue(bus, "alpha", "restore the nightly backup", task_id="t-a1")
+    enqueue(bus, "alpha", "reset a VPN password", task_id="t-a2")
+    bus.set("ws:lease:t-a2", {"kernel": "alpha", "token": "x"})  # t-a2 runs: its runner finishes it
+    moved = stealing.follow(bus, "alpha", "gamma")
+    assert moved == ["t-a1~gamma"]
+    assert [t["id"] for t in stealing.queue(bus, "gamma")] == ["t-a1~gamma"]
+    assert stealing.queue(bus, "gamma")[0]["prompt"] == "restore the nightly backup"
+    assert [t["id"] for t in stealing.queue(bus, "alpha")] == ["t-a2"]
+    assert bus.get("ws:done:t-a1")["result"] == {"followed": "gamma"}
+    assert stealing.follow(bus, "alpha", "gamma") == []  # once
+
+
+def test_a_failed_task_does_not_end_the_worker(tmp_path, git_env, monkeypatch):
+    use_bus(monkeypatch, "embedded")
+    bus = busmod.open_bus(fed_brain(tmp_path / "b"))
+    ran: list = []
+
+    def run(task):
+        if task["id"] == "t-bad":
+            raise BrainError("kernel alpha died before answering")
+        ran.append(task["id"])
+        return {}
+    w = Worker(bus, "alpha", run, aptitude=lambda xs: [0.0] * len(xs), config=FAST)
+    enqueue(bus, "alpha", "this one fails", task_id="t-bad")
+    enqueue(bus, "alpha", "this one runs", task_id="t-good")
+    w.recover()
+    for _ in range(400):
+        w.step()
+        if ran:
+            break
+    assert ran == ["t-good"]
+    assert bus.get("ws:done:t-bad")["result"] == {"failed": "kernel alpha died before answering"}

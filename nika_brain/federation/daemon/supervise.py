@@ -1,8 +1,8 @@
 """The supervisor as a daemon service: each tick, every live kernel is checked (death, bounded
 restart, ttl, heartbeat) and its queued prompts are delivered once its session has started
-(supervisor.check_once). Then the handovers are followed up: the prompts still queued for a
-handed-over kernel go to its successor, and the predecessor's process is stopped once the successor
-is ready (its SessionStart fired).
+(supervisor.check_once). Then the handovers are followed up: the prompts and the waiting
+work-stealing tasks of a handed-over kernel go to its successor, and the predecessor's process is
+stopped once the successor is ready (its SessionStart fired).
 """
 from __future__ import annotations
 
@@ -23,6 +23,12 @@ def follow_handovers(brain: Brain) -> list[str]:
         nxt = verbs.successor(brain, k)
         if nxt.id == k.id or not nxt.live:
             continue
+        try:
+            from nika_brain import bus
+            from nika_brain.federation.stealing import protocol as stealing
+            done += stealing.follow(bus.open_bus(brain), k.id, nxt.id)
+        except BrainError:
+            pass
         for item in queue.pending(brain, k.id):
             queue.enqueue(brain, nxt.id, item["prompt"], by=item.get("by") or "handover")
             queue.settle(brain, k.id, item["id"], "dropped", reason=f"followed successor {nxt.id}")

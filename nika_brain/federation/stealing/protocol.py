@@ -279,6 +279,25 @@ def queue(bus: Any, kernel: str) -> list[dict]:
     return out
 
 
+def follow(bus: Any, predecessor: str, successor: str) -> list[str]:
+    """A handed-over kernel's waiting tasks follow its successor: each is closed (done, "followed")
+    with a SET NX -- so a run that started meanwhile keeps it -- and enqueued again for the successor
+    under `<id>~<successor>`. Running or granted-away tasks stay: their runner finishes them.
+    Returns the new task ids."""
+    moved = []
+    for t in queue(bus, predecessor):
+        if t["state"] not in ("waiting", "kept") or bus.get(_k_lease(t["id"])) is not None:
+            continue
+        if not bus.set_if_absent(_k_done(t["id"]), {"kernel": successor, "followed": True, "at": time.time(),
+                                                    "result": {"followed": successor}}):
+            continue
+        bus.delete(_k_open(predecessor, t["id"]))
+        new = enqueue(bus, successor, t["summary"], priority=t["priority"], prompt=t["prompt"],
+                      task_id=f"{t['id']}~{successor}"[:120])
+        moved.append(new["id"])
+    return moved
+
+
 def alive(bus: Any) -> dict[str, dict]:
     out = {}
     for key in bus.keys("ws:alive:"):
