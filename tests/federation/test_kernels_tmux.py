@@ -178,3 +178,32 @@ def test_invoke_wait_returns_at_once_when_the_kernel_dies_or_a_hook_consumes_the
     # --ttl without --temporary is refused, nothing written
     bad = cli("kernel", "spawn", "burst", "--id", "eps", "--ttl", "2h")
     assert bad.returncode == 1 and "--temporary" in bad.stderr and not (brain.kernels_dir / "eps").exists()
+
+
+def test_credentials_before_the_first_start_and_kernel_env(fbrain, cli, tmp_path):  # noqa: F811
+    brain = fbrain
+    bad = tmp_path / "bad.env"
+    bad.write_text("GOOD=1\nthis is not an assignment\n")
+    out = cli("kernel", "spawn", "Client missions", "--id", "zeta", "--env-file", str(bad))
+    assert out.returncode == 1 and "bad.env:2: expected KEY=value" in out.stderr and out.stderr.count("\n") == 1
+    assert not (brain.kernels_dir / "zeta").exists()
+    good = tmp_path / "zeta.env"
+    good.write_text("# the operator's\nZETA_TOKEN='s3cr3t'\nexport OTHER=2\n")
+    out = cli("kernel", "spawn", "Client missions", "--id", "zeta", "--env-file", str(good))
+    assert out.returncode == 0 and "credentials: OTHER, ZETA_TOKEN" in out.stdout, out.stderr
+    cred = brain.kernels_dir / "zeta" / "credentials.env"
+    assert stat.S_IMODE(cred.stat().st_mode) == 0o600 and "ZETA_TOKEN=s3cr3t" in cred.read_text()
+    took = cli("kernel", "invoke", "zeta", "env=ZETA_TOKEN env=LATER", "--wait", "--timeout", "60")
+    assert "[env ZETA_TOKEN=present]" in took.stdout and "[env LATER=absent]" in took.stdout, took.stderr
+    assert "s3cr3t" not in took.stdout
+    setv = cli("kernel", "env", "set", "zeta", "LATER=now")
+    assert setv.returncode == 0 and "kernel restart zeta" in setv.stdout
+    assert cli("kernel", "env", "unset", "zeta", "ZETA_TOKEN").returncode == 0
+    assert cli("kernel", "restart", "zeta").returncode == 0
+    took = cli("kernel", "invoke", "zeta", "env=ZETA_TOKEN env=LATER", "--wait", "--timeout", "60")
+    assert "[env ZETA_TOKEN=absent]" in took.stdout and "[env LATER=present]" in took.stdout, took.stderr
+    assert stat.S_IMODE(cred.stat().st_mode) == 0o600
+    for args in (["set", "zeta", "NOEQUALS"], ["set", "zeta", "1BAD=x"], ["unset", "zeta", "MISSING"],
+                 ["set", "nosuch", "A=b"]):
+        r = cli("kernel", "env", *args)
+        assert r.returncode == 1 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, (args, r.stderr)
