@@ -48,8 +48,8 @@ def nb(root: Path, *args: str, env: dict | None = None, check: bool = True) -> s
     return p
 
 
-def timed(argv: list[str], cwd: Path, env: dict, stdin: str | None = None) -> tuple[float, int]:
-    """Seconds and max RSS (kB) of one whole process."""
+def timed(argv: list[str], cwd: Path, env: dict, stdin: str | None = None) -> tuple[float, int, float]:
+    """Wall seconds, max RSS (kB) and CPU seconds (user + system) of one whole process."""
     t0 = time.perf_counter()
     p = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL)
@@ -60,7 +60,7 @@ def timed(argv: list[str], cwd: Path, env: dict, stdin: str | None = None) -> tu
     dt = time.perf_counter() - t0
     if os.waitstatus_to_exitcode(status) not in (0, 8):
         raise SystemExit(f"{argv[:5]} exited {os.waitstatus_to_exitcode(status)}")
-    return dt, usage.ru_maxrss
+    return dt, usage.ru_maxrss, usage.ru_utime + usage.ru_stime
 
 
 def spread(xs: list[float], fmt: str = "{:.2f}") -> str:
@@ -100,17 +100,24 @@ def bench_hook(brain: Brain, runs: int) -> None:
     base = [PY, "-c", "pass"]
     for _ in range(3):
         timed(hook, brain.root, env, payload)
-    ratios, rss, hook_ms, base_ms = [], [], [], []
-    for _ in range(runs):
-        b, _ = timed(base, brain.root, env)
-        h, r = timed(hook, brain.root, env, payload)
+    ratios, cpu_ratios, rss, hook_ms, base_ms = [], [], [], [], []
+    for i in range(runs):  # interleaved; the order inside a pair alternates
+        if i % 2:
+            h, r, hc = timed(hook, brain.root, env, payload)
+            b, _, bc = timed(base, brain.root, env)
+        else:
+            b, _, bc = timed(base, brain.root, env)
+            h, r, hc = timed(hook, brain.root, env, payload)
         ratios.append(h / b)
+        cpu_ratios.append(hc / max(bc, 1e-3))
         rss.append(r / 1024)
         hook_ms.append(h * 1000)
         base_ms.append(b * 1000)
     print(f"hook UserPromptSubmit (hint through the daemon): {spread(hook_ms, '{:.0f}')} ms;"
           f" python -c pass: {spread(base_ms, '{:.0f}')} ms")
-    print(f"  ratio hook / python -c pass: {spread(ratios)}  (goal <= 2.5)")
+    print(f"  paired wall ratio hook / python -c pass: {spread(ratios)}  (goal <= 2.5)")
+    print(f"  paired CPU ratio (the hook process's own CPU; the daemon's embedding not counted): "
+          f"{spread(cpu_ratios)}")
     print(f"  hook max RSS: {spread(rss, '{:.1f}')} MB  (goal < 30)")
 
 
@@ -124,9 +131,13 @@ def bench_ask(brain: Brain, runs: int) -> None:
         timed(ask, brain.root, env)
         timed(inv, brain.root, env)
     diffs, a_ms, i_ms = [], [], []
-    for _ in range(runs):
-        i, _ = timed(inv, brain.root, env)
-        a, _ = timed(ask, brain.root, env)
+    for n in range(runs):
+        if n % 2:
+            a, _, _ = timed(ask, brain.root, env)
+            i, _, _ = timed(inv, brain.root, env)
+        else:
+            i, _, _ = timed(inv, brain.root, env)
+            a, _, _ = timed(ask, brain.root, env)
         diffs.append((a - i) * 1000)
         a_ms.append(a * 1000)
         i_ms.append(i * 1000)
