@@ -206,24 +206,26 @@ def kernel_kill(kernel_id: str, reason: str = typer.Option(..., "--reason")):
           f"failed {len(out['claims_failed'])} claim(s)")
 
 
+def _start(kernel_id: str, restart: bool) -> None:
+    from nika_brain.federation.kernels import runtimes, verbs
+    brain = Brain.find()
+    verb = verbs.kernel_restart if restart else verbs.kernel_start
+    k = verb(brain, kernel_id, by=getpass.getuser())
+    print(f"{'restarted' if restart else 'started'} {k.id} ({k.runtime}); queued prompts are delivered "
+          "once its session has started")
+    _say_trust(runtimes.load_state(brain, k.id))
+
+
 @kernel_app.command("start")
 def kernel_start(kernel_id: str):
     """Start a dead, killed or failed kernel again (same id, history kept)."""
-    from nika_brain.federation.kernels import runtimes, verbs
-    brain = Brain.find()
-    k = verbs.kernel_start(brain, kernel_id, by=getpass.getuser())
-    print(f"started {k.id} ({k.runtime}); queued prompts are delivered once its session has started")
-    _say_trust(runtimes.load_state(brain, k.id))
+    _start(kernel_id, restart=False)
 
 
 @kernel_app.command("restart")
 def kernel_restart(kernel_id: str):
     """Stop a kernel's agent and start it again (same id, history kept; picks up `kernel env`)."""
-    from nika_brain.federation.kernels import runtimes, verbs
-    brain = Brain.find()
-    k = verbs.kernel_restart(brain, kernel_id, by=getpass.getuser())
-    print(f"restarted {k.id} ({k.runtime})")
-    _say_trust(runtimes.load_state(brain, k.id))
+    _start(kernel_id, restart=True)
 
 
 env_app = typer.Typer(no_args_is_help=True, help="A kernel's credentials (credentials.env, 0600).")

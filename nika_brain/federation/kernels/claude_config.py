@@ -20,11 +20,11 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from nika_brain.errors import BrainError
+from nika_brain.support import fsio
 
 KEY_TAIL = 20  # how many trailing characters of a key Claude Code records as approved
 
@@ -60,20 +60,7 @@ def _update(path: Path, change: Callable[[dict], bool]) -> bool:
         if not change(data):
             return False
         mode = path.stat().st_mode & 0o777 if path.exists() else 0o600
-        fd, tmp = tempfile.mkstemp(prefix=".claude.json.", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(data, fh, indent=2, ensure_ascii=False)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.chmod(tmp, mode)
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        fsio.atomic_write(path, json.dumps(data, indent=2, ensure_ascii=False), mode=mode)
         return True
 
 

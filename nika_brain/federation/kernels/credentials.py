@@ -6,12 +6,11 @@ change applies at the next start (`kernel restart <id>`). Every write replaces t
 """
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from pathlib import Path
 
 from nika_brain.errors import BrainError
+from nika_brain.support import fsio
 
 FILE = "credentials.env"
 HEADER = "# KEY=value lines: this kernel's own credentials, given to its process only\n"
@@ -56,19 +55,7 @@ def load(folder: Path) -> dict[str, str]:
 
 def write(folder: Path, values: dict[str, str]) -> Path:
     path = folder / FILE
-    body = HEADER + "".join(f"{k}={v}\n" for k, v in values.items())
-    fd, tmp = tempfile.mkstemp(prefix=".credentials.", dir=folder)
-    try:
-        os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(body)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    fsio.atomic_write(path, HEADER + "".join(f"{k}={v}\n" for k, v in values.items()), mode=0o600)
     return path
 
 
