@@ -72,7 +72,7 @@ def _screen(brain: Brain, kid: str) -> str:
 def test_spawn_with_env_file_in_a_fresh_config_takes_the_first_prompt_restart_and_kill(tmp_path, realfed):
     brain, cfg = realfed
     answers = iter(["first answer from the stand-in", "the answer ask brought back",
-                    "second answer after restart"])
+                    "answered after the directive", "second answer after restart"])
     with MessagesStandin(respond=lambda body: [text(next(answers, "done"))]) as standin:
         spawn = nb(brain, "kernel", "spawn", "keep the ledger", "--id", "alpha",
                    "--env-file", _env_file(tmp_path, standin.url, cfg), env=_cli_env())
@@ -105,6 +105,14 @@ def test_spawn_with_env_file_in_a_fresh_config_takes_the_first_prompt_restart_an
         assert route["kernel"] == "alpha" and route["status"] == "answered"
         assert route["answer"] == "the answer ask brought back"
 
+        # readjust mid-session: the directive reaches the model with the next prompt, no restart
+        assert nb(brain, "kernel", "readjust", "alpha", "réponds en français désormais",
+                  env=_cli_env()).returncode == 0
+        assert "réponds en français désormais" not in standin.sent_text()
+        nxt = nb(brain, "kernel", "invoke", "alpha", "next one", "--wait", "--timeout", "120", env=_cli_env())
+        assert nxt.stdout.strip() == "answered after the directive", nxt.stderr
+        assert "réponds en français désormais" in standin.sent_text()
+
         # restart: same id, history kept, a new session that takes the next prompt
         old_pid = runtimes.load_state(brain, "alpha")["pid"]
         again = nb(brain, "kernel", "restart", "alpha", env=_cli_env())
@@ -114,7 +122,7 @@ def test_spawn_with_env_file_in_a_fresh_config_takes_the_first_prompt_restart_an
                     env=_cli_env())
         assert second.returncode == 0, second.stderr + _screen(brain, "alpha")
         assert second.stdout.strip() == "second answer after restart"
-        assert [e["event"] for e in health.read_events(brain, "alpha")[0]].count("answered") == 3
+        assert [e["event"] for e in health.read_events(brain, "alpha")[0]].count("answered") == 4
 
         # kill: the agent is asked to exit (Ctrl-C twice) and leaves; no signal was needed
         pid = runtimes.load_state(brain, "alpha")["pid"]
