@@ -33,7 +33,12 @@ class _Runner:
         def busy() -> bool:
             return bool(queue.pending(brain, kernel_id)) or health.turn_in_progress(brain, kernel_id)
 
-        self.worker = protocol.worker_for(brain, kernel_id, run, busy=busy)
+        import dataclasses
+        cfg = protocol.settings(brain)
+        # idle workers look at the broadcast every `poll` seconds: an owner waits long enough for
+        # their claims (it decides at once when every idle kernel has answered)
+        cfg = dataclasses.replace(cfg, window=max(cfg.window, 2 * poll + 0.2))
+        self.worker = protocol.worker_for(brain, kernel_id, run, busy=busy, config=cfg)
         self.poll = poll
         self.thread = threading.Thread(target=self._serve, daemon=True, name=f"steal-{kernel_id}")
 

@@ -49,7 +49,7 @@ def follow_handovers(brain: Brain) -> list[str]:
 
 class SupervisorService:
     name = "supervisor"
-    every = supervisor.INTERVAL
+    every = 5.0  # seconds; `federation supervise` alone checks every 2 s
 
     def __init__(self, brain: Brain):
         self.brain = brain

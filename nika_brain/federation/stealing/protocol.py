@@ -816,7 +816,7 @@ def worker_for(brain: Any, kernel_id: str, run: Callable[[dict], dict | None], *
 
     bus = open_bus(brain)
     k = load_kernel(brain, kernel_id)
-    cfg = settings(brain)
+    cfg = kw.pop("config", None) or settings(brain)
     apt: Any = Aptitude(k.id, goal_text(k.goal, k.tags), open_embedder(brain), bus)
     if cfg.aptitude == "calibrated":
         apt = Calibrated(brain, k.id, cfg.threshold, apt)
