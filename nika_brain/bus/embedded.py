@@ -152,6 +152,21 @@ class EmbeddedBus:
                            (channel, channel, self._maxlen))
         return str(mid)
 
+    def trim(self, channel: str, older_than: float) -> int:
+        """Messages carry their time in their body ("t" epoch seconds, else "at" ISO): those older
+        than the cut go, unless a consumer group still has them pending."""
+        from datetime import datetime, timezone
+        channel = codec.check_name("channel", channel)
+        cut = self._ts() - codec.check_seconds("older_than", older_than, positive=True)
+        cut_iso = datetime.fromtimestamp(cut, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+        with self._txn() as db:
+            n = db.execute(
+                "DELETE FROM messages WHERE channel = ? AND (json_extract(body, '$.t') < ? OR "
+                "(json_extract(body, '$.t') IS NULL AND substr(json_extract(body, '$.at'), 1, 19) < ?))"
+                " AND id NOT IN (SELECT id FROM pending WHERE channel = ?)",
+                (channel, cut, cut_iso, channel)).rowcount
+        return int(n)
+
     def read(self, channel: str, after: str | None = None, count: int = 100,
              block: float = 0) -> list[Message]:
         channel, start, count = codec.check_name("channel", channel), self._id(after), codec.check_count(count)

@@ -115,6 +115,14 @@ class RedisBus:
             mid, _ = pipe.execute()
         return mid
 
+    def trim(self, channel: str, older_than: float) -> int:
+        """Stream ids are milliseconds: XTRIM MINID drops the entries older than the cut."""
+        import time
+        channel = codec.check_name("channel", channel)
+        cut = int((time.time() - codec.check_seconds("older_than", older_than, positive=True)) * 1000)
+        with self._redis() as r:
+            return int(r.xtrim(channel, minid=f"{cut}-0"))
+
     def read(self, channel: str, after: str | None = None, count: int = 100,
              block: float = 0) -> list[Message]:
         channel, count = codec.check_name("channel", channel), codec.check_count(count)

@@ -55,7 +55,7 @@ def json_object(text: str, what: str) -> dict:
 # Top-level commands that one module owns entirely: a call of one of them imports only that module
 # (a cold `nika-brain triage` or `rag query` does not pay for the workflow commands). Anything else
 # (help, `kernel`, which several modules extend) registers every module.
-_OWNER = {"triage": "triage", "rag": "rag", "bus": "bus", "claude": "claude", "federation": "federation",
+_OWNER = {"ask": "ask", "triage": "triage", "rag": "rag", "bus": "bus", "claude": "claude", "federation": "federation",
           "registry": "registry", "operator": "operator", "doctor": "operator", "init": "index",
           "validate": "index", "index": "index", "hooks": "index", "sync": "sync",
           "machine": "machine"}
@@ -69,6 +69,7 @@ def _register(argv: list[str] | None = None) -> None:
         importlib.import_module(f"nika_brain.cli.{owner}")
         return
     from nika_brain.cli import (  # noqa: F401  # noqa: F401
+        ask,
         bus,
         claude,
         federation,  # noqa: F401

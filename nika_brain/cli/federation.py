@@ -1,4 +1,4 @@
-"""`nika-brain federation status|supervise|acl`: the federation's health and its supervisor."""
+"""`nika-brain federation up|down|status|supervise|acl`: the federation's daemon, health and supervisor."""
 from __future__ import annotations
 
 import json
@@ -16,11 +16,21 @@ app.add_typer(fed_app, name="federation")
 @fed_app.command("status")
 def federation_status(as_json: bool = typer.Option(False, "--json")):
     """Every kernel (alive, stale, dead, killed...), the aggregates, and the bus in use."""
+    from nika_brain.federation.daemon import host
     from nika_brain.federation.kernels import status
-    s = status.status(Brain.find())
+    brain = Brain.find()
+    s = status.status(brain)
+    s["daemon"] = host.status(brain)
     if as_json:
         print(json.dumps(s))
         raise typer.Exit(0 if s["bus_ok"] else 1)
+    d = s["daemon"]
+    if d["running"]:
+        svcs = "  ".join(f"{n}{'' if v.get('running') else ' (off)'}{' ERROR: ' + v['error'] if v.get('error') else ''}"
+                         for n, v in d["services"].items())
+        print(f"daemon: running (pid {d['pid']}, since {d['started']})  services: {svcs}")
+    else:
+        print("daemon: not running (nika-brain federation up --detach)")
     a = s["aggregates"]
     print(f"bus: {s['bus']}  kernels: {a['kernels']}  " +
           "  ".join(f"{k}: {v}" for k, v in sorted(a["by_state"].items())) +
@@ -57,3 +67,26 @@ def federation_acl(kernel: List[str] = typer.Option([], "--kernel",
     from nika_brain.federation.kernels import acl
     for name in acl.apply(Brain.find(), kernel or None, revoke=revoke):
         print(f"{'revoked' if revoke else 'set'} {name}")
+
+
+@fed_app.command("up")
+def federation_up(detach: bool = typer.Option(False, "--detach", help="run in the background")):
+    """Run the federation daemon for this brain (one per brain): supervisor, work stealing, triggers,
+    daily summaries, bus retention, redelivery and the resident embedder."""
+    operator_only("starting the federation daemon")
+    from nika_brain.federation.daemon import host
+    brain = Brain.find()
+    if detach:
+        pid = host.up(brain)
+        print(f"federation daemon running (pid {pid}); log: {brain.rel(host.log_path(brain))}")
+        return
+    host.run(brain)
+
+
+@fed_app.command("down")
+def federation_down():
+    """Stop this brain's federation daemon (its kernels keep running)."""
+    operator_only("stopping the federation daemon")
+    from nika_brain.federation.daemon import host
+    pid = host.down(Brain.find())
+    print(f"federation daemon stopped (pid {pid})" if pid else "no federation daemon was running")

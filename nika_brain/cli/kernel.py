@@ -100,10 +100,13 @@ def kernel_spawn(goal: str,
                  restart: str = typer.Option("never", "--restart", help="never | on-failure"),
                  max_restarts: int = typer.Option(kernels.DEFAULT_MAX_RESTARTS, "--max-restarts"),
                  temporary: bool = typer.Option(False, "--temporary", help="a burst worker (needs --ttl)"),
-                 ttl: Optional[str] = typer.Option(None, "--ttl", help="e.g. 2h")):
+                 ttl: Optional[str] = typer.Option(None, "--ttl", help="e.g. 2h (with --temporary)"),
+                 env_file: Optional[Path] = typer.Option(None, "--env-file",
+                                                         help="KEY=value lines: the kernel's credentials")):
     """Create kernels/<id>/, register its goal and start it (a human command)."""
     operator_only("spawning a kernel")
-    from nika_brain.federation.kernels import verbs
+    from nika_brain.federation.kernels import credentials, runtimes, verbs
+    env = credentials.read_file(env_file) if env_file is not None else None
     ex: list[str] = []
     if examples is not None:
         try:
@@ -114,8 +117,18 @@ def kernel_spawn(goal: str,
     k = verbs.kernel_spawn(Brain.find(), goal, scope=scope, resource_limits={"memory": memory, "cpu": cpu},
                            kernel_id=kernel_id, tags=tags, examples=ex, region=region,
                            data_class=data_class, doctrine=doctrine, card=card, runtime=runtime,
-                           restart=restart, max_restarts=max_restarts, temporary=temporary, ttl=ttl)
-    print(f"spawned {k.id} ({k.runtime}, limits {k.limits} [{k.enforcement}])")
+                           restart=restart, max_restarts=max_restarts, temporary=temporary, ttl=ttl,
+                           env=env)
+    brain = Brain.find()
+    print(f"spawned {k.id} ({k.runtime}, limits {k.limits} [{k.enforcement}])"
+          + (f"; credentials: {', '.join(sorted(env))}" if env else ""))
+    _say_trust(runtimes.load_state(brain, k.id))
+
+
+def _say_trust(state: dict) -> None:
+    if state.get("claude_config"):
+        print(f"trusted the kernel's folder in Claude Code's config {state['claude_config']} "
+              "(projects.<folder>.hasTrustDialogAccepted)")
 
 
 @kernel_app.command("invoke")
@@ -128,7 +141,7 @@ def kernel_invoke(kernel_id: str, prompt: str,
         raise BrainError("--timeout must be between 0 and 86400 seconds")
     out = verbs.kernel_invoke(Brain.find(), kernel_id, prompt, wait=wait, timeout=timeout,
                               by=getpass.getuser())
-    print(out["answer"] or "" if wait else f"prompt {out['id']} taken by {kernel_id} at {out['taken']}")
+    print(out["answer"] or "" if wait else f"prompt {out['id']} taken by {out['kernel']} at {out['taken']}")
 
 
 @kernel_app.command("readjust")
@@ -193,7 +206,8 @@ def kernel_kill(kernel_id: str, reason: str = typer.Option(..., "--reason")):
     operator_only("killing a kernel")
     from nika_brain.federation.kernels import verbs
     out = verbs.kernel_kill(Brain.find(), kernel_id, reason, by=getpass.getuser())
-    print(f"killed {out['kernel']} in {out['seconds']}s; released {len(out['locks_released'])} lock(s), "
+    how = out["how"] or "not running"
+    print(f"killed {out['kernel']} in {out['seconds']}s ({how}); released {len(out['locks_released'])} lock(s), "
           f"failed {len(out['claims_failed'])} claim(s)")
 
 
@@ -208,3 +222,53 @@ def kernel_ready(kernel_id: str):
         print(f"kernel {kernel_id}: no session started yet", file=sys.stderr)
         raise typer.Exit(1)
     print(f"kernel {kernel_id}: ready (session {live[-1].id})")
+
+
+def _start(kernel_id: str, restart: bool) -> None:
+    operator_only("restarting a kernel" if restart else "starting a kernel")
+    from nika_brain.federation.kernels import runtimes, verbs
+    brain = Brain.find()
+    verb = verbs.kernel_restart if restart else verbs.kernel_start
+    k = verb(brain, kernel_id, by=getpass.getuser())
+    print(f"{'restarted' if restart else 'started'} {k.id} ({k.runtime}); queued prompts are delivered "
+          "once its session has started")
+    _say_trust(runtimes.load_state(brain, k.id))
+
+
+@kernel_app.command("start")
+def kernel_start(kernel_id: str):
+    """Start a dead, killed or failed kernel again (same id, history kept)."""
+    _start(kernel_id, restart=False)
+
+
+@kernel_app.command("restart")
+def kernel_restart(kernel_id: str):
+    """Stop a kernel's agent and start it again (same id, history kept; picks up `kernel env`)."""
+    _start(kernel_id, restart=True)
+
+
+env_app = typer.Typer(no_args_is_help=True, help="A kernel's credentials (credentials.env, 0600).")
+kernel_app.add_typer(env_app, name="env")
+
+
+@env_app.command("set")
+def kernel_env_set(kernel_id: str, assignment: str = typer.Argument(..., metavar="KEY=VALUE")):
+    """Set one variable of the kernel's credentials (applies at its next start)."""
+    operator_only("setting a kernel's credentials")
+    from nika_brain.federation.kernels import verbs
+    key, eq, value = assignment.partition("=")
+    if not eq:
+        raise BrainError("expected KEY=VALUE")
+    out = verbs.kernel_env(Brain.find(), kernel_id, key, value)
+    print(f"set {out['key']} for {kernel_id}" +
+          (f"; applies at its next start: nika-brain kernel restart {kernel_id}" if out["restart"] else ""))
+
+
+@env_app.command("unset")
+def kernel_env_unset(kernel_id: str, key: str = typer.Argument(..., metavar="KEY")):
+    """Remove one variable from the kernel's credentials (applies at its next start)."""
+    operator_only("changing a kernel's credentials")
+    from nika_brain.federation.kernels import verbs
+    out = verbs.kernel_env(Brain.find(), kernel_id, key, None)
+    print(f"unset {out['key']} for {kernel_id}" +
+          (f"; applies at its next start: nika-brain kernel restart {kernel_id}" if out["restart"] else ""))

@@ -323,8 +323,51 @@ def cache_path(brain: Brain | None, model_id: str) -> Path | None:
     return Path(folder) / f"{slug}.sqlite" if folder else None
 
 
+class ResidentEmbedder:
+    """The federation daemon's model, over its unix socket (federation/resident.py): a client loads
+    no model. When the daemon is gone, the in-process model takes over (loaded then, once)."""
+
+    def __init__(self, state_dir: Path, model_id: str, dim: int, fallback: Callable[[], Embedder]):
+        self.state_dir, self.model_id, self.dim = state_dir, model_id, dim
+        self._fallback = fallback
+        self._local: Embedder | None = None
+
+    def embed(self, texts: Sequence[str], *, kind: Kind) -> numpy.ndarray:
+        import base64
+
+        import numpy as np
+
+        from .resident import request
+        _check_kind(kind)
+        texts = list(texts)
+        if self._local is None:
+            got = request(self.state_dir, "embed", texts=texts, kind=kind)
+            if got is not None and got.get("model_id") == self.model_id:
+                vecs = np.frombuffer(base64.b64decode(got["vectors"]), dtype=np.float32)
+                return vecs.reshape(len(texts), self.dim).copy()
+            self._local = self._fallback()
+        return self._local.embed(texts, kind=kind)
+
+
+def _resident(brain: Brain | None, cfg: Mapping[str, Any]) -> Embedder | None:
+    """The daemon's embedder when a daemon serves this brain (and we are not the daemon)."""
+    if brain is None:
+        return None
+    from .resident import request
+    try:
+        pong = request(brain.state_dir, "ping", timeout=5.0)
+    except BrainError:
+        return None
+    if not pong or not isinstance(pong.get("model_id"), str):
+        return None
+    root = brain.root
+    return ResidentEmbedder(brain.state_dir, pong["model_id"], int(pong["dim"]),
+                            lambda: EMBEDDERS[cfg["backend"]](cfg, root))
+
+
 def open_embedder(brain: Brain | None = None) -> Embedder:
-    """The configured embedder, hot (one model per process) and cached by content hash + model id."""
+    """The configured embedder, hot (one model per process) and cached by content hash + model id;
+    the federation daemon's resident one (over its socket) when a daemon serves this brain."""
     cfg = embedder_config(brain)
     root = brain.root if brain is not None else None
     key = (tuple(sorted((k, v) for k, v in cfg.items() if k != "cache")),
@@ -332,7 +375,9 @@ def open_embedder(brain: Brain | None = None) -> Embedder:
     with _OPEN_LOCK:
         if key in _OPEN:
             return _OPEN[key]
-        raw = _OPEN.get((key[0], "raw"))
+        # a model already hot in this process is used; otherwise the daemon's (not shared between
+        # brains: it is this brain's daemon); otherwise one is loaded here
+        raw = _OPEN.get((key[0], "raw")) or _resident(brain, cfg)
         if raw is None:
             raw = EMBEDDERS[cfg["backend"]](cfg, root)
             _OPEN[(key[0], "raw")] = raw

@@ -46,11 +46,16 @@ def _append(brain: Brain, kernel_id: str, obj: dict) -> None:
         os.close(fd)
 
 
-def enqueue(brain: Brain, kernel_id: str, prompt: str, *, by: str) -> dict:
+def check(prompt: object) -> str:
     if not isinstance(prompt, str) or not prompt.strip():
         raise BrainError("a prompt cannot be empty")
     if len(prompt) > MAX_PROMPT:
         raise BrainError(f"a prompt is at most {MAX_PROMPT} characters")
+    return prompt
+
+
+def enqueue(brain: Brain, kernel_id: str, prompt: str, *, by: str) -> dict:
+    check(prompt)
     with brain.mutex(f"queue-{kernel_id}"):
         n = sum(1 for x in _lines(brain, kernel_id) if "prompt" in x) + 1
         item = {"id": f"q{n}", "at": clock.iso(clock.now()), "prompt": prompt, "by": by}

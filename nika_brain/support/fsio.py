@@ -17,11 +17,15 @@ from typing import Iterable, Iterator
 from nika_brain.errors import BrainError
 
 
-def atomic_write(path: Path | str, text: str, *, fsync: bool = True) -> None:
+def atomic_write(path: Path | str, text: str, *, fsync: bool = True, mode: int | None = None) -> None:
+    """Write `text` to a temporary file beside `path` and rename it over `path`; `mode` is set on
+    the temporary file before anything is written (a secret is never readable by others)."""
     path = Path(path)
     # Not tempfile.mkstemp: importing tempfile costs ~7 ms on the hook path of every tool call.
     fd, tmp = _temp_file(path)
     try:
+        if mode is not None:
+            os.fchmod(fd, mode)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()

@@ -74,9 +74,12 @@ def test_imports_point_only_down():
 # shared modules (rank 0) and lower rooms only.
 ROOMS = {
     "options": 0, "embedding": 0,
+    "resident": -1,    # the client of the daemon's socket (the embedder, the hint and ask use it)
     "vault": 1, "triage": 2, "stealing": 3,
     "overview": 4,     # the federation section of the index and of `kernel observe` (reads stealing)
     "kernels": 5, "spawning": 6, "lineage": 7,
+    "asking": 8,       # `nika-brain ask`: triage, then deliver through the verbs
+    "daemon": 9,       # runs everything (services: supervisor, stealing, triggers, embedder...)
 }
 
 

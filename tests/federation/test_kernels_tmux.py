@@ -85,11 +85,16 @@ def test_five_verbs_end_to_end(fbrain, cli, tmp_path):  # noqa: F811
     assert any(m.get("kind") == "killed" for _, m in bus.open_bus(brain).read(bus.HEALTH))
     assert "| `alpha` | killed (test over" in (brain.root / "BRAIN-INDEX.md").read_text()
 
-    # a prompt for a killed kernel is an error, and it is not lost
+    # a prompt for a killed kernel is refused (never queued forever): exit 8 names `kernel start`
     late = cli("kernel", "invoke", "alpha", "are you there")
-    assert late.returncode == 8 and "stays queued" in late.stderr and late.stderr.count("\n") == 1
-    queued = json.loads(cli("kernel", "observe", "alpha", "--json").stdout)["queue"]
-    assert queued[0]["prompt"] == "are you there"
+    assert late.returncode == 8 and "kernel start alpha" in late.stderr and late.stderr.count("\n") == 1
+    assert json.loads(cli("kernel", "observe", "alpha", "--json").stdout)["queue"] == []
+    # started again: same id, history kept, and it takes prompts
+    again = cli("kernel", "start", "alpha")
+    assert again.returncode == 0, again.stderr
+    assert kernels.load_kernel(brain, "alpha").status == "active"
+    took = cli("kernel", "invoke", "alpha", "back again", "--wait", "--timeout", "60")
+    assert took.returncode == 0 and "stand-in answer to: back again" in took.stdout, took.stderr
 
 
 def test_queued_prompt_is_delivered_when_the_kernel_runs_again(fbrain):  # noqa: F811
@@ -156,3 +161,49 @@ def test_a_prompt_typed_into_a_busy_agent_is_confirmed_later_never_typed_twice(f
     sha = health.prompt_sha("the second one")
     taken = [e for e in health.read_events(brain, "busy")[0] if e.get("sha") == sha]
     assert len(taken) == 1, "taken exactly once"
+
+
+def test_invoke_wait_returns_at_once_when_the_kernel_dies_or_a_hook_consumes_the_prompt(fbrain, cli):  # noqa: F811
+    from nika_brain.federation.kernels import verbs
+    brain = fbrain
+    verbs.kernel_spawn(brain, "Client missions", kernel_id="delta", install_settings=True)
+    # a hook erases the prompt (`/kernel new ...` writes a proposal): no turn follows, no answer
+    eaten = cli("kernel", "invoke", "delta", "/kernel new veille sur les appels d'offres", "--wait",
+                "--timeout", "600")
+    assert eaten.returncode == 8 and "consumed by a hook" in eaten.stderr, eaten.stderr
+    assert eaten.stderr.count("\n") == 1
+    # the agent crashes mid-turn: --wait says so at once (not after its 600 s timeout)
+    crash = cli("kernel", "invoke", "delta", "crash now", "--wait", "--timeout", "600")
+    assert crash.returncode == 8 and "before answering" in crash.stderr, crash.stderr
+    # --ttl without --temporary is refused, nothing written
+    bad = cli("kernel", "spawn", "burst", "--id", "eps", "--ttl", "2h")
+    assert bad.returncode == 1 and "--temporary" in bad.stderr and not (brain.kernels_dir / "eps").exists()
+
+
+def test_credentials_before_the_first_start_and_kernel_env(fbrain, cli, tmp_path):  # noqa: F811
+    brain = fbrain
+    bad = tmp_path / "bad.env"
+    bad.write_text("GOOD=1\nthis is not an assignment\n")
+    out = cli("kernel", "spawn", "Client missions", "--id", "zeta", "--env-file", str(bad))
+    assert out.returncode == 1 and "bad.env:2: expected KEY=value" in out.stderr and out.stderr.count("\n") == 1
+    assert not (brain.kernels_dir / "zeta").exists()
+    good = tmp_path / "zeta.env"
+    good.write_text("# the operator's\nZETA_TOKEN='s3cr3t'\nexport OTHER=2\n")
+    out = cli("kernel", "spawn", "Client missions", "--id", "zeta", "--env-file", str(good))
+    assert out.returncode == 0 and "credentials: OTHER, ZETA_TOKEN" in out.stdout, out.stderr
+    cred = brain.kernels_dir / "zeta" / "credentials.env"
+    assert stat.S_IMODE(cred.stat().st_mode) == 0o600 and "ZETA_TOKEN=s3cr3t" in cred.read_text()
+    took = cli("kernel", "invoke", "zeta", "env=ZETA_TOKEN env=LATER", "--wait", "--timeout", "60")
+    assert "[env ZETA_TOKEN=present]" in took.stdout and "[env LATER=absent]" in took.stdout, took.stderr
+    assert "s3cr3t" not in took.stdout
+    setv = cli("kernel", "env", "set", "zeta", "LATER=now")
+    assert setv.returncode == 0 and "kernel restart zeta" in setv.stdout
+    assert cli("kernel", "env", "unset", "zeta", "ZETA_TOKEN").returncode == 0
+    assert cli("kernel", "restart", "zeta").returncode == 0
+    took = cli("kernel", "invoke", "zeta", "env=ZETA_TOKEN env=LATER", "--wait", "--timeout", "60")
+    assert "[env ZETA_TOKEN=absent]" in took.stdout and "[env LATER=present]" in took.stdout, took.stderr
+    assert stat.S_IMODE(cred.stat().st_mode) == 0o600
+    for args in (["set", "zeta", "NOEQUALS"], ["set", "zeta", "1BAD=x"], ["unset", "zeta", "MISSING"],
+                 ["set", "nosuch", "A=b"]):
+        r = cli("kernel", "env", *args)
+        assert r.returncode == 1 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, (args, r.stderr)

@@ -56,8 +56,9 @@ TASK_MS = {"alpha": 10, "beta": 5, "gamma": 0}  # gamma drains first, then steal
 STRESS_CONFIG = """version: 1
 lock_poll: 0.01
 federation:
-  stealing: {threshold: 0.8, window: 0.3, lease: 2.0, grant_timeout: 1.0, alive_ttl: 1.0, sweep: 0.3}
-"""
+  stealing: {threshold: 0.8, window: 0.3, lease: 2.0, grant_timeout: 1.0, alive_ttl: 1.0, sweep: 0.3,
+             aptitude: cosine, grant: best}
+"""  # the exactly-once protocol under kill -9, with every claimant eligible (not the grant rule)
 
 
 def fed_brain(root: Path, config: str = STRESS_CONFIG):
@@ -94,11 +95,14 @@ def test_rule_keeps_without_a_claim_above_the_threshold():
 
 def test_rule_single_and_best_and_tie_break():
     assert decide("a", [Claim("b", 0.81), Claim("c", 0.7)], 0.8).to == "b"
-    assert decide("a", [Claim("b", 0.81), Claim("c", 0.9)], 0.8).to == "c"
-    # equal aptitude: fewer tasks in hand, then the smaller id, whatever the order of arrival
-    assert decide("a", [Claim("c", 0.85, 0), Claim("b", 0.85, 2)], 0.8).to == "c"
-    assert decide("a", [Claim("c", 0.85), Claim("b", 0.85)], 0.8).to == "b"
-    assert decide("a", [Claim("b", 0.85), Claim("c", 0.85)], 0.8).to == "b"
+    # the seed's rule (grant: sole, the default): two claimants above the threshold -> the owner keeps it
+    sole = decide("a", [Claim("b", 0.81), Claim("c", 0.9)], 0.8)
+    assert sole.to == "a" and "grant: sole" in sole.reason
+    assert decide("a", [Claim("b", 0.81), Claim("c", 0.9)], 0.8, "best").to == "c"
+    # equal aptitude (grant: best): fewer tasks in hand, then the smaller id, whatever the order
+    assert decide("a", [Claim("c", 0.85, 0), Claim("b", 0.85, 2)], 0.8, "best").to == "c"
+    assert decide("a", [Claim("c", 0.85), Claim("b", 0.85)], 0.8, "best").to == "b"
+    assert decide("a", [Claim("b", 0.85), Claim("c", 0.85)], 0.8, "best").to == "b"
     assert decide("a", [Claim("a", 0.99)], 0.8).to == "a"  # the owner does not claim its own task
 
 
@@ -109,6 +113,10 @@ def test_settings_are_checked(tmp_path, git_env):
     brain = make_brain(tmp_path / "c", "version: 1\nfederation: {stealing: {windw: 1}}\n")
     with pytest.raises(BrainError, match="windw is not a setting"):
         stealing.settings(brain)
+    brain = make_brain(tmp_path / "d", "version: 1\nfederation: {stealing: {grant: all}}\n")
+    with pytest.raises(BrainError, match="grant must be one of sole, best"):
+        stealing.settings(brain)
+    assert stealing.settings(None).grant == "sole"
 
 
 def test_enqueue_rejects_bad_input(tmp_path, git_env, monkeypatch):
@@ -189,7 +197,8 @@ def test_racing_claims_give_one_winner(tmp_path, git_env, monkeypatch):
     spin(a, b, c, until=lambda: len(bus.keys("ws:done:")) == 2)
     assert sorted(t for _, t in ran) == ["t0", "t1"]
     g = grants(bus, "t1")
-    assert len(g) == 1 and g[0]["to"] == "beta"  # equal aptitudes: the smaller id (tie-break)
+    # two claimants above the threshold: the owner keeps it (grant: sole, the seed's rule), one decision
+    assert len(g) == 1 and g[0]["to"] == "alpha" and "grant: sole" in g[0]["reason"]
     assert sorted(c[0] for c in g[0]["candidates"]) == ["beta", "gamma"]
 
 
@@ -393,3 +402,40 @@ def test_a_kernel_with_prompts_waiting_is_not_idle(tmp_path, git_env, monkeypatc
     assert not w.idle
     w._claim([{"type": "task_available", "task": "x1", "owner": "alpha", "summary": "s", "at": time.time()}])
     assert w.stats["claims"] == 0
+
+
+def test_a_handed_over_kernels_waiting_tasks_follow_its_successor(tmp_path, git_env, monkeypatch):
+    use_bus(monkeypatch, "embedded")
+    bus = busmod.open_bus(fed_brain(tmp_path / "b"))
+    enqueue(bus, "alpha", "restore the nightly backup", task_id="t-a1")
+    enqueue(bus, "alpha", "reset a VPN password", task_id="t-a2")
+    bus.set("ws:lease:t-a2", {"kernel": "alpha", "token": "x"})  # t-a2 runs: its runner finishes it
+    moved = stealing.follow(bus, "alpha", "gamma")
+    assert moved == ["t-a1~gamma"]
+    assert [t["id"] for t in stealing.queue(bus, "gamma")] == ["t-a1~gamma"]
+    assert stealing.queue(bus, "gamma")[0]["prompt"] == "restore the nightly backup"
+    assert [t["id"] for t in stealing.queue(bus, "alpha")] == ["t-a2"]
+    assert bus.get("ws:done:t-a1")["result"] == {"followed": "gamma"}
+    assert stealing.follow(bus, "alpha", "gamma") == []  # once
+
+
+def test_a_failed_task_does_not_end_the_worker(tmp_path, git_env, monkeypatch):
+    use_bus(monkeypatch, "embedded")
+    bus = busmod.open_bus(fed_brain(tmp_path / "b"))
+    ran: list = []
+
+    def run(task):
+        if task["id"] == "t-bad":
+            raise BrainError("kernel alpha died before answering")
+        ran.append(task["id"])
+        return {}
+    w = Worker(bus, "alpha", run, aptitude=lambda xs: [0.0] * len(xs), config=FAST)
+    enqueue(bus, "alpha", "this one fails", task_id="t-bad")
+    enqueue(bus, "alpha", "this one runs", task_id="t-good")
+    w.recover()
+    for _ in range(400):
+        w.step()
+        if ran:
+            break
+    assert ran == ["t-good"]
+    assert bus.get("ws:done:t-bad")["result"] == {"failed": "kernel alpha died before answering"}

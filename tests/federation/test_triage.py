@@ -344,3 +344,25 @@ def test_calibrate_command_with_a_labelled_file(tmp_path, git_env, capsys):
     # the refinement stays until the goals change (the next triage does not rebuild)
     assert goals.current(brain).digest == index.digest
     reset_cache()
+
+
+def test_stealing_aptitude_is_the_triages_calibrated_confidence(fed):
+    """Issue 19: raw cosines sat at 0.76-0.88 for anything (a one-character task scored 0.81
+    everywhere, an office party went to the public-tender kernel). Calibrated, only the kernel the
+    triage would route a task to is above the stealing threshold."""
+    from nika_brain.federation.stealing.aptitude import Aptitude, Calibrated
+    from nika_brain.federation.stealing.protocol import settings
+
+    assert settings(fed).aptitude == "calibrated"
+    th = settings(fed).threshold
+
+    def apt(kernel: str, text: str) -> float:
+        return Calibrated(fed, kernel, th, Aptitude(kernel, kernel, None)).scores([text])[0]
+
+    tender = "y a-t-il de nouveaux appels d'offres sur la cybersécurité ?"
+    assert apt(EPSILON, tender) >= th
+    assert all(apt(k, tender) < th for k in (ALPHA, BETA, GAMMA, DELTA))
+    # a one-character task: out of every kernel's scope (the generalist is surer), stolen by none
+    assert all(apt(k, "x") < th for k in (ALPHA, BETA, GAMMA, DELTA, EPSILON))
+    # the office party no longer goes to the public-tender kernel (where raw cosines sent it)
+    assert apt(EPSILON, "organise la fête de fin d'année du bureau") < th

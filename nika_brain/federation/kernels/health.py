@@ -23,6 +23,8 @@ from typing import Any
 from nika_brain.brain import Brain
 from nika_brain.support import clock, fsio
 
+HEARTBEAT_TTL = 86400.0  # a kernel's last heartbeat key expires a day after its last beat
+
 
 def heartbeat_key(kernel_id: str) -> str:
     """The kernel's own key (nika:kv:kernel:<id>:*), which its Redis ACL user may write."""
@@ -120,8 +122,20 @@ def publish_heartbeat(brain: Brain, kernel_id: str, state: str, *, source: str,
           **metrics(brain, kernel_id, session_id), **extra}
     b = bus.open_bus(brain)
     b.publish(bus.HEALTH, hb)
-    b.set(heartbeat_key(kernel_id), hb)
+    b.set(heartbeat_key(kernel_id), hb, ttl=HEARTBEAT_TTL)
     return hb
+
+
+def turn_in_progress(brain: Brain, kernel_id: str) -> bool:
+    """Whether the kernel's agent is in a turn: its last `taken` (UserPromptSubmit) has no `answered`
+    (Stop) after it, and no start or stop since. The seed's "pas de prompt en cours"."""
+    for e in reversed(tail_events(brain, kernel_id, 64 * 1024)):
+        kind = e.get("event")
+        if kind == "taken":
+            return True
+        if kind in ("answered", "session", "consumed", "killed", "stopped", "run-exit", "started"):
+            return False
+    return False
 
 
 def publish_event(brain: Brain, kernel_id: str, kind: str, **extra: Any) -> None:
@@ -190,6 +204,16 @@ def _last_answer(transcript_path: object) -> str | None:
                 if text:
                     return text[:_ANSWER_CAP]
     return None
+
+
+def record_consumed(hook: Any, reason: str) -> None:
+    """A UserPromptSubmit handler erased the prompt (a `decision: block`): no turn follows, so a
+    caller waiting for the answer (`invoke --wait`, `ask --wait`) stops waiting at once."""
+    kid = _kernel_of(hook) if hook.brain is not None else None
+    prompt = hook.data.get("prompt")
+    if kid and isinstance(prompt, str):
+        record_event(hook.brain, kid, "consumed", session=hook.session_id if isinstance(hook.session_id, str)
+                     else None, sha=prompt_sha(prompt), reason=reason[:300])
 
 
 def on_hook(hook: Any) -> None:

@@ -22,7 +22,7 @@ from typing import Any, Mapping
 from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
 from nika_brain.federation import options
-from nika_brain.federation.kernels import health, limits, runtimes
+from nika_brain.federation.kernels import claude_config, credentials, health, limits, runtimes
 from nika_brain.state import kernels
 from nika_brain.state import prompts as queue
 from nika_brain.state.kernels import Kernel, Limits
@@ -31,7 +31,7 @@ from nika_brain.support import clock
 EXIT_NOT_TAKEN = runtimes.NotTaken.exit_code  # dead or busy kernel: the prompt stays queued
 PASS_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "USER", "LOGNAME", "SHELL",
             "TMPDIR", "PYTHONPATH", "NIKA_BUS", "NIKA_REDIS_URL", "NIKA_NOW")
-CREDENTIALS = "credentials.env"
+CREDENTIALS = credentials.FILE
 
 
 # ---- helpers ---------------------------------------------------------------------------------------
@@ -98,8 +98,12 @@ def _start(brain: Brain, k: Kernel) -> Kernel:
     plan = limits.plan(k, options.get(brain, "cgroup_root"), group) if k.runtime != "kubernetes" \
         else limits.Plan("kubernetes")
     queue.reset_sent(brain, k.id)  # a new process: what the old one had not taken goes again
-    state = rt.start(brain, k, _launch(brain, k, plan))
-    state.update(enforcement=plan.enforcement, oom_file=plan.oom_file, cpu_enforced=plan.cpu_enforced,
+    launch = _launch(brain, k, plan)
+    recorded = prepare_agent(brain, k, launch)
+    offset = health.events_size(brain, k.id)
+    state = rt.start(brain, k, launch)
+    state.update(events_offset=offset, ready_at=None, claude_config=recorded,
+                 enforcement=plan.enforcement, oom_file=plan.oom_file, cpu_enforced=plan.cpu_enforced,
                  oom_base=limits.oom_count(plan.oom_file), cgroup=group, procs=list(plan.procs),
                  memory_bytes=plan.memory_bytes)
     runtimes.save_state(brain, k.id, state)
@@ -108,6 +112,47 @@ def _start(brain: Brain, k: Kernel) -> Kernel:
             f"manifests rendered to {brain.rel(state['manifests'])}; not applied: no kubectl context "
             "(federation.kubernetes.context)"))
     return kernels.set_status(brain, k.id, "active", enforcement=plan.enforcement)
+
+
+def prepare_agent(brain: Brain, k: Kernel, launch: runtimes.Launch) -> str | None:
+    """For Claude Code: record the kernel folder as trusted and the operator's API key as approved in
+    its own config (the operator decided both by spawning it / giving it the key); returns the config
+    file, or None for another agent. Nothing on the kernel's screen is ever answered by typing."""
+    if k.runtime == "kubernetes" or not claude_config.is_claude(list(options.get(brain, "agent_command"))):
+        return None
+    folder = kernels.kernel_dir(brain, k.id)
+    env = {**launch.env, **credentials.load(folder)}
+    path = claude_config.trust_folder(env, folder)
+    if env.get("ANTHROPIC_API_KEY"):
+        claude_config.approve_key(env, env["ANTHROPIC_API_KEY"])
+    return str(path)
+
+
+def ready(brain: Brain, k: Kernel, state: dict | None = None) -> bool:
+    """Whether the kernel's agent has started its session since its last start (its SessionStart
+    hook fired). A headless or kubernetes kernel has no resident session: ready when live."""
+    if not k.live:
+        return False
+    state = runtimes.load_state(brain, k.id) if state is None else state
+    if k.runtime != "tmux" or state.get("ready_at") or "events_offset" not in state:
+        return True
+    events, _ = health.read_events(brain, k.id, int(state.get("events_offset") or 0))
+    ev = next((e for e in events if e.get("event") == "session"), None)
+    if ev is None:
+        return False
+    state["ready_at"] = ev.get("at")
+    runtimes.save_state(brain, k.id, state)
+    return True
+
+
+def waiting_on(brain: Brain, k: Kernel, state: dict) -> str | None:
+    """A dialog the agent is stuck on, with the command to attach (tmux), or None."""
+    rt = runtimes.get(k.runtime)
+    probe = getattr(rt, "waiting_on", None)
+    try:
+        return probe(brain, k, state) if probe else None
+    except BrainError:
+        return None
 
 
 def _undo_start(brain: Brain, k: Kernel) -> None:
@@ -126,10 +171,14 @@ def kernel_spawn(brain: Brain, goal: str, scope=(), resource_limits: Mapping[str
                  data_class: str | None = None, doctrine: str | None = None, card: str | None = None,
                  parent: str | None = None, runtime: str = "tmux", restart: str = "never",
                  max_restarts: int = kernels.DEFAULT_MAX_RESTARTS, temporary: bool = False, ttl=None,
-                 install_settings: bool = True) -> Kernel:
-    """Create kernels/<id>/ (record, memory/, Claude Code settings, credentials file), register its goal
-    on nika:federation:goals, and start it. A failure leaves the kernel `failed` with the reason (or,
-    when nothing was written yet, nothing at all)."""
+                 install_settings: bool = True, env: Mapping[str, str] | None = None) -> Kernel:
+    """Create kernels/<id>/ (record, memory/, Claude Code settings, credentials file with `env`),
+    register its goal on nika:federation:goals, and start it. A failure leaves the kernel `failed`
+    with the reason (or, when nothing was written yet, nothing at all)."""
+    if ttl is not None and not temporary:
+        raise BrainError("--ttl applies to a temporary kernel only (add --temporary)")
+    for key in env or {}:
+        credentials.check_key(key)
     lim = resource_limits if isinstance(resource_limits, Limits) else \
         Limits.parse((resource_limits or {}).get("memory"), (resource_limits or {}).get("cpu"))
     kid = kernel_id or _auto_id(brain, goal or "")
@@ -153,10 +202,7 @@ def kernel_spawn(brain: Brain, goal: str, scope=(), resource_limits: Mapping[str
         try:
             k = kernels.save_kernel(brain, k)
             (folder / "memory").mkdir(mode=0o700)
-            cred = folder / CREDENTIALS
-            fd = os.open(cred, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            os.write(fd, b"# KEY=value lines: this kernel's own credentials, given to its process only\n")
-            os.close(fd)
+            credentials.write(folder, dict(env or {}))
         except BaseException:
             import shutil
             shutil.rmtree(folder, ignore_errors=True)
@@ -219,31 +265,141 @@ def _deliver(brain: Brain, k: Kernel, item: dict, timeout: float) -> tuple[dict 
     return ev, offset
 
 
+def successor(brain: Brain, k: Kernel) -> Kernel:
+    """The kernel that now does a handed-over kernel's work (following a chain of handovers)."""
+    seen = {k.id}
+    while k.status == "handed-over":
+        nxt = next((x for x in kernels.list_kernels(brain) if x.parent == k.id and x.id not in seen), None)
+        if nxt is None:
+            break
+        seen.add(nxt.id)
+        k = nxt
+    return k
+
+
+def _not_running(k: Kernel) -> runtimes.NotTaken:
+    return runtimes.NotTaken(f"kernel {k.id} is {k.status}"
+                             f"{f' ({k.status_reason})' if k.status_reason else ''}; nothing was queued; "
+                             f"start it again: nika-brain kernel start {k.id}")
+
+
+def await_ready(brain: Brain, k: Kernel, timeout: float) -> None:
+    """Wait until the kernel's session has started; never type into what is on its screen. Raises
+    NotTaken when it died, or is stuck on a dialog (with the command to attach), or timed out."""
+    rt = runtimes.get(k.runtime)
+    deadline = time.monotonic() + timeout
+    asked_dialog = time.monotonic() + min(3.0, timeout / 2)
+    while True:
+        state = runtimes.load_state(brain, k.id)
+        if ready(brain, k, state):
+            return
+        live = rt.alive(brain, k, state)
+        if not live.alive:
+            raise runtimes.NotTaken(f"kernel {k.id}'s agent exited before its session started "
+                                    f"({live.detail or 'gone'}); see `nika-brain kernel observe {k.id}`, "
+                                    f"then `nika-brain kernel start {k.id}`")
+        now = time.monotonic()
+        if now >= asked_dialog:
+            stuck = waiting_on(brain, k, state)
+            if stuck:
+                raise runtimes.NotTaken(stuck)
+        if now >= deadline:
+            raise runtimes.NotTaken(f"kernel {k.id}'s session has not started within {timeout:g}s")
+        time.sleep(0.05)
+
+
 def kernel_invoke(brain: Brain, kernel_id: str, prompt: str, *, wait: bool = False,
                   timeout: float | None = None, by: str = "") -> dict:
-    """Queue the prompt, deliver it, and confirm the agent took it; with wait, return its answer."""
-    k = kernels.load_kernel(brain, kernel_id)
+    """Queue the prompt, deliver it once the kernel is ready, and confirm the agent took it; with
+    wait, return its answer. A handed-over kernel's prompt goes to its successor; a killed or failed
+    kernel refuses it (exit 8, naming `kernel start`); a dead one keeps it queued for its next start."""
+    queue.check(prompt)
+    k = successor(brain, kernels.load_kernel(brain, kernel_id))
+    if k.status in ("killed", "failed", "handed-over"):
+        raise _not_running(k)
     item = queue.enqueue(brain, k.id, prompt, by=by)
     if not k.live:
-        raise runtimes.NotTaken(f"kernel {k.id} is {k.status}; prompt {item['id']} stays queued "
-                         "(it is delivered when the kernel runs again)")
+        raise runtimes.NotTaken(f"kernel {k.id} is {k.status}; prompt {item['id']} stays queued and is "
+                                f"delivered when it runs again (nika-brain kernel start {k.id})",
+                                queued=item["id"])
     rt = runtimes.require(brain, k.runtime)
     if not rt.alive(brain, k, runtimes.load_state(brain, k.id)).alive:
-        raise runtimes.NotTaken(f"kernel {k.id}'s process is gone; prompt {item['id']} stays queued")
+        raise runtimes.NotTaken(f"kernel {k.id}'s process is gone; prompt {item['id']} stays queued "
+                                f"(nika-brain kernel start {k.id})", queued=item["id"])
     limit = options.get(brain, "deliver_timeout")
+    try:
+        await_ready(brain, k, limit)
+    except runtimes.NotTaken as exc:
+        raise runtimes.NotTaken(f"{exc}; prompt {item['id']} stays queued and is delivered when the "
+                                "kernel is ready", queued=item["id"]) from None
     with brain.mutex(f"deliver-{k.id}"):
         ev, offset = _deliver(brain, k, item, limit)
     if ev is None:
         raise runtimes.NotTaken(f"kernel {k.id} did not take prompt {item['id']} within {limit:g}s (busy or "
-                         "gone); it stays queued, handed over once, confirmed when taken")
-    out = {"kernel": k.id, "id": item["id"], "taken": ev["at"], "session": ev.get("session")}
+                                "gone); it stays queued, handed over once, confirmed when taken",
+                                queued=item["id"])
+    out = {"kernel": k.id, "id": item["id"], "taken": ev["at"], "session": ev.get("session"),
+           "sha": ev.get("sha"), "offset": offset}
     if wait:
-        ans, _ = _wait_event(brain, k.id, offset, lambda e: e.get("event") == "answered" and
-                             e.get("session") == ev.get("session"), timeout or 600.0)
-        if ans is None:
-            raise BrainError(f"kernel {k.id} took prompt {item['id']} but did not answer in time")
-        out["answer"] = ans.get("text")
+        out["answer"] = await_answer(brain, k.id, item["id"], ev, offset, timeout or 600.0).get("text")
     return out
+
+
+def await_answer(brain: Brain, kernel_id: str, item_id: str, taken: dict, offset: int,
+                 timeout: float) -> dict:
+    """The agent's answer to the prompt it took (its Stop hook's last assistant text, or a headless
+    run's result) as its `answered` event ({"text", "at", "session", "offset"}, or {"text", "result"}
+    for a headless result). Raises NotTaken (exit 8) at once when the kernel dies or is killed, or when a hook
+    consumed the prompt (no turn follows); BrainError when `timeout` passes."""
+    k = kernels.load_kernel(brain, kernel_id)
+    rt = runtimes.get(k.runtime)
+    sid, sha = taken.get("session"), taken.get("sha")
+    deadline = time.monotonic() + timeout
+    while True:
+        start = offset
+        events, offset = health.read_events(brain, kernel_id, offset)
+        for e in events:
+            kind = e.get("event")
+            if kind == "answered" and e.get("session") == sid:
+                return {**e, "offset": start}
+            if kind == "consumed" and e.get("sha") == sha:
+                raise runtimes.NotTaken(f"prompt {item_id} was consumed by a hook ({e.get('reason') or 'no turn'}); "
+                                        "there is no answer")
+            if kind in ("killed", "run-exit"):
+                raise runtimes.NotTaken(f"kernel {kernel_id} stopped before answering prompt {item_id}: "
+                                        f"{e.get('reason') or kind}")
+        k = kernels.load_kernel(brain, kernel_id)
+        state = runtimes.load_state(brain, kernel_id)
+        if k.runtime == "headless" and not runtimes.pid_alive(state.get("pid")):
+            answer = _headless_result(state)
+            if answer is not None:
+                return {"text": answer, "result": answer, "session": sid}
+        if not k.live:
+            raise runtimes.NotTaken(f"kernel {kernel_id} is {k.status} ({k.status_reason or 'no reason'}); "
+                                    f"prompt {item_id} has no answer")
+        live = rt.alive(brain, k, state)
+        if not live.alive:
+            raise runtimes.NotTaken(f"kernel {kernel_id} died before answering prompt {item_id} "
+                                    f"({live.detail or 'process gone'})")
+        if time.monotonic() >= deadline:
+            raise BrainError(f"kernel {kernel_id} took prompt {item_id} but did not answer within {timeout:g}s")
+        time.sleep(0.05)
+
+
+def _headless_result(state: dict) -> str | None:
+    import json
+    try:
+        lines = open(state.get("last_output") or "", encoding="utf-8").read().splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(obj, dict) and obj.get("type") == "result":
+            return str(obj.get("result") or "")
+    return None
 
 
 def confirm_sent(brain: Brain, kernel_id: str) -> int:
@@ -266,6 +422,8 @@ def drain_queue(brain: Brain, kernel_id: str) -> int:
     the agent); returns how many were taken."""
     k = kernels.load_kernel(brain, kernel_id)
     n = 0
+    if not ready(brain, k):
+        return 0  # its session has not started: never type into what is on its screen
     with brain.mutex(f"deliver-{k.id}"):
         confirm_sent(brain, k.id)
         if any("sent" in x for x in queue.pending(brain, k.id)):
@@ -391,26 +549,99 @@ def release_held(brain: Brain, kernel_id: str, reason: str) -> dict:
 
 
 def kernel_kill(brain: Brain, kernel_id: str, reason: str, *, by: str = "") -> dict:
-    """Stop the kernel (graceful, then forced), keep its folder and history, mark it killed, remove its
-    goal (published), release its locks and fail its open claims with the reason."""
+    """Stop the kernel (asked to exit, then signals), keep its folder and history, mark it killed,
+    remove its goal (published), release its locks and fail its open claims with the reason."""
     if not isinstance(reason, str) or not reason.strip():
         raise BrainError("kill needs a reason (--reason)")
     k = kernels.load_kernel(brain, kernel_id)
     if k.status == "killed":
         raise BrainError(f"kernel {k.id} is already killed ({k.status_reason})")
-    state = runtimes.load_state(brain, k.id)
-    rt = runtimes.get(k.runtime)
     started = time.monotonic()
-    try:
-        rt.stop(brain, k, state, options.get(brain, "kill_grace"))
-    except BrainError:
-        if k.live:
-            raise
+    how = _stop(brain, k)
     why = reason.strip() + (f" (by {by})" if by else "")
     k = kernels.set_status(brain, k.id, "killed", reason=why)
+    health.record_event(brain, k.id, "killed", reason=why, how=how)
     held = release_held(brain, k.id, f"killed: {reason.strip()}")
     limits.remove_groups(limits.group_name(brain.root, k.id), options.get(brain, "cgroup_root"))
     health.publish_event(brain, k.id, "killed", reason=why)
     _publish_goals(brain, "removed", k)
     reindex(brain)
-    return {"kernel": k.id, "status": k.status, "seconds": round(time.monotonic() - started, 3), **held}
+    return {"kernel": k.id, "status": k.status, "how": how,
+            "seconds": round(time.monotonic() - started, 3), **held}
+
+
+def _stop(brain: Brain, k: Kernel) -> str | None:
+    """Stop what runs of the kernel; returns the step that ended it (asked, sigterm, sigkill, gone)."""
+    state = runtimes.load_state(brain, k.id)
+    try:
+        how = runtimes.get(k.runtime).stop(brain, k, state, options.get(brain, "kill_grace"))
+    except BrainError:
+        if k.live:
+            raise
+        how = None
+    if how:
+        health.record_event(brain, k.id, "stopped", how=how)
+    return how
+
+
+# ---- start, restart, env -----------------------------------------------------------------------
+
+def kernel_start(brain: Brain, kernel_id: str, *, by: str = "") -> Kernel:
+    """Start a dead, killed or failed kernel again: same id, folder, memory, queue and history. Its
+    goal is registered again; prompts queued meanwhile are delivered once its session has started."""
+    k = kernels.load_kernel(brain, kernel_id)
+    if k.status == "handed-over":
+        raise BrainError(f"kernel {k.id} was handed over ({k.status_reason}); its successor does its work")
+    if k.live and runtimes.get(k.runtime).alive(brain, k, runtimes.load_state(brain, k.id)).alive:
+        raise BrainError(f"kernel {k.id} is running already (nika-brain kernel restart {k.id})")
+    return _start_again(brain, k, f"started by {by}" if by else "started")
+
+
+def kernel_restart(brain: Brain, kernel_id: str, *, by: str = "") -> Kernel:
+    """Stop the kernel's agent (asked, then signals) and start it again (same id, history kept)."""
+    k = kernels.load_kernel(brain, kernel_id)
+    if k.status == "handed-over":
+        raise BrainError(f"kernel {k.id} was handed over ({k.status_reason}); its successor does its work")
+    if k.live:
+        _stop(brain, k)
+    return _start_again(brain, k, f"restarted by {by}" if by else "restarted")
+
+
+def _start_again(brain: Brain, k: Kernel, why: str) -> Kernel:
+    runtimes.require(brain, k.runtime)
+    if runtimes.state_path(brain, k.id).exists():
+        _undo_start(brain, k)  # a pane kept for its exit status, a cgroup left behind
+    k = kernels.set_status(brain, k.id, "starting", reason=why)
+    try:
+        k = _start(brain, k)
+    except (BrainError, OSError) as exc:
+        _undo_start(brain, k)
+        kernels.set_status(brain, k.id, "failed", reason=f"start failed: {exc}")
+        reindex(brain)
+        raise BrainError(f"kernel {k.id}: start failed: {exc}") from exc
+    health.record_event(brain, k.id, "started", reason=why)
+    _publish_goals(brain, "spawned", k)
+    reindex(brain)
+    from nika_brain.federation.kernels import watchdog
+    watchdog.ensure_running(brain)
+    return k
+
+
+def kernel_env(brain: Brain, kernel_id: str, key: str, value: str | None) -> dict:
+    """Set (value) or unset (None) one variable of the kernel's credentials file; applies at its
+    next start. Returns {"key", "set": bool, "restart": whether the kernel runs (needs a restart)}."""
+    k = kernels.load_kernel(brain, kernel_id)
+    credentials.check_key(key)
+    if value is not None and ("\n" in value or "\0" in value):
+        raise BrainError("a value is one line")
+    folder = kernels.kernel_dir(brain, k.id)
+    with brain.mutex(f"credentials-{k.id}"):
+        values = credentials.load(folder)
+        if value is None:
+            if key not in values:
+                raise BrainError(f"kernel {k.id} has no {key} in its credentials")
+            values.pop(key)
+        else:
+            values[key] = value
+        credentials.write(folder, values)
+    return {"key": key, "set": value is not None, "restart": k.live}

@@ -32,6 +32,10 @@ def command() -> list[str]:
 
 
 def ensure_running(brain: Brain) -> int | None:
+    from nika_brain.federation import resident
+    daemon = resident.daemon_pid(brain.state_dir)
+    if daemon:  # the federation daemon runs the supervisor
+        return daemon
     if brain.config.federation.get("supervisor", "auto") == "manual" or running_pid(brain):
         return running_pid(brain)
     log = brain.state_dir / "federation" / "supervisor.log"

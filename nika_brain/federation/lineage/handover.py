@@ -371,6 +371,8 @@ def on_prompt(hook: Any) -> Any:
         return None
     state = sessions.raw(brain, sid).get("handover") or {}
     if state.get("state") == "done":
+        from nika_brain.federation.kernels import health
+        health.record_consumed(hook, _reason(state))
         return {"block": _reason(state), "stop": _reason(state)}
     return None
 

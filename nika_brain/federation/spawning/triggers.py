@@ -442,7 +442,14 @@ def on_prompt(hook: Any) -> Any:
     text = prompt.strip()
     if not text.startswith("/kernel new"):
         return None
-    goal = text[len("/kernel new") :].strip()
+    from nika_brain.federation.kernels import health
+
+    reply = _kernel_new(hook, text[len("/kernel new") :].strip())
+    health.record_consumed(hook, reply["block"])
+    return reply
+
+
+def _kernel_new(hook: Any, goal: str) -> dict:
     if not goal:
         return {"block": "usage: /kernel new <goal>"}
     try:

@@ -1,4 +1,15 @@
-"""Aptitude: how well a kernel's /goal fits a task, the cosine of their embeddings.
+"""Aptitude: how well a kernel's /goal fits a task.
+
+`Calibrated` (the default, `federation.stealing.aptitude: calibrated`): the triage's calibrated
+confidence for this kernel -- its score minus its own calibrated threshold, the margin the triage
+routes on -- expressed on the stealing threshold's scale (aptitude = stealing threshold + margin), so
+"above the threshold" means "the triage's calibration accepts this kernel for this task". Raw
+cosines do not discriminate (0.76-0.88 for anything with e5); the calibrated margin does. A kernel
+the data policy excludes scores -1; a task the generalist is surer of (out of every kernel's scope,
+like "x") scores just below the threshold. `cosine` keeps the raw cosine below (a kernel missing
+from the triage's index falls back to it too).
+
+The raw cosine:
 
 The goal (with its tags) is embedded as a `passage`, the task summary as a `query` (e5's asymmetric
 prefixes: the goal is what is searched, the task is the question). Vectors are normalised, so the
@@ -88,3 +99,39 @@ class Aptitude:
                 if self._bus is not None:
                     self._bus.set(key, {"score": value}, ttl=CACHE_TTL)
         return [self._memo[k] for k in keys]
+
+
+class Calibrated:
+    """The triage's calibrated per-kernel confidence, on the stealing threshold's scale."""
+
+    def __init__(self, brain: Any, kernel_id: str, threshold: float, fallback: Aptitude):
+        self.brain, self.kernel_id, self.threshold, self.fallback = brain, kernel_id, threshold, fallback
+        self._triage: Any = None
+        self._memo: dict[str, float] = {}
+
+    def warm(self) -> None:
+        from nika_brain.federation.triage.decide import open_triage
+        if self._triage is None:
+            self._triage = open_triage(self.brain, rebuild=True)
+
+    def scores(self, texts: list[str]) -> list[float]:
+        self.warm()
+        if self.kernel_id not in self._triage.index.model.kernels:
+            return self.fallback.scores(texts)
+        out = []
+        for text in texts:
+            if text not in self._memo:
+                d = self._triage.decide(text)
+                mine = next((s for s in d.scores if s.kernel == self.kernel_id), None)
+                if mine is None or not mine.allowed:
+                    self._memo[text] = -1.0
+                    out.append(-1.0)
+                    continue
+                margin = mine.score - mine.threshold
+                general = next((s for s in d.scores if s.kernel == self._triage.index.default), None)
+                if general is not None and general.kernel != self.kernel_id and \
+                        general.score - general.threshold > margin > 0:
+                    margin = -1e-6  # out of every kernel's scope: the generalist's, never stolen
+                self._memo[text] = round(self.threshold + margin, 6)
+            out.append(self._memo[text])
+        return out

@@ -5,7 +5,8 @@ The seed's protocol, on `nika:federation:work_stealing`:
 2. Idle kernels (nothing running, nothing waiting) answer `task_claim` with their aptitude: the cosine
    of their /goal and the task summary (aptitude.py).
 3. The owner decides (`decide`): no claim at or above the threshold -> it keeps the task; one -> that
-   kernel gets it; several -> the best. Tie-break, deterministic so that any incarnation of the owner
+   kernel gets it; several -> the owner keeps it (`grant: sole`, the default: the seed's "si A est le
+   seul candidat") or, with `grant: best`, the best. Tie-break, deterministic so that any incarnation of the owner
    decides the same from the same claims: the higher aptitude (scores are rounded to 6 decimals),
    then the claimant with fewer tasks in hand (`depth`), then the smaller kernel id. The owner decides
    when every kernel that was idle at offer time has answered, or when the window (0.2 s by default)
@@ -54,7 +55,11 @@ DEFAULTS = {
     "alive_ttl": 10.0,
     "batch": 8,
     "sweep": 1.0,
+    "grant": "sole",
+    "aptitude": "calibrated",
 }
+GRANTS = ("sole", "best")
+APTITUDES = ("calibrated", "cosine")
 
 
 def channel() -> str:
@@ -80,6 +85,8 @@ class Settings:
     alive_ttl: float = DEFAULTS["alive_ttl"]  # a kernel not seen for this long is not alive
     batch: int = DEFAULTS["batch"]  # tasks read ahead from the own queue
     sweep: float = DEFAULTS["sweep"]  # seconds between two sweeps of the open tasks
+    grant: str = str(DEFAULTS["grant"])  # sole: only a sole claimant above the threshold; best
+    aptitude: str = str(DEFAULTS["aptitude"])  # calibrated (the triage's confidence) or cosine
 
 
 def settings(brain: Any, **override: Any) -> Settings:
@@ -94,6 +101,13 @@ def settings(brain: Any, **override: Any) -> Settings:
             raise BrainError(
                 f"nika-brain.yml: federation.stealing.{key} is not a setting (known: {', '.join(DEFAULTS)})"
             )
+        if key in ("grant", "aptitude"):
+            allowed = GRANTS if key == "grant" else APTITUDES
+            if value not in allowed:
+                raise BrainError(f"nika-brain.yml: federation.stealing.{key} must be one of "
+                                 f"{', '.join(allowed)}, got {value!r}")
+            values[key] = value
+            continue
         kind = int if isinstance(DEFAULTS[key], int) else float
         ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
         if key == "threshold":
@@ -123,7 +137,7 @@ class Decision(NamedTuple):
     candidates: tuple[Claim, ...]
 
 
-def decide(owner: str, claims: Iterable[Claim], threshold: float) -> Decision:
+def decide(owner: str, claims: Iterable[Claim], threshold: float, grant: str = "sole") -> Decision:
     """The seed's rule with the documented tie-break (module docstring)."""
     seen: dict[str, Claim] = {}
     for c in claims:
@@ -134,6 +148,9 @@ def decide(owner: str, claims: Iterable[Claim], threshold: float) -> Decision:
         why = "no claim" if not seen else f"no claim at or above the threshold {threshold:g}"
         return Decision(owner, f"kept: {why}", None, tuple(seen.values()))
     passing.sort(key=lambda c: (-round(c.aptitude, 6), c.depth, c.kernel))
+    if grant == "sole" and len(passing) > 1:
+        return Decision(owner, f"kept: {len(passing)} claimants above the threshold (grant: sole)", None,
+                        tuple(seen.values()))
     best = passing[0]
     why = (
         "the only claimant above the threshold"
@@ -260,6 +277,25 @@ def queue(bus: Any, kernel: str) -> list[dict]:
             continue  # a task record gone (purged): nothing to show
     out.sort(key=lambda t: (-t["priority"], t["created"]))
     return out
+
+
+def follow(bus: Any, predecessor: str, successor: str) -> list[str]:
+    """A handed-over kernel's waiting tasks follow its successor: each is closed (done, "followed")
+    with a SET NX -- so a run that started meanwhile keeps it -- and enqueued again for the successor
+    under `<id>~<successor>`. Running or granted-away tasks stay: their runner finishes them.
+    Returns the new task ids."""
+    moved = []
+    for t in queue(bus, predecessor):
+        if t["state"] not in ("waiting", "kept") or bus.get(_k_lease(t["id"])) is not None:
+            continue
+        if not bus.set_if_absent(_k_done(t["id"]), {"kernel": successor, "followed": True, "at": time.time(),
+                                                    "result": {"followed": successor}}):
+            continue
+        bus.delete(_k_open(predecessor, t["id"]))
+        new = enqueue(bus, successor, t["summary"], priority=t["priority"], prompt=t["prompt"],
+                      task_id=f"{t['id']}~{successor}"[:120])
+        moved.append(new["id"])
+    return moved
 
 
 def alive(bus: Any) -> dict[str, dict]:
@@ -531,7 +567,7 @@ class Worker:
         return did
 
     def _grant(self, offer: _Offer) -> None:
-        d = decide(self.kernel, offer.claims, self.cfg.threshold)
+        d = decide(self.kernel, offer.claims, self.cfg.threshold, self.cfg.grant)
         record = {
             "to": d.to,
             "epoch": 1,
@@ -689,7 +725,11 @@ class Worker:
             if self.on_start:
                 self.on_start({**task, "epoch": epoch, "kernel": self.kernel, "pid": self.pid})
             renew.start()
-            result = self.run(task)
+            try:
+                result = self.run(task)
+            except BrainError as exc:  # a failed task is done (failed); the worker goes on
+                result = {"failed": str(exc)}
+                self.stats["failed"] = self.stats.get("failed", 0) + 1
             done = {
                 "kernel": self.kernel,
                 "pid": self.pid,
@@ -771,12 +811,15 @@ def brain_journal(brain: Any) -> Callable[[str, dict], None]:
 def worker_for(brain: Any, kernel_id: str, run: Callable[[dict], dict | None], **kw: Any) -> Worker:
     """A Worker for a kernel of this brain: its bus, its goal's aptitude, the journal, the settings."""
     from nika_brain.bus import open_bus
-    from nika_brain.federation.stealing.aptitude import Aptitude, goal_text, open_embedder
+    from nika_brain.federation.stealing.aptitude import Aptitude, Calibrated, goal_text, open_embedder
     from nika_brain.state.kernels import load_kernel
 
     bus = open_bus(brain)
     k = load_kernel(brain, kernel_id)
-    apt = Aptitude(k.id, goal_text(k.goal, k.tags), open_embedder(brain), bus)
+    cfg = kw.pop("config", None) or settings(brain)
+    apt: Any = Aptitude(k.id, goal_text(k.goal, k.tags), open_embedder(brain), bus)
+    if cfg.aptitude == "calibrated":
+        apt = Calibrated(brain, k.id, cfg.threshold, apt)
     apt.warm()  # the model loads now, not while the first offer's window runs
     from nika_brain.state import prompts as prompts
 
@@ -785,7 +828,7 @@ def worker_for(brain: Any, kernel_id: str, run: Callable[[dict], dict | None], *
 
     kw.setdefault("busy", prompts_waiting)
     return Worker(
-        bus, k.id, run, aptitude=apt.scores, config=settings(brain), journal=brain_journal(brain), **kw
+        bus, k.id, run, aptitude=apt.scores, config=cfg, journal=brain_journal(brain), **kw
     )
 
 

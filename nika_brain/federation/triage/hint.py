@@ -39,6 +39,13 @@ def on_user_prompt_submit(hook: Any) -> Hint | None:
     kernel = hook.kernel()
     if not kernel:
         return None
+    from nika_brain.federation import resident
+    try:  # the federation daemon's resident model: this hook process loads none
+        served = resident.request(brain.state_dir, "hint", timeout=10.0, prompt=prompt, kernel=kernel)
+    except resident.ResidentError:
+        return None
+    if served is not None:
+        return Hint(context=served["hint"]) if served.get("hint") else None
     from nika_brain.federation.triage import goals
     path = goals.index_path(brain)
     if not path.is_file():

@@ -25,8 +25,13 @@ class RuntimeMissing(BrainError):
 
 
 class NotTaken(BrainError):
-    """The kernel cannot take the prompt now (dead, busy, silent): it stays queued."""
+    """The kernel cannot take the prompt now (dead, busy, silent, killed) or cannot answer it;
+    `queued` is the queue id of a prompt that stays queued (None: nothing was queued)."""
     exit_code = 8
+
+    def __init__(self, message: str, *, queued: str | None = None):
+        super().__init__(message)
+        self.queued = queued
 
 
 EXIT_RUNTIME_MISSING = RuntimeMissing.exit_code
@@ -60,8 +65,9 @@ class Runtime(Protocol):
     def alive(self, brain: Brain, kernel: Kernel, state: dict) -> Liveness: ...
     def deliver(self, brain: Brain, kernel: Kernel, state: dict, prompt: str, launch: Launch) -> dict:
         """Hand the prompt to the agent (no confirmation here); return state changes."""
-    def stop(self, brain: Brain, kernel: Kernel, state: dict, grace: float) -> None:
-        """Graceful stop, then forced after `grace` seconds; idempotent."""
+    def stop(self, brain: Brain, kernel: Kernel, state: dict, grace: float) -> str | None:
+        """Graceful stop, then forced after `grace` seconds; idempotent. May say which step ended
+        the agent (asked, sigterm, sigkill, gone)."""
 
 
 def _registry() -> dict[str, type]:

@@ -3,7 +3,10 @@
 nika-brain uses its own tmux server (`tmux -L nika-brain`, or `federation.tmux_socket`), so a user's
 sessions and ours never mix. The pane stays after its process exits (remain-on-exit), so the exit
 status of a dead agent can be read. Invoke types the prompt (newlines become spaces: Enter would
-submit half of it) and presses Enter.
+submit half of it) and presses Enter -- only once the agent's session has started (the service waits
+for its SessionStart hook), never into whatever is on screen; `dialog()` names a Claude Code dialog the
+agent is stuck on (trust, API key, login, onboarding, update) so the service can report it with the
+command to attach. Stop asks the agent to exit as a user would (Ctrl-C twice), then signals.
 """
 from __future__ import annotations
 
@@ -23,6 +26,29 @@ from nika_brain.state.kernels import Kernel
 
 def session_name(kernel_id: str) -> str:
     return f"nika-os-{kernel_id}"
+
+
+# What Claude Code shows when it waits for its user (checked against v2.1.332's screens).
+DIALOGS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("workspace trust", ("Quick safety check", "Do you trust the files in this folder",
+                         "Yes, I trust this folder")),
+    ("API key", ("Detected a custom API key",)),
+    ("login", ("Select login method", "Log in with your", "/login", "Invalid API key",
+               "Please run /login")),
+    ("onboarding", ("Choose the text style", "Let's get started")),
+    ("update", ("Update available", "Updating Claude Code", "update now")),
+    ("network", ("Unable to connect to Anthropic services",)),
+)
+ASK_WAIT = 1.0    # seconds the agent gets to exit after Ctrl-C twice
+TERM_WAIT = 0.6   # then after SIGTERM, before SIGKILL
+
+
+def dialog(screen: str) -> str | None:
+    """The Claude Code dialog `screen` shows, by name, or None."""
+    for name, marks in DIALOGS:
+        if any(m in screen for m in marks):
+            return name
+    return None
 
 
 class TmuxRuntime:
@@ -70,6 +96,9 @@ class TmuxRuntime:
 
     def alive(self, brain: Brain, kernel: Kernel, state: dict) -> Liveness:
         name = state.get("tmux_session") or session_name(kernel.id)
+        pid = state.get("pid")
+        if pid and pid_alive(pid):  # the pane's process runs: no tmux call (the daemon asks often)
+            return Liveness(True, pid)
         p = self._tmux(brain, "display-message", "-p", "-t", f"={name}:",
                        "#{pane_dead} #{pane_pid} #{pane_dead_status} #{pane_dead_signal}", check=False)
         if p.returncode != 0:
@@ -84,6 +113,27 @@ class TmuxRuntime:
             return Liveness(False, pid_i, None, "agent process gone")
         return Liveness(True, pid_i)
 
+    def base(self, brain: Brain) -> list[str]:
+        sock = options.get(brain, "tmux_socket")
+        return ["tmux", "-S", sock] if sock else ["tmux", "-L", "nika-brain"]
+
+    def attach_command(self, brain: Brain, kernel: Kernel, state: dict) -> str:
+        name = state.get("tmux_session") or session_name(kernel.id)
+        return shlex.join([*self.base(brain), "attach", "-t", name])
+
+    def screen(self, brain: Brain, kernel: Kernel, state: dict) -> str:
+        name = state.get("tmux_session") or session_name(kernel.id)
+        p = self._tmux(brain, "capture-pane", "-p", "-t", f"={name}:", check=False)
+        return p.stdout if p.returncode == 0 else ""
+
+    def waiting_on(self, brain: Brain, kernel: Kernel, state: dict) -> str | None:
+        """The dialog the agent waits on, with how to answer it, or None."""
+        what = dialog(self.screen(brain, kernel, state))
+        if what is None:
+            return None
+        return (f"kernel {kernel.id} is waiting on Claude Code's {what} dialog; answer it: "
+                f"{self.attach_command(brain, kernel, state)}")
+
     def deliver(self, brain: Brain, kernel: Kernel, state: dict, prompt: str,
                 launch: Launch) -> dict:  # noqa: ARG002
         name = state.get("tmux_session") or session_name(kernel.id)
@@ -92,24 +142,45 @@ class TmuxRuntime:
         self._tmux(brain, "send-keys", "-t", f"={name}:", "Enter")
         return {}
 
-    def stop(self, brain: Brain, kernel: Kernel, state: dict, grace: float) -> None:
+    def stop(self, brain: Brain, kernel: Kernel, state: dict, grace: float) -> str:
+        """Ask the agent to exit (Ctrl-C twice, as its user would), then SIGTERM, then SIGKILL to its
+        process group; returns the step that ended it: asked, sigterm, sigkill or gone."""
         name = state.get("tmux_session") or session_name(kernel.id)
         pid: int = state.get("pid") or 0
+        how = "gone"
         if pid_alive(pid):
-            try:
-                os.killpg(pid, signal.SIGTERM)
-            except OSError:
-                try:
-                    os.kill(pid, signal.SIGTERM)
-                except OSError:
-                    pass
-            deadline = time.monotonic() + grace
-            while pid_alive(pid) and time.monotonic() < deadline:
-                time.sleep(0.02)
-            if pid_alive(pid):
-                for kill in (os.killpg, os.kill):
-                    try:
-                        kill(pid, signal.SIGKILL)
-                    except OSError:
-                        pass
+            steps = (("asked", None, min(grace, ASK_WAIT)), ("sigterm", signal.SIGTERM, min(grace, TERM_WAIT)),
+                     ("sigkill", signal.SIGKILL, 1.0))
+            for step, sig, wait in steps:
+                how = step
+                if sig is None:
+                    for _ in range(2):
+                        self._tmux(brain, "send-keys", "-t", f"={name}:", "C-c", check=False)
+                else:
+                    self._signal(pid, sig)
+                if self._exited(brain, name, pid, wait):
+                    break
         self._tmux(brain, "kill-session", "-t", f"={name}", check=False)
+        return how
+
+    @staticmethod
+    def _signal(pid: int, sig: int) -> None:
+        try:
+            os.killpg(pid, sig)
+        except OSError:
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+
+    def _exited(self, brain: Brain, name: str, pid: int, wait: float) -> bool:
+        deadline = time.monotonic() + wait
+        while True:
+            if not pid_alive(pid):
+                return True
+            p = self._tmux(brain, "display-message", "-p", "-t", f"={name}:", "#{pane_dead}", check=False)
+            if p.returncode != 0 or p.stdout.strip() == "1":
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.02)

@@ -1,0 +1,87 @@
+"""`nika-brain ask`: triage a prompt, deliver it, wait for the answers, record it all.
+
+The decision comes from the triage (through the federation daemon's resident embedder and goals
+index when a daemon runs, in this process otherwise): `kernel` -> one route; `split` -> one route per
+part, each to its kernel; `fallback` -> one route to the generalist kernel the triage names
+(`federation.triage.default`). Each route is delivered with kernel_invoke (queued first, so nothing
+is lost: a kernel not ready yet gets it when it is); with `wait`, each route's answer is the kernel's
+reply to that prompt. Statuses: taken, queued (it waits in the kernel's queue), answered, failed.
+"""
+from __future__ import annotations
+
+import time
+
+from nika_brain.brain import Brain
+from nika_brain.errors import BrainError
+from nika_brain.federation import resident
+from nika_brain.federation.asking import record
+from nika_brain.federation.kernels import runtimes, verbs
+from nika_brain.state import prompts as queue
+from nika_brain.support import clock
+
+
+def decide(brain: Brain, prompt: str) -> dict:
+    """The triage's decision as a dict (Decision.as_dict()), from the daemon when one runs."""
+    answer = resident.request(brain.state_dir, "triage", prompt=prompt, context=None)
+    if answer is not None:
+        return answer["decision"]
+    from nika_brain.federation.triage.decide import triage
+    return triage(brain, prompt).as_dict()
+
+
+def routes_of(d: dict, prompt: str) -> list[dict]:
+    if d["decision"] == "split" and d.get("parts"):
+        pairs = [(p["kernel"], p["text"]) for p in d["parts"]]
+    else:
+        pairs = [(d["kernels"][0], prompt)]
+    return [{"kernel": k, "prompt": text, "prompt_id": None, "status": "queued", "answer": None}
+            for k, text in pairs]
+
+
+def ask(brain: Brain, prompt: str, *, wait: bool = False, timeout: float = 600.0, by: str = "") -> dict:
+    queue.check(prompt)
+    d = decide(brain, prompt)
+    rec = {"ask": record.new_id(), "at": clock.iso(clock.now()), "by": by, "prompt": prompt,
+           "decision": d["decision"], "reason": d.get("reason"), "routes": routes_of(d, prompt)}
+    record.save(brain, rec)
+    taken: list[tuple[dict, dict]] = []
+    for r in rec["routes"]:
+        try:
+            out = verbs.kernel_invoke(brain, r["kernel"], r["prompt"], by=by or "ask")
+        except runtimes.NotTaken as exc:
+            r.update(status="queued" if exc.queued else "failed", prompt_id=exc.queued, reason=str(exc))
+            continue
+        except BrainError as exc:
+            r.update(status="failed", reason=str(exc))
+            continue
+        r.update(kernel=out["kernel"], status="taken", prompt_id=out["id"], session=out["session"])
+        taken.append((r, out))
+    record.save(brain, rec)
+    if wait:
+        deadline = time.monotonic() + timeout
+        for r, out in taken:
+            try:
+                ev = verbs.await_answer(brain, out["kernel"], out["id"], out, out["offset"],
+                                        max(0.1, deadline - time.monotonic()))
+            except runtimes.NotTaken as exc:
+                r.update(status="failed", reason=str(exc))
+                continue
+            except BrainError as exc:  # no answer in time: it is still taken
+                r["reason"] = str(exc)
+                continue
+            ref = {"kernel": out["kernel"], "session": ev.get("session"), "at": ev.get("at"),
+                   "offset": ev.get("offset")}
+            if "result" in ev:
+                ref["result"] = ev["result"]
+            r.update(status="answered", answer_ref=ref)
+        record.save(brain, rec)
+    return record.resolve(brain, rec)
+
+
+def public(rec: dict) -> dict:
+    """The `--json` shape: {"ask", "decision", "routes": [{kernel, prompt, prompt_id, status, answer}]}."""
+    return {"ask": rec["ask"], "decision": rec["decision"], "reason": rec.get("reason"),
+            "routes": [{"kernel": r["kernel"], "prompt": r["prompt"], "prompt_id": r.get("prompt_id"),
+                        "status": r["status"], "answer": r.get("answer"),
+                        **({"reason": r["reason"]} if r.get("reason") and r["status"] != "answered" else {})}
+                       for r in rec["routes"]]}

