@@ -30,6 +30,7 @@ LIVE_STATUSES = ("starting", "active", "paused")  # a runtime may be running for
 RUNTIMES = ("tmux", "headless", "kubernetes")     # the federation's runtime registry names
 RESTART_POLICIES = ("never", "on-failure")
 ENFORCEMENTS = ("cgroup-v2", "cgroup-v1", "prlimit", "kubernetes", "none")
+SANDBOXES = ("bwrap", "off")   # bwrap: the kernel runs in its own mount namespace; off: --no-sandbox
 DEFAULT_CARD = "satellite-boot"
 DEFAULT_RUNTIME = "tmux"
 DEFAULT_MAX_RESTARTS = 3
@@ -142,6 +143,7 @@ class Kernel:
     max_restarts: int = DEFAULT_MAX_RESTARTS
     restarts: int = 0                   # restarts done by the supervisor so far
     enforcement: str | None = None      # what applied the limits: one of ENFORCEMENTS
+    sandbox: str | None = None          # the OS sandbox nika-brain starts it in: bwrap | off (operator's --no-sandbox)
     temporary: bool = False             # a burst worker, decommissioned after ttl
     ttl: float | None = None            # seconds a temporary kernel lives
     created: datetime | None = None
@@ -227,6 +229,7 @@ _SPEC = {
                       check=lambda v: None if 0 <= v <= 100 else "must be 0 to 100"),
     "restarts": F(int, default=0, check=lambda v: None if v >= 0 else "must be at least 0"),
     "enforcement": F(str, choices=ENFORCEMENTS),
+    "sandbox": F(str, choices=SANDBOXES),
     "temporary": F(bool, default=False),
     "ttl": F((str, int, float), check=_check(lambda v: parse_duration(v, "ttl"))),
     "created": F(str, check=_check(lambda v: clock.parse(v, what="created"))),
@@ -258,7 +261,7 @@ def load_path(path: Path) -> Kernel:
         region=v["region"], data_class=v["data_class"], doctrine=v["doctrine"], card=v["card"],
         parent=v["parent"], status=v["status"], status_reason=v["status_reason"], runtime=v["runtime"],
         restart=v["restart"], max_restarts=v["max_restarts"], restarts=v["restarts"],
-        enforcement=v["enforcement"], temporary=v["temporary"],
+        enforcement=v["enforcement"], sandbox=v["sandbox"], temporary=v["temporary"],
         ttl=None if v["ttl"] is None else parse_duration(v["ttl"], "ttl"),
         created=None if v["created"] is None else clock.parse(v["created"]),
         updated=None if v["updated"] is None else clock.parse(v["updated"]),
@@ -275,7 +278,7 @@ def to_dict(k: Kernel) -> dict:
     if k.limits.to_dict():
         out["limits"] = k.limits.to_dict()
     for key in ("region", "data_class", "doctrine", "card", "parent", "status", "status_reason",
-                "runtime", "restart", "max_restarts", "restarts", "enforcement", "temporary", "ttl"):
+                "runtime", "restart", "max_restarts", "restarts", "enforcement", "sandbox", "temporary", "ttl"):
         value = getattr(k, key)
         if value != getattr(defaults, key) or key == "status":
             out[key] = value

@@ -77,6 +77,7 @@ ROOMS = {
     "vault": 1, "triage": 2, "stealing": 3,
     "overview": 4,     # the federation section of the index and of `kernel observe` (reads stealing)
     "kernels": 5, "spawning": 6, "lineage": 7,
+    "doors": 6,        # the kernels' sockets to the vault and the bus (reads kernels.health)
 }
 
 

@@ -21,7 +21,7 @@ from typing import Any, Mapping
 from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
 from nika_brain.federation import options
-from nika_brain.federation.kernels import health, limits, runtimes
+from nika_brain.federation.kernels import health, limits, runtimes, sandbox
 from nika_brain.state import kernels
 from nika_brain.state import prompts as queue
 from nika_brain.state.kernels import Kernel, Limits
@@ -56,7 +56,8 @@ def scrubbed_env(brain: Brain, kernel: Kernel) -> dict[str, str]:
 
 def _launch(brain: Brain, kernel: Kernel, plan: limits.Plan) -> runtimes.Launch:
     folder = kernels.kernel_dir(brain, kernel.id)
-    argv = limits.launch_prefix(plan, folder / CREDENTIALS) + list(options.get(brain, "agent_command"))
+    box = sandbox.wrap(brain, kernel, options.get(brain, "tmux_socket")) if kernel.sandbox == "bwrap" else []
+    argv = limits.launch_prefix(plan, folder / CREDENTIALS) + box + list(options.get(brain, "agent_command"))
     return runtimes.Launch(tuple(argv), folder, scrubbed_env(brain, kernel))
 
 
@@ -125,7 +126,7 @@ def kernel_spawn(brain: Brain, goal: str, scope=(), resource_limits: Mapping[str
                  data_class: str | None = None, doctrine: str | None = None, card: str | None = None,
                  parent: str | None = None, runtime: str = "tmux", restart: str = "never",
                  max_restarts: int = kernels.DEFAULT_MAX_RESTARTS, temporary: bool = False, ttl=None,
-                 install_settings: bool = True) -> Kernel:
+                 install_settings: bool = True, sandboxed: bool = True) -> Kernel:
     """Create kernels/<id>/ (record, memory/, Claude Code settings, credentials file), register its goal
     on nika:federation:goals, and start it. A failure leaves the kernel `failed` with the reason (or,
     when nothing was written yet, nothing at all)."""
@@ -137,6 +138,7 @@ def kernel_spawn(brain: Brain, goal: str, scope=(), resource_limits: Mapping[str
                            card=card or kernels.DEFAULT_CARD, parent=parent, status="starting",
                            runtime=runtime, restart=restart, max_restarts=max_restarts,
                            temporary=temporary, ttl=ttl)
+    k = sandbox.choose(k, sandboxed)  # bwrap, or off when the operator said --no-sandbox
     runtimes.require(brain, runtime)  # before anything is written
     folder = kernels.kernel_dir(brain, kid)
     brain.kernels_dir.mkdir(parents=True, exist_ok=True)
