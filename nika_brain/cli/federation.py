@@ -48,6 +48,14 @@ def federation_supervise(once: bool = typer.Option(False, "--once", help="one pa
     supervisor.run(brain, interval=interval)
 
 
+@fed_app.command("doors")
+def federation_doors():
+    """Open every kernel's door (its socket to the vault and the bus) in the foreground, until Ctrl-C
+    (the federation daemon hosts the same service)."""
+    from nika_brain.federation.doors.__main__ import main
+    raise typer.Exit(main([str(Brain.find().root)]))
+
+
 @fed_app.command("acl")
 def federation_acl(kernel: List[str] = typer.Option([], "--kernel",
                                                    help="a kernel (repeat; default all live)"),

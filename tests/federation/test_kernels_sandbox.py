@@ -150,3 +150,26 @@ def test_spawn_refuses_without_bwrap_unless_told(fbrain, cli, monkeypatch):  # n
     assert kernels.load_kernel(fbrain, "nowall").sandbox == "off"
     assert "sandbox=off" in cli("kernel", "list").stdout
     assert runtimes.load_state(fbrain, "nowall") is not None
+
+
+def test_the_vault_through_the_door_as_the_kernel_the_socket_says(walled, tmp_path):
+    from nika_brain.federation.vault import summaries
+    from nika_brain.federation.vault.ingest import ingest
+    brain, _ = walled
+    (tmp_path / "b.md").write_text(CANARY_VAULT + "\n")
+    (tmp_path / "a.md").write_text("The BCUB3 VPN is rebooted on Sundays.\n")
+    assert ingest(brain, [str(tmp_path / "b.md")], "beta").added == 1
+    assert ingest(brain, [str(tmp_path / "a.md")], "alpha").added == 1
+    summaries.put(brain, "beta", "day:2026-12-01", "beta reconciled the client invoices")
+    nb = f"{PY} -m nika_brain"
+    rc, out = _sh(brain, "alpha", f"NIKA_KERNEL_ID=beta {nb} rag query 'Pulsa euros' --kernel alpha")
+    assert rc == 0 and "VPN" in out and CANARY_VAULT not in out, out
+    rc, out = _sh(brain, "alpha", f"NIKA_KERNEL_ID=beta {nb} rag query 'Pulsa euros' --kernel beta")
+    assert rc != 0 and "refused by the kernel's door" in out and CANARY_VAULT not in out, out
+    rc, out = _sh(brain, "alpha", f"{nb} rag query 'Pulsa euros' --from beta")
+    assert rc != 0 and CANARY_VAULT not in out, out
+    rc, out = _sh(brain, "alpha", f"{nb} rag summaries")
+    assert rc == 0 and "beta reconciled the client invoices" in out, out
+    for verb in ("grant beta alpha", "purge --kernel beta --yes", "stats"):
+        rc, out = _sh(brain, "alpha", f"{nb} rag {verb}")
+        assert rc != 0 and "not a kernel's" in out and "Traceback" not in out, (verb, out)
