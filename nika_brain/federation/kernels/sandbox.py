@@ -154,6 +154,14 @@ def wrap(brain: Brain, kernel: Kernel, tmux_socket: str | None = None) -> list[s
     return argv
 
 
+def claude_sandbox(kernel: Kernel) -> dict[str, str]:
+    """Claude Code's own sandbox setting for a kernel's settings: off inside ours. A nested bwrap needs
+    namespace rights that would also let the agent unmount what hides the other kernels (tested:
+    with capabilities kept, `umount` reopens a hidden folder), so ours drops them and takes its place;
+    elsewhere (--no-sandbox) Claude Code's applies as configured."""
+    return {"sandbox": "off"} if kernel.sandbox == "bwrap" else {}
+
+
 _WHY: list[str | None] = []   # unavailable(), asked once a process
 
 

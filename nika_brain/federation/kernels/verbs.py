@@ -161,7 +161,8 @@ def kernel_spawn(brain: Brain, goal: str, scope=(), resource_limits: Mapping[str
     try:
         if install_settings:
             from nika_brain.claude import settings as claude_settings
-            claude_settings.install(folder, kernel_id=kid, brain_dir=brain.root)
+            claude_settings.install(folder, kernel_id=kid, brain_dir=brain.root,
+                                    **sandbox.claude_sandbox(k))
         k = _start(brain, k)
     except (BrainError, OSError) as exc:
         if runtimes.state_path(brain, kid).exists():  # the runtime started: stop what it started
