@@ -33,7 +33,7 @@ from nika_brain.bus.protocol import (
     Bus,
     Message,
 )
-from nika_brain.bus.redis_streams import RedisBus, redis_url
+from nika_brain.bus.redis_streams import RedisBus, operator_url, operator_url_path, redis_url
 from nika_brain.errors import BrainError
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BACKENDS", "DB_NAME", "DIRECTIVES", "FEDERATION_CHANNELS", "GOALS", "HEALTH", "KV_PREFIX",
            "MAXLEN", "WORK_STEALING", "Bus", "EmbeddedBus", "Message", "RedisBus", "backend_name",
-           "open_bus", "redis_url"]
+           "open_bus", "operator_url", "operator_url_path", "redis_url"]
 
 
 # --- registry ----------------------------------------------------------------------------------------

@@ -60,7 +60,8 @@ def federation_doors():
 def federation_acl(kernel: List[str] = typer.Option([], "--kernel",
                                                    help="a kernel (repeat; default all live)"),
                    revoke: bool = typer.Option(False, "--revoke")):
-    """Create (or rotate) one Redis ACL user per kernel; its password goes to its credentials file."""
+    """Create (or rotate) one Redis ACL user per kernel (its password goes to its credentials file), then
+    turn Redis' open default user off (nika-brain then connects as the operator's own user)."""
     from nika_brain.federation.kernels import acl
-    for name in acl.apply(Brain.find(), kernel or None, revoke=revoke):
-        print(f"{'revoked' if revoke else 'set'} {name}")
+    for line in acl.apply(Brain.find(), kernel or None, revoke=revoke):
+        print(line)

@@ -412,6 +412,18 @@ def readjust(brain: Brain, kernel_id: str, text: str, *, by: str,
     return d
 
 
+def text_ref(text: str) -> str:
+    """The hash a signal carries instead of a text (directives, goals' examples): sha256, 16 hex."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def directive_signal(kernel_id: str, d: Directive) -> dict:
+    """What the bus carries of a directive: its id, where it lives, a hash; never its text (the
+    kernel's hooks read it from its folder)."""
+    return {"kind": "directive", "kernel": kernel_id, "id": d.id, "sha": text_ref(d.text),
+            "ref": f"kernels/{kernel_id}/directives.jsonl#{d.id}", "by": d.by, "at": d.at}
+
+
 def list_directives(brain: Brain, kernel_id: str) -> list[Directive]:
     """All directives, oldest first; a torn or foreign line is skipped, not fatal."""
     try:

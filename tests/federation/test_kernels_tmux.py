@@ -33,7 +33,7 @@ def test_five_verbs_end_to_end(fbrain, cli, tmp_path):  # noqa: F811
     assert stat.S_IMODE((folder / "credentials.env").stat().st_mode) == 0o600
     assert (folder / "memory").is_dir() and (folder / ".claude" / "settings.json").is_file()
     goals = [m for _, m in bus.open_bus(brain).read(bus.GOALS) if m.get("kernel") == "alpha"]
-    assert [m["event"] for m in goals] == ["spawned"] and goals[0]["examples"][0] == "reboot the VPN"
+    assert [m["event"] for m in goals] == ["spawned"] and goals[0]["examples"][0] == kernels.text_ref("reboot the VPN")  # a hash, not the text
 
     # the agent's SessionStart hook published the first heartbeat
     hb = until(lambda: health.last_heartbeat(brain, "alpha"))

@@ -65,7 +65,7 @@ def _publish_goals(brain: Brain, event: str, k: Kernel) -> None:
     from nika_brain import bus
     health.publish_or_warn(brain, bus.GOALS, {
         "event": event, "kernel": k.id, "goal": k.goal, "tags": list(k.tags),
-        "examples": list(k.examples), "region": k.region, "data_class": k.data_class,
+        "examples": [kernels.text_ref(x) for x in k.examples], "region": k.region, "data_class": k.data_class,
         "status": k.status, "at": clock.iso(clock.now())})
     rebuild_goals_index(brain)
 
@@ -283,8 +283,7 @@ def kernel_readjust(brain: Brain, kernel_id: str, new_directive: str, *, by: str
     nika:federation:directives for listeners."""
     from nika_brain import bus
     d = kernels.readjust(brain, kernel_id, new_directive, by=by)
-    health.publish_or_warn(brain, bus.DIRECTIVES, {"kind": "directive", "kernel": kernel_id, "id": d.id,
-                                                   "text": d.text, "by": d.by, "at": d.at})
+    health.publish_or_warn(brain, bus.DIRECTIVES, kernels.directive_signal(kernel_id, d))
     return d
 
 
