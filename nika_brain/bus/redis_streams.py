@@ -4,8 +4,8 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from typing import TYPE_CHECKING, Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Iterator
 from urllib.parse import urlsplit
 
 from nika_brain.errors import BrainError
