@@ -83,9 +83,10 @@ def _query(brain: Brain, kid: str, req: dict) -> Any:
 
 
 def _records(brain: Brain, kid: str, req: dict) -> Any:
-    from nika_brain.federation.vault.query import records
+    from nika_brain.federation.vault.query import get, records
     rules.check_own(kid, req.get("kernel"), "records")
-    return [r.to_json() for r in records(brain, kid)]
+    ids, _ = records(brain, kid)
+    return [r.to_json() for r in get(brain, ids, kernel=kid)]
 
 
 def _ingest(brain: Brain, kid: str, req: dict) -> Any:
