@@ -33,7 +33,7 @@ from nika_brain.bus.protocol import (
     Bus,
     Message,
 )
-from nika_brain.bus.redis_streams import RedisBus, redis_url
+from nika_brain.bus.redis_streams import RedisBus, operator_url, operator_url_path, redis_url
 from nika_brain.errors import BrainError
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BACKENDS", "DB_NAME", "DIRECTIVES", "FEDERATION_CHANNELS", "GOALS", "HEALTH", "KV_PREFIX",
            "MAXLEN", "WORK_STEALING", "Bus", "EmbeddedBus", "Message", "RedisBus", "backend_name",
-           "open_bus", "redis_url"]
+           "open_bus", "operator_url", "operator_url_path", "redis_url"]
 
 
 # --- registry ----------------------------------------------------------------------------------------
@@ -64,7 +64,11 @@ def backend_name(brain: "Brain") -> str:
 
 
 def open_bus(brain: "Brain") -> Bus:
-    """The brain's bus, opened once per process (a forked child opens its own)."""
+    """The brain's bus, opened once per process (a forked child opens its own). Inside a kernel's
+    sandbox, its door (bus/door.py): the stores are not there, and the door says who is asking."""
+    from nika_brain.bus import door
+    if door.present():
+        return door.DoorBus()  # type: ignore[return-value]
     name = backend_name(brain)
     where = redis_url(brain) if name == "redis" else str(brain.state_dir / DB_NAME)
     key = (os.getpid(), name, where)

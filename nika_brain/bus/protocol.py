@@ -13,6 +13,8 @@ GOALS = "nika:federation:goals"                  # updates of the registry of ac
 FEDERATION_CHANNELS = (DIRECTIVES, WORK_STEALING, HEALTH, GOALS)
 
 MAXLEN = 100_000          # messages kept per channel, approximately (oldest trimmed first)
+KEY_TTL = 30 * 86400       # Redis: a key written without a ttl expires after this (nothing is forever)
+STREAM_TTL = 30 * 86400    # Redis: a channel's stream expires this long after its last message
 KV_PREFIX = "nika:kv:"    # Redis namespace of the keyed state
 DB_NAME = "bus.sqlite3"
 

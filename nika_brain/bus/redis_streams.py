@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
 from urllib.parse import urlsplit
 
@@ -13,12 +14,30 @@ if TYPE_CHECKING:
     from nika_brain.brain import Brain
 
 from nika_brain.bus import codec
-from nika_brain.bus.protocol import KV_PREFIX, MAXLEN, Message
+from nika_brain.bus.protocol import KEY_TTL, KV_PREFIX, MAXLEN, STREAM_TTL, Message
 
 
 def redis_url(brain: "Brain") -> str:
-    """The Redis URL: NIKA_REDIS_URL, else nika-brain.yml's redis_url."""
-    return os.environ.get("NIKA_REDIS_URL") or brain.config.redis_url
+    """The Redis URL: NIKA_REDIS_URL (a kernel's own ACL user), else nika-brain.yml's redis_url, as the
+    operator's user once `federation acl` has turned the default user off (operator_url)."""
+    return os.environ.get("NIKA_REDIS_URL") or operator_url(brain.config.redis_url)
+
+
+def operator_url_path(url: str) -> Path:
+    """Where `federation acl` keeps the operator's Redis URL for this server: in the operator's private
+    folder (hidden from every kernel's sandbox, denied to agent sessions), 0600."""
+    import hashlib
+
+    from nika_brain.state.authority import private_dir
+    return private_dir() / "redis" / f"{hashlib.sha256(_redis_where(url).encode()).hexdigest()[:16]}.url"
+
+
+def operator_url(url: str) -> str:
+    """The operator's authenticated URL for the server `url` names, when `federation acl` wrote one."""
+    try:
+        return operator_url_path(url).read_text(encoding="utf-8").strip() or url
+    except OSError:
+        return url
 
 
 _REDIS_ID = re.compile(r"\d+(-\d+)?\Z")
@@ -111,8 +130,9 @@ class RedisBus:
         with self._redis() as r:
             pipe = r.pipeline(transaction=False)
             pipe.xadd(channel, {"m": body}, maxlen=self._maxlen, approximate=True)
+            pipe.expire(channel, STREAM_TTL)
             pipe.publish(channel, body)
-            mid, _ = pipe.execute()
+            mid, _, _ = pipe.execute()
         return mid
 
     def trim(self, channel: str, older_than: float) -> int:
@@ -141,6 +161,7 @@ class RedisBus:
             return
         try:
             r.xgroup_create(channel, group, id="0", mkstream=True)
+            r.expire(channel, STREAM_TTL, nx=True)  # a stream made for a group expires too
         except self._errors.ResponseError as exc:
             if "BUSYGROUP" not in str(exc):  # redis-py has no type for it: its reply text is the contract
                 raise
@@ -197,7 +218,7 @@ class RedisBus:
     def set(self, key: str, value: dict, ttl: float | None = None) -> None:
         key, body, ttl = codec.check_name("key", key), codec.encode("value", value), codec.check_ttl(ttl)
         with self._redis() as r:
-            r.set(KV_PREFIX + key, body, px=None if ttl is None else self._ms(ttl))
+            r.set(KV_PREFIX + key, body, px=self._ms(KEY_TTL if ttl is None else ttl))
 
     def get(self, key: str) -> dict | None:
         key = codec.check_name("key", key)
@@ -209,7 +230,7 @@ class RedisBus:
         key, body, ttl = codec.check_name("key", key), codec.encode("value", value), codec.check_ttl(ttl)
         with self._redis() as r:
             return bool(r.set(KV_PREFIX + key, body, nx=True,
-                              px=None if ttl is None else self._ms(ttl)))
+                              px=self._ms(KEY_TTL if ttl is None else ttl)))
 
     def delete(self, key: str) -> bool:
         key = codec.check_name("key", key)

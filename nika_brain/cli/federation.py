@@ -58,15 +58,25 @@ def federation_supervise(once: bool = typer.Option(False, "--once", help="one pa
     supervisor.run(brain, interval=interval)
 
 
+@fed_app.command("doors")
+def federation_doors():
+    """Open every kernel's door (its socket to the vault and the bus) in the foreground, until Ctrl-C
+    (the federation daemon hosts the same service)."""
+    from nika_brain.federation.doors.__main__ import main
+    raise typer.Exit(main([str(Brain.find().root)]))
+
+
 @fed_app.command("acl")
 def federation_acl(kernel: List[str] = typer.Option([], "--kernel",
                                                    help="a kernel (repeat; default all live)"),
                    revoke: bool = typer.Option(False, "--revoke")):
-    """Create (or rotate) one Redis ACL user per kernel; its password goes to its credentials file."""
+    """Create (or rotate) one Redis ACL user per kernel (its password goes to its credentials file), then
+    turn Redis' open default user off (nika-brain then connects as the operator's own user)."""
     operator_only("creating the federation's Redis users")
     from nika_brain.federation.kernels import acl
-    for name in acl.apply(Brain.find(), kernel or None, revoke=revoke):
-        print(f"{'revoked' if revoke else 'set'} {name}")
+    for line in acl.apply(Brain.find(), kernel or None, revoke=revoke):
+        print(line)
+
 
 
 @fed_app.command("up")

@@ -29,7 +29,7 @@ def _row(brain: Brain, k: kernels.Kernel) -> dict:
     state = runtimes.load_state(brain, k.id)
     return {"id": k.id, "goal": k.goal, "tags": list(k.tags), "card": k.card, "parent": k.parent,
             "status": k.status, "reason": k.status_reason, "runtime": k.runtime,
-            "limits": k.limits.to_dict(), "enforcement": k.enforcement,
+            "limits": k.limits.to_dict(), "enforcement": k.enforcement, "sandbox": k.sandbox,
             "cpu_enforced": bool(state.get("cpu_enforced")) if k.limits.cpu_percent is not None else None,
             "restarts": k.restarts, "last_heartbeat": hb.get("at") if hb else None,
             "machine": k.machine, "region": k.region}
@@ -48,7 +48,7 @@ def kernel_list(as_json: bool = typer.Option(False, "--json")):
         if r["cpu_enforced"] is False and r["enforcement"] not in (None, "kubernetes"):
             lim += " (cpu not enforced)"
         print(f"{r['id']}\t{r['status']}\t{r['runtime']}@{r['machine'] or '-'}\t{lim} [{r['enforcement'] or '-'}]\t"
-              f"hb={r['last_heartbeat'] or '-'}\t{r['goal']}")
+              f"sandbox={r['sandbox'] or '-'}\thb={r['last_heartbeat'] or '-'}\t{r['goal']}")
 
 
 @kernel_app.command("show")
@@ -57,7 +57,7 @@ def kernel_show(kernel_id: str):
     brain = Brain.find()
     k = kernels.load_kernel(brain, kernel_id)
     print(f"{k.id}: {k.goal}\n  status: {k.status}{f' ({k.status_reason})' if k.status_reason else ''}"
-          f"\n  runtime: {k.runtime}  limits: {k.limits} [{k.enforcement or '-'}]"
+          f"\n  runtime: {k.runtime}  limits: {k.limits} [{k.enforcement or '-'}]  sandbox: {k.sandbox or '-'}"
           f"\n  card: {k.card}\n  tags: {', '.join(k.tags) or '-'}")
     for label, value in (("scope", ", ".join(k.scope)), ("region", k.region), ("data class", k.data_class),
                          ("doctrine", k.doctrine), ("restart", f"{k.restart} ({k.restarts}/{k.max_restarts})"
@@ -102,8 +102,10 @@ def kernel_spawn(goal: str,
                  temporary: bool = typer.Option(False, "--temporary", help="a burst worker (needs --ttl)"),
                  ttl: Optional[str] = typer.Option(None, "--ttl", help="e.g. 2h (with --temporary)"),
                  env_file: Optional[Path] = typer.Option(None, "--env-file",
-                                                         help="KEY=value lines: the kernel's credentials")):
-    """Create kernels/<id>/, register its goal and start it (a human command)."""
+                                                         help="KEY=value lines: the kernel's credentials"),
+                 no_sandbox: bool = typer.Option(False, "--no-sandbox",
+                                                 help="run it without its OS sandbox (recorded)")):
+    """Create kernels/<id>/, register its goal and start it in its own sandbox (a human command)."""
     operator_only("spawning a kernel")
     from nika_brain.federation.kernels import credentials, runtimes, verbs
     env = credentials.read_file(env_file) if env_file is not None else None
@@ -118,9 +120,9 @@ def kernel_spawn(goal: str,
                            kernel_id=kernel_id, tags=tags, examples=ex, region=region,
                            data_class=data_class, doctrine=doctrine, card=card, runtime=runtime,
                            restart=restart, max_restarts=max_restarts, temporary=temporary, ttl=ttl,
-                           env=env)
+                           env=env, sandboxed=not no_sandbox)
     brain = Brain.find()
-    print(f"spawned {k.id} ({k.runtime}, limits {k.limits} [{k.enforcement}])"
+    print(f"spawned {k.id} ({k.runtime}, limits {k.limits} [{k.enforcement}], sandbox {k.sandbox or '-'})"
           + (f"; credentials: {', '.join(sorted(env))}" if env else ""))
     _say_trust(runtimes.load_state(brain, k.id))
 

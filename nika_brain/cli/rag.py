@@ -17,6 +17,22 @@ rag_app = typer.Typer(no_args_is_help=True,
 app.add_typer(rag_app, name="rag")
 
 
+DOOR_COMMANDS = ("query", "ingest", "summaries")   # what a kernel's sandbox reaches, through its door
+
+
+@rag_app.callback()
+def _inside_a_kernel(ctx: typer.Context) -> None:
+    from nika_brain.bus import door
+    if door.present() and ctx.invoked_subcommand not in DOOR_COMMANDS:
+        raise BrainError(f"`rag {ctx.invoked_subcommand}` is not a kernel's: inside its sandbox, only "
+                         f"{', '.join('rag ' + c for c in DOOR_COMMANDS)} go (through its door)")
+
+
+def _door_line(r: dict) -> str:
+    score = f"{r['score']:.3f}\t" if r.get("score") is not None else ""
+    return f"{score}{r.get('id')}\t{r.get('level')}\t{' '.join(str(r.get('text', '')).split())[:100]}"
+
+
 def _known_kernel(brain: Brain, kernel_id: str) -> None:
     from nika_brain.state import kernels
     kernels.load_kernel(brain, kernel_id)
@@ -35,6 +51,13 @@ def rag_ingest(paths: list[str] = typer.Argument(..., help="files and folders (t
                parent: str = typer.Option("", "--parent", help="record id of the parent"),
                as_json: bool = typer.Option(False, "--json")):
     """Ingest text, Markdown and PDF files and folders into a kernel's vault records."""
+    from nika_brain.bus import door
+    if door.present():  # the door knows which kernel asks; --kernel cannot say otherwise
+        import os
+        rep = door.call("ingest", paths=[os.path.abspath(p) for p in paths])
+        print(json.dumps(rep) if as_json else f"{rep.get('added', 0)} added, {rep.get('already', 0)} "
+              f"already there, {rep.get('dropped', 0)} near-duplicate(s) dropped (through the door)")
+        return
     from nika_brain.federation.vault.ingest import ingest
     from nika_brain.federation.vault.query import caller_kernel
     brain = Brain.find()
@@ -78,6 +101,11 @@ def rag_query(text: str, kernel: str | None = typer.Option(None, "--kernel"),
                                                       "into super-chunks"),
               as_json: bool = typer.Option(False, "--json")):
     """Search the records the kernel may read (its own, plus granted kernels with --from)."""
+    from nika_brain.bus import door
+    if door.present():  # inside a kernel's sandbox: the door answers as that kernel
+        rows = door.call("query", text=text, kernel=kernel, k=k, levels=level, owners=owners)
+        print(json.dumps(rows, ensure_ascii=False) if as_json else "\n".join(map(_door_line, rows)))
+        return
     from nika_brain.federation.vault.query import search
     extra = json_object(where, "--where") if where else None
     recs = search(Brain.find(), text, kernel=kernel, k=k, levels=level, owners=owners, where=extra,
@@ -174,6 +202,23 @@ def rag_summarize(kernel: str | None = typer.Option(None, "--kernel", help="defa
             print(f"{kid}: " + (f"{s.id} ({len(s.text)} chars)" if s else "nothing that day"))
     if as_json:
         print(json.dumps(out, ensure_ascii=False))
+
+
+@rag_app.command("summaries")
+def rag_summaries(day: str | None = typer.Option(None, "--day", help="YYYY-MM-DD"),
+                  as_json: bool = typer.Option(False, "--json")):
+    """Every kernel's daily summaries (what the others do, without their transcripts)."""
+    from nika_brain.bus import door
+    if door.present():
+        rows = door.call("summaries", day=day)
+    else:
+        from nika_brain.federation.vault import summaries
+        rows = [x.to_json() for x in summaries.list_summaries(Brain.find(), day=day)]
+    if as_json:
+        print(json.dumps(rows, ensure_ascii=False))
+        return
+    for r in rows:
+        print(f"{r.get('kernel_id')}\t{r.get('key', '')}\t{' '.join(str(r.get('text', '')).split())}")
 
 
 @rag_app.command("stats")

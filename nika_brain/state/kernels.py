@@ -30,6 +30,7 @@ LIVE_STATUSES = ("starting", "active", "paused")  # a runtime may be running for
 RUNTIMES = ("tmux", "headless", "kubernetes")     # the federation's runtime registry names
 RESTART_POLICIES = ("never", "on-failure")
 ENFORCEMENTS = ("cgroup-v2", "cgroup-v1", "prlimit", "kubernetes", "none")
+SANDBOXES = ("bwrap", "off")   # bwrap: the kernel runs in its own mount namespace; off: --no-sandbox
 DEFAULT_CARD = "satellite-boot"
 DEFAULT_RUNTIME = "tmux"
 DEFAULT_MAX_RESTARTS = 3
@@ -142,6 +143,7 @@ class Kernel:
     max_restarts: int = DEFAULT_MAX_RESTARTS
     restarts: int = 0                   # restarts done by the supervisor so far
     enforcement: str | None = None      # what applied the limits: one of ENFORCEMENTS
+    sandbox: str | None = None          # the OS sandbox nika-brain starts it in: bwrap | off (operator's --no-sandbox)
     temporary: bool = False             # a burst worker, decommissioned after ttl
     ttl: float | None = None            # seconds a temporary kernel lives
     machine: str | None = None          # the machine it was placed on (state/machine.py)
@@ -228,6 +230,7 @@ _SPEC = {
                       check=lambda v: None if 0 <= v <= 100 else "must be 0 to 100"),
     "restarts": F(int, default=0, check=lambda v: None if v >= 0 else "must be at least 0"),
     "enforcement": F(str, choices=ENFORCEMENTS),
+    "sandbox": F(str, choices=SANDBOXES),
     "temporary": F(bool, default=False),
     "ttl": F((str, int, float), check=_check(lambda v: parse_duration(v, "ttl"))),
     "machine": F(str, check=name),
@@ -260,7 +263,7 @@ def load_path(path: Path) -> Kernel:
         region=v["region"], data_class=v["data_class"], doctrine=v["doctrine"], card=v["card"],
         parent=v["parent"], status=v["status"], status_reason=v["status_reason"], runtime=v["runtime"],
         restart=v["restart"], max_restarts=v["max_restarts"], restarts=v["restarts"],
-        enforcement=v["enforcement"], temporary=v["temporary"],
+        enforcement=v["enforcement"], sandbox=v["sandbox"], temporary=v["temporary"],
         ttl=None if v["ttl"] is None else parse_duration(v["ttl"], "ttl"), machine=v["machine"],
         created=None if v["created"] is None else clock.parse(v["created"]),
         updated=None if v["updated"] is None else clock.parse(v["updated"]),
@@ -277,7 +280,8 @@ def to_dict(k: Kernel) -> dict:
     if k.limits.to_dict():
         out["limits"] = k.limits.to_dict()
     for key in ("region", "data_class", "doctrine", "card", "parent", "status", "status_reason",
-                "runtime", "restart", "max_restarts", "restarts", "enforcement", "temporary", "ttl", "machine"):
+                "runtime", "restart", "max_restarts", "restarts", "enforcement", "sandbox", "temporary", "ttl",
+                "machine"):
         value = getattr(k, key)
         if value != getattr(defaults, key) or key == "status":
             out[key] = value
@@ -409,6 +413,18 @@ def readjust(brain: Brain, kernel_id: str, text: str, *, by: str,
             if brain.config.fsync:
                 os.fsync(fh.fileno())
     return d
+
+
+def text_ref(text: str) -> str:
+    """The hash a signal carries instead of a text (directives, goals' examples): sha256, 16 hex."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def directive_signal(kernel_id: str, d: Directive) -> dict:
+    """What the bus carries of a directive: its id, where it lives, a hash; never its text (the
+    kernel's hooks read it from its folder)."""
+    return {"kind": "directive", "kernel": kernel_id, "id": d.id, "sha": text_ref(d.text),
+            "ref": f"kernels/{kernel_id}/directives.jsonl#{d.id}", "by": d.by, "at": d.at}
 
 
 def list_directives(brain: Brain, kernel_id: str) -> list[Directive]:

@@ -78,6 +78,7 @@ ROOMS = {
     "vault": 1, "triage": 2, "stealing": 3,
     "overview": 4,     # the federation section of the index and of `kernel observe` (reads stealing)
     "kernels": 5, "spawning": 6, "lineage": 7,
+    "doors": 6,        # the kernels' sockets to the vault and the bus (reads kernels.health)
     "asking": 8,       # `nika-brain ask`: triage, then deliver through the verbs
     "daemon": 9,       # runs everything (services: supervisor, stealing, triggers, embedder...)
 }

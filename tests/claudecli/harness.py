@@ -111,12 +111,13 @@ def claude_env(home: Path, base_url: str, extra: dict[str, str] | None = None) -
 
 
 def run_claude(prompt: str, *, cwd: Path, home: Path, base_url: str, args: list[str] | None = None,
-               env: dict[str, str] | None = None, timeout: float = TIMEOUT) -> Run:
-    """`claude -p prompt --output-format stream-json --verbose [args]` in `cwd`; never raises on
-    exit codes."""
+               env: dict[str, str] | None = None, timeout: float = TIMEOUT,
+               wrap: list[str] | None = None) -> Run:
+    """`claude -p prompt --output-format stream-json --verbose [args]` in `cwd` (behind `wrap`, e.g. a
+    kernel's sandbox argv); never raises on exit codes."""
     binary = claude_binary()
     home.mkdir(parents=True, exist_ok=True)
-    argv = [binary, "-p", prompt, "--output-format", "stream-json", "--verbose", *(args or [])]
+    argv = [*(wrap or []), binary, "-p", prompt, "--output-format", "stream-json", "--verbose", *(args or [])]
     try:
         proc = subprocess.run(argv, cwd=str(cwd), env=claude_env(home, base_url, env),
                               capture_output=True, text=True, timeout=timeout,

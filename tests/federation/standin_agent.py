@@ -14,7 +14,8 @@ A UserPromptSubmit hook answering `decision: block` erases the prompt (no turn, 
 <reason>`), as Claude Code does. Words in a prompt are instructions: `alloc=MB` allocates and touches MB
 megabytes (to cross a memory
 limit), `crash` exits 3 at once, `sleep=S` waits S seconds before answering, `env=NAME` says whether NAME
-is in its environment (never its value). The answer is
+is in its environment (never its value), `sh=B64` runs the base64-encoded shell command and adds its
+exit code and output (the sandbox tests' attacks). The answer is
 `stand-in answer to: <prompt>` followed by any hook context it was given (directives).
 """
 from __future__ import annotations
@@ -100,6 +101,12 @@ class Session:
         answer = f"stand-in answer to: {prompt}"
         for name in re.findall(r"\benv=([A-Za-z_][A-Za-z0-9_]*)", prompt):
             answer += f" [env {name}={'present' if name in os.environ else 'absent'}]"
+        for b64 in re.findall(r"\bsh=([A-Za-z0-9+/=]+)", prompt):
+            import base64
+            p = subprocess.run(["sh", "-c", base64.b64decode(b64).decode()], capture_output=True,
+                               text=True, timeout=120)
+            out = (p.stdout + p.stderr).strip().replace("\n", " | ")[:2000]
+            answer += f" [sh rc={p.returncode} out={out}]"
         answer += f"\n[context]\n{context}" if context else ""
         used = USED_PER_TURN * self.turns
         self.write({"type": "assistant", "sessionId": self.sid, "message": {

@@ -25,17 +25,22 @@ def _kernel(brain, kid):
     (kernels.kernel_dir(brain, kid) / "credentials.env").write_text("OTHER=1\n")
 
 
-def test_acl_matrix(brain, cli, server):
-    (brain.root / "nika-brain.yml").write_text("version: 1\nfederation: " +
+def test_acl_matrix(brain, cli, server, tmp_path, monkeypatch):
+    monkeypatch.setenv("NIKA_OPERATOR_DIR", str(tmp_path / "operator"))  # the cli inherits it
+    (brain.root / "nika-brain.yml").write_text(f"version: 1\nredis_url: {server}\nfederation: " +
                                                json.dumps({"redis_url": server}) + "\n")
     for kid in ("alpha", "beta"):
         _kernel(brain, kid)
     out = cli("federation", "acl")
     assert out.returncode == 0, out.stderr
     assert "set nika-kernel-alpha" in out.stdout and "set nika-kernel-beta" in out.stdout
+    assert "default user: off" in out.stdout, out.stdout
+    with pytest.raises(redis.exceptions.AuthenticationError):   # Redis' open door is shut
+        redis.Redis.from_url(server).ping()
+    assert (tmp_path / "operator" / "private" / "redis").is_dir()
     cred = limits.read_env_file(kernels.kernel_dir(brain, "alpha") / "credentials.env")
     assert cred["OTHER"] == "1" and cred["NIKA_REDIS_USER"] == "nika-kernel-alpha"
-    admin = redis.Redis.from_url(server)
+    admin = redis.Redis.from_url(bus.operator_url(server))   # the operator's own user
     admin.set("nika:kernel:beta:secret", "b")
     admin.xadd(bus.HEALTH, {"data": "{}"})
     alpha = redis.Redis.from_url(server, username=cred["NIKA_REDIS_USER"],
@@ -77,6 +82,11 @@ def test_acl_matrix(brain, cli, server):
     beats = [json.loads(f[b"m"]) for _, f in admin.xrange(bus.HEALTH) if b"m" in f]
     assert any(b.get("kernel") == "alpha" and b.get("source") == "hook:Stop" for b in beats)
     assert admin.exists(f"{bus.KV_PREFIX}kernel:alpha:heartbeat")
+    # every key nika-brain wrote expires (the heartbeat key, the channel's stream)
+    assert 0 < admin.ttl(f"{bus.KV_PREFIX}kernel:alpha:heartbeat")
+    assert 0 < admin.ttl(bus.HEALTH)
+    assert cli("bus", "publish", bus.GOALS, '{"event": "x"}', env={"NIKA_BUS": "redis",
+               "NIKA_REDIS_URL": None}).returncode == 0   # the operator's CLI still reaches the bus
     assert cli("federation", "acl", "--revoke", "--kernel", "alpha").returncode == 0
     with pytest.raises(redis.exceptions.AuthenticationError):
         redis.Redis.from_url(server, username="nika-kernel-alpha",

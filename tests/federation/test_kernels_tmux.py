@@ -33,7 +33,8 @@ def test_five_verbs_end_to_end(fbrain, cli, tmp_path):  # noqa: F811
     assert stat.S_IMODE((folder / "credentials.env").stat().st_mode) == 0o600
     assert (folder / "memory").is_dir() and (folder / ".claude" / "settings.json").is_file()
     goals = [m for _, m in bus.open_bus(brain).read(bus.GOALS) if m.get("kernel") == "alpha"]
-    assert [m["event"] for m in goals] == ["spawned"] and goals[0]["examples"][0] == "reboot the VPN"
+    assert [m["event"] for m in goals] == ["spawned"] and \
+        goals[0]["examples"][0] == kernels.text_ref("reboot the VPN")  # a hash, not the text
 
     # the agent's SessionStart hook published the first heartbeat
     hb = until(lambda: health.last_heartbeat(brain, "alpha"))
@@ -52,7 +53,9 @@ def test_five_verbs_end_to_end(fbrain, cli, tmp_path):  # noqa: F811
     rd = cli("kernel", "readjust", "alpha", "prioritise the backup audit")
     assert rd.returncode == 0, rd.stderr
     directives = bus.open_bus(brain).read(bus.DIRECTIVES)
-    assert directives[-1][1]["text"] == "prioritise the backup audit"
+    sig = directives[-1][1]   # a signal: id, reference, hash; the text stays in the kernel's folder
+    assert "text" not in sig and sig["sha"] == kernels.text_ref("prioritise the backup audit")
+    assert sig["ref"] == f"kernels/alpha/directives.jsonl#{sig['id']}"
     got = cli("kernel", "invoke", "alpha", "what now", "--wait")
     assert "prioritise the backup audit" in got.stdout, "the directive reached the session"
 

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from nika_brain.errors import EXIT_REFUSED, BrainError
 from nika_brain.federation.vault import grants, query, summaries, superchunks, write
+from nika_brain.federation.vault.facts import same_thing
 from nika_brain.federation.vault.records import LEVELS, record_id
 from nika_brain.federation.vault.write import Chunk
 from tests.federation.vaultkit import DIM, reset_store, vault_brain
@@ -74,8 +75,8 @@ class Model:
         if rid in self.records:
             return "already"
         for i in self.of(k):
-            if float(self.records[i]["vec"] @ vec) > 0.95:
-                return "dropped"
+            if float(self.records[i]["vec"] @ vec) > 0.95 and same_thing(self.records[i]["text"], text):
+                return "dropped"   # close AND the same statement (vault/facts.py)
         self.records[rid] = {"kernel": k, "text": text, "vec": vec, "level": level,
                              "day": self.now.strftime("%Y-%m-%d")}
         return "added"

@@ -114,7 +114,8 @@ def test_tree_shows_ancestors_and_children_and_levels_are_ordered(vb):
 def _near_group(vb, kernel):
     base = write.add(vb, kernel, [Chunk("The VPN gateway drops sessions at night. Restart it first.")],
                      [axis(0)]).added[0]
-    write.add(vb, kernel, [Chunk("dup")], [at_cosine(0, 1, 0.96)])           # dropped, counted on base
+    write.add(vb, kernel, [Chunk("the VPN gateway drops sessions at night; restart it first!")],
+              [at_cosine(0, 1, 0.96)])   # the same thing: dropped, counted on base
     texts = [f"The VPN gateway drops sessions at night. Variant {i} seen in {c}." for i, c in
              enumerate(("Lyon", "Oslo", "Porto"))]
     members = write.add(vb, kernel, [Chunk(t) for t in texts],

@@ -43,8 +43,28 @@ def rules(kernel_id: str, password: str) -> list[str]:
     return out
 
 
+OPERATOR_USER = "nika-operator"
+
+
 def url(brain: Brain) -> str:
-    return options.get(brain, "redis_url") or bus.redis_url(brain)
+    given = options.get(brain, "redis_url")
+    return bus.operator_url(given) if given else bus.redis_url(brain)
+
+
+def close_default(r, target: str) -> str:
+    """Turn Redis' open `default` user off; nika-brain's own connections (the operator's) go as
+    OPERATOR_USER, whose URL is written to the operator's private folder first (so nothing is locked
+    out). Returns what to say."""
+    path = bus.operator_url_path(target)
+    if not path.exists():
+        pw = secrets.token_urlsafe(24)
+        r.execute_command("ACL", "SETUSER", OPERATOR_USER, "reset", "on", f">{pw}", "~*", "&*", "+@all")
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(with_user(target, OPERATOR_USER, pw) + "\n")
+    r.execute_command("ACL", "SETUSER", "default", "off")
+    return f"default user: off (nika-brain connects as {OPERATOR_USER}; its URL is in {path}, the operator's only)"
 
 
 def with_user(redis_url: str, user: str, password: str) -> str:
@@ -69,7 +89,8 @@ def _set_credentials(brain: Brain, kernel_id: str, values: dict[str, str]) -> No
 
 
 def apply(brain: Brain, kernel_ids: list[str] | None = None, *, revoke: bool = False) -> list[str]:
-    """Create (or rotate) the ACL user of each kernel (all live ones by default); return user names."""
+    """Create (or rotate) the ACL user of each kernel (all live ones by default), then turn the
+    `default` user off; return what was done, a line each."""
     import redis
     ks = [kernels.load_kernel(brain, k) for k in kernel_ids] if kernel_ids else \
         [k for k in kernels.list_kernels(brain) if k.live]
@@ -86,7 +107,9 @@ def apply(brain: Brain, kernel_ids: list[str] | None = None, *, revoke: bool = F
                 r.execute_command("ACL", "SETUSER", name, *rules(k.id, pw))
                 _set_credentials(brain, k.id, {"NIKA_REDIS_USER": name, "NIKA_REDIS_PASSWORD": pw,
                                                "NIKA_REDIS_URL": with_user(target, name, pw)})
-            done.append(name)
+            done.append(f"{'revoked' if revoke else 'set'} {name}")
+        if not revoke:
+            done.append(close_default(r, options.get(brain, "redis_url") or bus.redis_url(brain)))
     except redis.RedisError as exc:
         where = target.rsplit("@", 1)[-1]
         why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__

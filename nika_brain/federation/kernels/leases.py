@@ -48,6 +48,9 @@ if cur then token = cjson.decode(cur).token else token = redis.call('INCR', KEYS
 local v = cjson.encode({path = path, scope = ARGV[2], mode = mode, owner = ARGV[6], token = token,
                         exp = now + tonumber(ARGV[4]), host = ARGV[7]})
 redis.call('HSET', KEYS[1], field, v)
+-- no key of ours lives forever: the hash and the fencing counter go 30 days after the last acquire
+redis.call('EXPIRE', KEYS[1], 2592000)
+redis.call('EXPIRE', KEYS[2], 2592000)
 return {1, token}
 """
 

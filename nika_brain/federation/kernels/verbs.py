@@ -22,7 +22,7 @@ from typing import Any, Mapping
 from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
 from nika_brain.federation import options
-from nika_brain.federation.kernels import claude_config, credentials, health, limits, runtimes
+from nika_brain.federation.kernels import claude_config, credentials, health, limits, runtimes, sandbox
 from nika_brain.state import kernels
 from nika_brain.state import prompts as queue
 from nika_brain.state.kernels import Kernel, Limits
@@ -57,7 +57,8 @@ def scrubbed_env(brain: Brain, kernel: Kernel) -> dict[str, str]:
 
 def _launch(brain: Brain, kernel: Kernel, plan: limits.Plan) -> runtimes.Launch:
     folder = kernels.kernel_dir(brain, kernel.id)
-    argv = limits.launch_prefix(plan, folder / CREDENTIALS) + list(options.get(brain, "agent_command"))
+    box = sandbox.wrap(brain, kernel, options.get(brain, "tmux_socket")) if kernel.sandbox == "bwrap" else []
+    argv = limits.launch_prefix(plan, folder / CREDENTIALS) + box + list(options.get(brain, "agent_command"))
     return runtimes.Launch(tuple(argv), folder, scrubbed_env(brain, kernel))
 
 
@@ -65,7 +66,7 @@ def _publish_goals(brain: Brain, event: str, k: Kernel) -> None:
     from nika_brain import bus
     health.publish_or_warn(brain, bus.GOALS, {
         "event": event, "kernel": k.id, "goal": k.goal, "tags": list(k.tags),
-        "examples": list(k.examples), "region": k.region, "data_class": k.data_class,
+        "examples": [kernels.text_ref(x) for x in k.examples], "region": k.region, "data_class": k.data_class,
         "status": k.status, "at": clock.iso(clock.now())})
     rebuild_goals_index(brain)
 
@@ -171,10 +172,11 @@ def kernel_spawn(brain: Brain, goal: str, scope=(), resource_limits: Mapping[str
                  data_class: str | None = None, doctrine: str | None = None, card: str | None = None,
                  parent: str | None = None, runtime: str = "tmux", restart: str = "never",
                  max_restarts: int = kernels.DEFAULT_MAX_RESTARTS, temporary: bool = False, ttl=None,
-                 install_settings: bool = True, env: Mapping[str, str] | None = None) -> Kernel:
+                 install_settings: bool = True, env: Mapping[str, str] | None = None,
+                 sandboxed: bool = True) -> Kernel:
     """Create kernels/<id>/ (record, memory/, Claude Code settings, credentials file with `env`),
-    register its goal on nika:federation:goals, and start it. A failure leaves the kernel `failed`
-    with the reason (or, when nothing was written yet, nothing at all)."""
+    register its goal on nika:federation:goals, and start it in its own sandbox. A failure leaves the
+    kernel `failed` with the reason (or, when nothing was written yet, nothing at all)."""
     if ttl is not None and not temporary:
         raise BrainError("--ttl applies to a temporary kernel only (add --temporary)")
     for key in env or {}:
@@ -187,6 +189,7 @@ def kernel_spawn(brain: Brain, goal: str, scope=(), resource_limits: Mapping[str
                            card=card or kernels.DEFAULT_CARD, parent=parent, status="starting",
                            runtime=runtime, restart=restart, max_restarts=max_restarts,
                            temporary=temporary, ttl=ttl)
+    k = sandbox.choose(k, sandboxed)  # bwrap, or off when the operator said --no-sandbox
     runtimes.require(brain, runtime)  # before anything is written
     from nika_brain.state import machine
     here = machine.load(brain)
@@ -210,7 +213,8 @@ def kernel_spawn(brain: Brain, goal: str, scope=(), resource_limits: Mapping[str
     try:
         if install_settings:
             from nika_brain.claude import settings as claude_settings
-            claude_settings.install(folder, kernel_id=kid, brain_dir=brain.root)
+            claude_settings.install(folder, kernel_id=kid, brain_dir=brain.root,
+                                    **sandbox.claude_sandbox(k))
         k = _start(brain, k)
     except (BrainError, OSError) as exc:
         if runtimes.state_path(brain, kid).exists():  # the runtime started: stop what it started
@@ -443,8 +447,7 @@ def kernel_readjust(brain: Brain, kernel_id: str, new_directive: str, *, by: str
     nika:federation:directives for listeners."""
     from nika_brain import bus
     d = kernels.readjust(brain, kernel_id, new_directive, by=by)
-    health.publish_or_warn(brain, bus.DIRECTIVES, {"kind": "directive", "kernel": kernel_id, "id": d.id,
-                                                   "text": d.text, "by": d.by, "at": d.at})
+    health.publish_or_warn(brain, bus.DIRECTIVES, kernels.directive_signal(kernel_id, d))
     return d
 
 

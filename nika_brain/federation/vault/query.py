@@ -123,7 +123,22 @@ def search(brain: Brain, text: str | None = None, *, kernel: str | None = None, 
                     if _allowed(rec, allowed):
                         found.append(rec)
     found.sort(key=lambda r: (-(r.score or 0.0), r.id))
-    return found[:k]
+    return newer_first(found)[:k]
+
+
+UPDATE_TIE = 0.03   # scores this close: an update and the record it updates answer alike
+
+
+def newer_first(found: list[Record]) -> list[Record]:
+    """A factual update ranks above the record it updates when both answer the query alike."""
+    out = list(found)
+    for i, rec in enumerate(out):
+        for j in range(i):
+            old = out[j]
+            if old.id in rec.updates and (old.score or 0.0) - (rec.score or 0.0) <= UPDATE_TIE:
+                out.insert(j, out.pop(i))
+                break
+    return out
 
 
 def _by_owner(ids: Sequence[str]) -> dict[str, list[str]]:

@@ -61,6 +61,7 @@ class Record:
     kind: str = "chunk"         # chunk | super
     replaces: tuple[str, ...] = ()   # a super-chunk: the ids it merged
     superseded_by: str = ""     # a chunk merged into a super-chunk
+    updates: tuple[str, ...] = ()   # older records it is close to but contradicts (a factual update)
     score: float | None = None  # cosine similarity, on query results only
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -68,11 +69,12 @@ class Record:
         return {"kernel_id": self.kernel_id, "level": self.level, "parent": self.parent,
                 "source": self.source, "chunk": self.chunk, "added": self.added, "day": self.day,
                 "dups": self.dups, "kind": self.kind, "replaces": ",".join(self.replaces),
-                "superseded_by": self.superseded_by}
+                "superseded_by": self.superseded_by, "updates": ",".join(self.updates)}
 
     def to_json(self) -> dict[str, Any]:
         out = {k: v for k, v in self.meta().items()}
         out["replaces"] = list(self.replaces)
+        out["updates"] = list(self.updates)
         out.update(id=self.id, text=self.text)
         if self.score is not None:
             out["score"] = round(self.score, 4)
@@ -87,4 +89,5 @@ def from_chroma(rid: str, doc: str | None, meta: dict | None, score: float | Non
                   source=str(m.get("source", "")), chunk=int(m.get("chunk", 0) or 0),
                   added=str(m.get("added", "")), day=str(m.get("day", "")),
                   dups=int(m.get("dups", 0) or 0), kind=str(m.get("kind", "chunk")),
-                  replaces=replaces, superseded_by=str(m.get("superseded_by", "")), score=score)
+                  replaces=replaces, superseded_by=str(m.get("superseded_by", "")), score=score,
+                  updates=tuple(x for x in str(m.get("updates", "")).split(",") if x))

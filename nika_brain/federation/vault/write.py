@@ -4,9 +4,11 @@
 writer hold (see chroma.VectorStore.writer), it
 1. skips chunks whose id exists already (same kernel, same text: a resumed ingest),
 2. drops a chunk whose cosine similarity to an earlier chunk of the same batch, or to an existing
-   record of the same kernel, is above the threshold (strictly: 0.95 keeps 0.95), and counts the drop
-   on the record it duplicates (`dups`, how frequent that record is: super-chunks start there),
-3. adds the rest.
+   record of the same kernel, is above the threshold (strictly: 0.95 keeps 0.95) AND that says the
+   same thing (facts.same_thing: same numbers, dates, names and words), and counts the drop on the
+   record it duplicates (`dups`, how frequent that record is: super-chunks start there),
+3. adds the rest; a kept chunk close to an existing record that says something else is an update:
+   its `updates` names that record, and a query ranks the newer first when both score alike.
 Only the kernel's own records are compared: a kernel never learns, by a dropped chunk, what another
 kernel holds.
 """
@@ -18,6 +20,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from nika_brain.errors import BrainError
+from nika_brain.federation.vault import facts
 from nika_brain.federation.vault import settings as vsettings
 from nika_brain.federation.vault import store as vstore
 from nika_brain.federation.vault.records import (
@@ -33,6 +36,8 @@ from nika_brain.support import clock
 
 if TYPE_CHECKING:  # pragma: no cover
     from nika_brain.brain import Brain
+
+CANDIDATES = 5   # the closest records a new chunk is checked against (cosine, then facts)
 
 
 @dataclass
@@ -117,29 +122,38 @@ def add(brain: Brain, kernel_id: str, chunks: Sequence[Chunk], embeddings: Any, 
             else:
                 seen.add(rid)
                 keep.append(i)
-        # 1. near-duplicates within the batch (earlier wins)
+        # 1. near-duplicates within the batch (earlier wins), closest candidates first
         kept: list[int] = []
         for i in keep:
             if kept:
                 sims = vecs[kept] @ vecs[i]
-                j = int(np.argmax(sims))
-                if float(sims[j]) > threshold:
-                    result.dropped.append((i, ids[kept[j]], float(sims[j])))
+                twin = next((j for j in np.argsort(-sims)[:CANDIDATES] if float(sims[j]) > threshold
+                             and facts.same_thing(chunks[kept[j]].text, chunks[i].text)), None)
+                if twin is not None:
+                    result.dropped.append((i, ids[kept[twin]], float(sims[twin])))
                     continue
             kept.append(i)
         # 2. near-duplicates of the kernel's existing records
         bumps: dict[str, int] = {}
+        updates: dict[int, list[str]] = {}
         final: list[int] = []
         if kept:
-            res = col.query(query_embeddings=vecs[kept], n_results=1, include=["distances", "metadatas"])
+            res = col.query(query_embeddings=vecs[kept], n_results=CANDIDATES,
+                            include=["distances", "documents"])
             for pos, i in enumerate(kept):
-                hit_ids = res["ids"][pos]
-                if hit_ids:
-                    sim = 1.0 - float(res["distances"][pos][0])
-                    if sim > threshold and kernel_of(hit_ids[0]) == kernel_id:
-                        result.dropped.append((i, hit_ids[0], sim))
-                        bumps[hit_ids[0]] = bumps.get(hit_ids[0], 0) + 1
+                twin = None
+                for hid, dist, doc in zip(res["ids"][pos], res["distances"][pos], res["documents"][pos]):
+                    sim = 1.0 - float(dist)
+                    if sim <= threshold or kernel_of(hid) != kernel_id:
                         continue
+                    if facts.same_thing(doc or "", chunks[i].text):
+                        twin = (hid, sim)
+                        break
+                    updates.setdefault(i, []).append(hid)
+                if twin is not None:
+                    result.dropped.append((i, twin[0], twin[1]))
+                    bumps[twin[0]] = bumps.get(twin[0], 0) + 1
+                    continue
                 final.append(i)
         if final:
             day = clock.iso(now)[:10]
@@ -149,7 +163,8 @@ def add(brain: Brain, kernel_id: str, chunks: Sequence[Chunk], embeddings: Any, 
                     drops_in_batch[rid] = drops_in_batch.get(rid, 0) + 1
             records = [Record(id=ids[i], kernel_id=kernel_id, text=chunks[i].text, level=level,
                               parent=parent, source=chunks[i].source, chunk=chunks[i].chunk,
-                              added=clock.iso(now), day=day, dups=drops_in_batch.get(ids[i], 0))
+                              added=clock.iso(now), day=day, dups=drops_in_batch.get(ids[i], 0),
+                              updates=tuple(updates.get(i, ())))
                        for i in final]
             metas = [dict(r.meta(), **(extra_meta or {})) for r in records]
             col.add(ids=[r.id for r in records], embeddings=vecs[final],

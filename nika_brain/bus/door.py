@@ -1,0 +1,88 @@
+"""The kernel's side of its door: inside a kernel's sandbox, the bus, the vault and the summaries are
+reached only through one unix socket, bound at `SOCKET` (the same path in every sandbox; each
+kernel's is its own). The server (nika_brain.federation.doors) knows the kernel by which socket the
+request came on, never by what the request says.
+
+One request a connection: a JSON object line {"op": ..., ...}; one JSON answer line {"ok": true,
+"result": ...} or {"ok": false, "refused": why, "layer": "door"}. A refusal is one BrainError line.
+Only socket and json are imported: the hook path goes through here.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from typing import Any
+
+from nika_brain.errors import BrainError
+
+SOCKET = "/run/nika-door/door.sock"   # fixed place inside every kernel sandbox
+_WAIT = 15.0                          # the door server may still be starting with the kernel
+
+
+def present() -> bool:
+    """True inside a kernel's sandbox (its door is bound there; outside, nothing is)."""
+    return os.path.exists(SOCKET)
+
+
+def call(op: str, path: str = SOCKET, **args: Any) -> Any:
+    """Send one request through the door; the result, or a BrainError (refused or door down)."""
+    data = (json.dumps({"op": op, **args}, ensure_ascii=False) + "\n").encode()
+    deadline = time.monotonic() + _WAIT
+    while True:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.settimeout(300)
+            s.connect(path)
+            s.sendall(data)
+            s.shutdown(socket.SHUT_WR)
+            chunks = []
+            while True:
+                b = s.recv(65536)
+                if not b:
+                    break
+                chunks.append(b)
+            break
+        except (ConnectionRefusedError, FileNotFoundError):
+            if time.monotonic() >= deadline:
+                raise BrainError(f"the kernel's door ({path}) does not answer") from None
+            time.sleep(0.05)
+        except OSError as exc:
+            raise BrainError(f"the kernel's door failed: {exc}") from None
+        finally:
+            s.close()
+    try:
+        answer = json.loads(b"".join(chunks).decode() or "{}")
+    except ValueError:
+        raise BrainError("the kernel's door gave a malformed answer") from None
+    if not isinstance(answer, dict) or not answer.get("ok"):
+        why = answer.get("refused", "no answer") if isinstance(answer, dict) else "no answer"
+        raise BrainError(f"refused by the kernel's door: {why}")
+    return answer.get("result")
+
+
+class DoorBus:
+    """The Bus a sandboxed kernel's hooks get: publish signals, keep its heartbeat; nothing else."""
+    closed = False
+
+    def publish(self, channel: str, message: dict) -> str:
+        return str(call("publish", channel=channel, message=message))
+
+    def set(self, key: str, value: dict, ttl: float | None = None) -> None:
+        call("set", key=key, value=value, ttl=ttl)
+
+    def get(self, key: str) -> dict | None:
+        return call("get", key=key)
+
+    def _refused(self, *_a: Any, **_k: Any) -> Any:
+        raise BrainError("refused inside a kernel sandbox: only publish, set and get of its own keys "
+                         "go through its door")
+
+    read = group_read = ack = reclaim = set_if_absent = delete = keys = _refused
+
+    def ping(self) -> None:
+        call("ping")
+
+    def close(self) -> None:
+        pass

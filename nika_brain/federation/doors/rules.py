@@ -1,0 +1,47 @@
+"""What a kernel may ask through its door, and what it is refused (the door's one table).
+
+Allowed: its own records (read, ingest from its own folder), queries over what grants allow, every
+kernel's daily summaries, signals published on the health and work-stealing channels (ids, scores,
+references: no string longer than SIGNAL_TEXT), its own heartbeat key. Everything else is refused,
+named, journaled: spawn, kill, restart, grant, approve, another kernel's records, directives (the
+operator's `kernel readjust`), goals.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from nika_brain import bus
+from nika_brain.errors import BrainError
+
+SIGNAL_TEXT = 256      # a signal's strings are ids, hashes, states: content goes through the vault
+SIGNAL_CHANNELS = (bus.HEALTH, bus.WORK_STEALING)
+OPERATOR_OPS = ("spawn", "kill", "restart", "start", "readjust", "grant", "revoke", "purge", "approve",
+                "reject", "acl", "env")
+
+
+class Refused(BrainError):
+    """A request the door does not carry for this kernel (the reason is said to the kernel)."""
+
+
+def check_signal(kernel_id: str, channel: str, message: Any) -> dict:
+    if channel not in SIGNAL_CHANNELS:
+        raise Refused(f"a kernel publishes only on {', '.join(SIGNAL_CHANNELS)} (not {channel})")
+    if not isinstance(message, dict):
+        raise Refused("a signal is a JSON object")
+    for key in ("kernel", "by", "owner"):
+        if key in message and message[key] != kernel_id:
+            raise Refused(f"a signal's {key} is the kernel that sends it ({kernel_id})")
+
+    def walk(v: Any) -> None:
+        if isinstance(v, str) and len(v) > SIGNAL_TEXT:
+            raise Refused(f"signals carry ids and references, not content (a string of {len(v)} "
+                          f"characters; at most {SIGNAL_TEXT})")
+        for x in v.values() if isinstance(v, dict) else v if isinstance(v, list) else ():
+            walk(x)
+    walk(message)
+    return {**message, "kernel": kernel_id} if channel == bus.HEALTH else message
+
+
+def check_own(kernel_id: str, other: Any, what: str) -> None:
+    if other not in (None, kernel_id):
+        raise Refused(f"{what} of another kernel ({other}) are not {kernel_id}'s to read")

@@ -1,0 +1,255 @@
+"""The door service: a listening unix socket per kernel (`.nika/doors/<id>/door.sock`, bound into
+that kernel's sandbox at bus/door.SOCKET), one request a connection, answered as that kernel.
+
+Kernels spawned later get their door at the next scan (every SCAN seconds). Refusals are journaled in
+`.nika/doors/refusals.jsonl` ({at, kernel, op, why, layer: "door"}).
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import socketserver
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+from nika_brain.brain import Brain
+from nika_brain.errors import BrainError
+from nika_brain.federation.doors import rules
+from nika_brain.federation.doors.rules import Refused
+from nika_brain.state import kernels
+from nika_brain.support import clock
+
+SCAN = 0.5
+MAX_REQUEST = 1 << 20
+
+
+def doors_dir(brain: Brain) -> Path:
+    return brain.state_dir / "doors"
+
+
+def socket_path(brain: Brain, kernel_id: str) -> Path:
+    return doors_dir(brain) / kernel_id / "door.sock"
+
+
+def refusals_path(brain: Brain) -> Path:
+    return doors_dir(brain) / "refusals.jsonl"
+
+
+# ---- the operations --------------------------------------------------------------------------------
+
+def _publish(brain: Brain, kid: str, req: dict) -> Any:
+    from nika_brain import bus
+    msg = rules.check_signal(kid, str(req.get("channel")), req.get("message"))
+    return bus.open_bus(brain).publish(str(req["channel"]), msg)
+
+
+def _own_key(kid: str, key: Any) -> str:
+    from nika_brain.federation.kernels import health
+    if key != health.heartbeat_key(kid):
+        raise Refused(f"a kernel keeps only its own heartbeat key ({health.heartbeat_key(kid)})")
+    return key
+
+
+def _set(brain: Brain, kid: str, req: dict) -> Any:
+    from nika_brain import bus
+    value = rules.check_signal(kid, bus.HEALTH, req.get("value"))
+    bus.open_bus(brain).set(_own_key(kid, req.get("key")), value, ttl=req.get("ttl") or 86400)
+
+
+def _get(brain: Brain, kid: str, req: dict) -> Any:
+    from nika_brain import bus
+    return bus.open_bus(brain).get(_own_key(kid, req.get("key")))
+
+
+def _strings(value: Any, what: str) -> list[str]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+        raise Refused(f"{what} is a list of strings")
+    return value
+
+
+def _query(brain: Brain, kid: str, req: dict) -> Any:
+    from nika_brain.federation.vault.query import search
+    rules.check_own(kid, req.get("kernel"), "records")
+    k = req.get("k", 5)
+    if not isinstance(k, int) or not 0 < k <= 100:
+        raise Refused("k is 1 to 100")
+    recs = search(brain, str(req.get("text") or ""), kernel=kid, k=k,
+                  levels=_strings(req.get("levels"), "levels"), owners=_strings(req.get("owners"), "from"))
+    return [r.to_json() for r in recs]
+
+
+def _records(brain: Brain, kid: str, req: dict) -> Any:
+    from nika_brain.federation.vault.query import get, records
+    rules.check_own(kid, req.get("kernel"), "records")
+    ids, _ = records(brain, kid)
+    return [r.to_json() for r in get(brain, ids, kernel=kid)]
+
+
+def _ingest(brain: Brain, kid: str, req: dict) -> Any:
+    from nika_brain.federation.vault.ingest import ingest
+    own = kernels.kernel_dir(brain, kid).resolve()
+    paths = _strings(req.get("paths"), "paths")
+    for p in paths:
+        if not Path(p).resolve().is_relative_to(own):
+            raise Refused(f"a kernel ingests files of its own folder only ({p})")
+    return ingest(brain, paths, kid).to_json()
+
+
+def _ping(_brain: Brain, kid: str, _req: dict) -> Any:
+    return kid
+
+
+def _summaries(brain: Brain, _kid: str, req: dict) -> Any:
+    from nika_brain.federation.vault import summaries
+    day = req.get("day")
+    return [s.to_json() for s in summaries.list_summaries(brain, day=day if isinstance(day, str) else None)]
+
+
+OPS: dict[str, Callable[[Brain, str, dict], Any]] = {
+    "ping": _ping, "publish": _publish, "set": _set, "get": _get,
+    "query": _query, "records": _records, "ingest": _ingest, "summaries": _summaries,
+}
+
+
+def answer(brain: Brain, kid: str, req: Any) -> dict:
+    """One request from kernel `kid` (known by its socket) -> the answer object; refusals journaled."""
+    op = req.get("op") if isinstance(req, dict) else None
+    try:
+        if op in rules.OPERATOR_OPS:
+            raise Refused(f"`{op}` is the operator's, never a kernel's")
+        if op not in OPS:
+            raise Refused(f"no such door operation: {op!r}")
+        return {"ok": True, "result": OPS[op](brain, kid, req)}
+    except BrainError as exc:
+        if isinstance(exc, Refused):
+            _journal(brain, kid, str(op), str(exc))
+        return {"ok": False, "refused": str(exc), "layer": "door"}
+
+
+def _journal(brain: Brain, kid: str, op: str, why: str) -> None:
+    line = json.dumps({"at": clock.iso(clock.now()), "kernel": kid, "op": op, "why": why,
+                       "layer": "door"}, ensure_ascii=False)
+    try:
+        with open(refusals_path(brain), "a", encoding="utf-8") as fh:
+            fh.write(line + "\n")
+    except OSError:
+        pass
+
+
+# ---- the service -----------------------------------------------------------------------------------
+
+class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+    kernel_id = ""
+    brain: Brain
+
+
+class _Handler(socketserver.StreamRequestHandler):
+    def handle(self) -> None:
+        server: _Server = self.server  # type: ignore[assignment]
+        raw = self.rfile.read(MAX_REQUEST + 1)
+        try:
+            req = json.loads(raw.decode("utf-8")) if len(raw) <= MAX_REQUEST else None
+        except (UnicodeDecodeError, ValueError):
+            req = None
+        ans = answer(server.brain, server.kernel_id, req) if req is not None else \
+            {"ok": False, "refused": "a request is one JSON object line under 1 MiB", "layer": "door"}
+        self.wfile.write((json.dumps(ans, ensure_ascii=False, default=str) + "\n").encode())
+
+
+def _bind_path(path: Path) -> tuple[str, int | None]:
+    """A path short enough for AF_UNIX (108 bytes): through the folder's fd when the real one is not."""
+    if len(str(path)) < 100:
+        return str(path), None
+    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    return f"/proc/self/fd/{fd}/{path.name}", fd
+
+
+class DoorService:
+    """start(brain) opens a door for every kernel (and for new ones as they appear); stop() closes."""
+
+    def __init__(self, brain: Brain | None = None):
+        self.brain = brain
+        self.servers: dict[str, _Server] = {}
+        self._stop = threading.Event()
+        self._scan: threading.Thread | None = None
+
+    def start(self, brain: Brain | None = None) -> None:
+        self.brain = brain or self.brain
+        if self.brain is None:
+            raise BrainError("the door service needs a brain")
+        doors_dir(self.brain).mkdir(parents=True, exist_ok=True)
+        self.scan()
+        self._scan = threading.Thread(target=self._loop, daemon=True, name="doors-scan")
+        self._scan.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(SCAN):
+            try:
+                self.scan()
+            except (BrainError, OSError):
+                continue
+
+    def scan(self) -> None:
+        assert self.brain is not None
+        folder = self.brain.kernels_dir
+        ids = sorted(p.name for p in folder.iterdir() if (p / "kernel.yml").is_file()) \
+            if folder.is_dir() else []
+        for kid in ids:
+            if kid not in self.servers:
+                self.open(kid)
+
+    def open(self, kid: str) -> None:
+        assert self.brain is not None
+        path = socket_path(self.brain, kid)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.chmod(0o700)
+        path.unlink(missing_ok=True)
+        where, fd = _bind_path(path)
+        try:
+            srv = _Server(where, _Handler)
+        finally:
+            if fd is not None:
+                os.close(fd)
+        srv.kernel_id, srv.brain = kid, self.brain
+        threading.Thread(target=srv.serve_forever, daemon=True, name=f"door-{kid}").start()
+        self.servers[kid] = srv
+
+    def live_kernels(self) -> int:
+        assert self.brain is not None
+        n = 0
+        for k in self.servers:
+            try:
+                n += kernels.load_kernel(self.brain, k).live
+            except BrainError:
+                continue
+        return n
+
+    def stop(self) -> None:
+        self._stop.set()
+        for srv in self.servers.values():
+            srv.shutdown()
+            srv.server_close()
+        if self.brain is not None:
+            for kid in self.servers:
+                socket_path(self.brain, kid).unlink(missing_ok=True)
+        self.servers.clear()
+
+
+def ask(path: Path | str, op: str, **args: Any) -> dict:
+    """A raw request to a door socket (tests, the operator's checks): the answer object."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    with s:
+        where, fd = _bind_path(Path(path))
+        try:
+            s.connect(where)
+        finally:
+            if fd is not None:
+                os.close(fd)
+        s.sendall((json.dumps({"op": op, **args}) + "\n").encode())
+        s.shutdown(socket.SHUT_WR)
+        return json.loads(s.makefile("rb").read().decode() or "{}")

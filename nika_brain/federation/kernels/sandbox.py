@@ -1,0 +1,182 @@
+"""The OS sandbox nika-brain starts each kernel's agent in (bubblewrap, one mount namespace a kernel).
+
+Whatever the agent or Claude Code do, from inside its sandbox a kernel sees:
+- the machine as usual (its tools, /tmp, the brain's files it works on), but
+- of `kernels/`, only its own folder: the parent is an empty tmpfs with `kernels/<id>/` bound back, so
+  kernels spawned later are hidden too;
+- of `.nika/` (vault, bus, embeddings cache, locks index, doors, other kernels' events), only what its
+  hooks write (`sessions/`, `mutex/`, `federation/<id>/`); the rest is an empty tmpfs;
+- the brain's decision folders (`gates/`, `grants/`, `breakers/`, `proposals/`, `runs/`) read-only;
+- nothing of the operator's key folder (`~/.config/nika-brain`, NIKA_OPERATOR_DIR), of the user's Claude
+  Code config (`~/.claude`, `~/.claude.json`) or of nika-brain's tmux server;
+- its own HOME and CLAUDE_CONFIG_DIR under `kernels/<id>/home/` (memory, transcripts of its own);
+- its door: `DOOR_SOCKET`, a unix socket bound in from `.nika/doors/<id>/`, through which it reaches
+  the vault, the summaries and the bus (federation/doors). The server knows the kernel by the socket.
+Capabilities are dropped (root inside cannot unmount what hides the rest), pid and ipc are private.
+
+`unavailable()` says why bwrap cannot run here (spawn then refuses unless the operator said
+`--no-sandbox`, recorded as `sandbox: off` in the kernel record).
+"""
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import subprocess
+from pathlib import Path
+
+from nika_brain.brain import Brain
+from nika_brain.bus import door
+from nika_brain.state.kernels import Kernel, kernel_dir
+
+DOOR_DIR = os.path.dirname(door.SOCKET)      # fixed place inside every sandbox
+DOOR_SOCKET = door.SOCKET
+READ_ONLY = ("gates", "grants", "breakers", "proposals", "runs")   # operator decisions, run records
+STATE_RW = ("sessions", "mutex")             # .nika/ folders the hooks write (plus federation/<id>)
+BASE = ["--dev", "/dev", "--proc", "/proc", "--unshare-pid", "--unshare-ipc", "--die-with-parent",
+        "--cap-drop", "ALL"]
+
+
+def unavailable() -> str | None:
+    """None when bubblewrap builds our kind of sandbox here, else one line saying why not."""
+    if not shutil.which("bwrap"):
+        return "bubblewrap (bwrap) is not installed (apt-get install bubblewrap)"
+    try:
+        Path(DOOR_DIR).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"cannot create the door mount point {DOOR_DIR}: {exc.strerror}"
+    argv = ["bwrap", "--bind", "/", "/", *BASE, "--tmpfs", DOOR_DIR, "true"]
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bwrap did not run ({exc})"
+    if p.returncode != 0:
+        return f"bwrap cannot build a sandbox here: {p.stderr.strip()[:200] or p.returncode}"
+    return None
+
+
+def door_dir(brain: Brain, kernel_id: str) -> Path:
+    return brain.state_dir / "doors" / kernel_id
+
+
+def home_dir(brain: Brain, kernel_id: str) -> Path:
+    """The kernel's own HOME inside its sandbox (Claude Code config, memory and transcripts)."""
+    return kernel_dir(brain, kernel_id) / "home"
+
+
+def operator_paths() -> list[Path]:
+    """Folders and files of the operator (keys) and of the user's Claude Code that no kernel sees."""
+    homes = {Path(os.path.expanduser("~"))}
+    try:
+        homes.add(Path(pwd.getpwuid(os.getuid()).pw_dir))
+    except KeyError:
+        pass
+    out: list[Path] = []
+    for h in sorted(homes):
+        out += [h / ".config" / "nika-brain", h / ".claude", h / ".claude.json"]
+    for var, sub in (("XDG_CONFIG_HOME", "nika-brain"), ("NIKA_OPERATOR_DIR", "")):
+        if os.environ.get(var):
+            out.append(Path(os.environ[var]) / sub if sub else Path(os.environ[var]))
+    tmux = Path(os.environ.get("TMUX_TMPDIR") or "/tmp") / f"tmux-{os.getuid()}"
+    out.append(tmux)   # nika-brain's tmux server: send-keys would reach every kernel's pane
+    return out
+
+
+def _hide(path: Path) -> list[str]:
+    if path.is_symlink():
+        path = path.resolve()
+    if path.is_dir():
+        return ["--tmpfs", str(path)]
+    if path.exists():
+        return ["--ro-bind", "/dev/null", str(path)]
+    return []
+
+
+def prepare(brain: Brain, kernel: Kernel) -> None:
+    """Create what the sandbox binds (its home, its door folder, its hooks' state folders)."""
+    for d in (home_dir(brain, kernel.id) / ".claude", door_dir(brain, kernel.id),
+              brain.state_dir / "federation" / kernel.id,
+              *(brain.state_dir / s for s in STATE_RW), *(brain.root / s for s in READ_ONLY)):
+        d.mkdir(parents=True, exist_ok=True)
+    door_dir(brain, kernel.id).chmod(0o700)
+
+
+def ensure_doors(brain: Brain, kernel_id: str, timeout: float = 60.0) -> None:
+    """Start the door service in the background unless it runs (until the federation daemon hosts it),
+    and wait until this kernel's door is open."""
+    import sys
+    import time
+
+    from nika_brain.errors import BrainError
+    from nika_brain.federation.kernels import runtimes
+    folder = brain.state_dir / "doors"
+    sock = folder / kernel_id / "door.sock"
+    try:
+        pid = int((folder / "server.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        pid = 0
+    if not (pid and runtimes.pid_alive(pid)):
+        with open(folder / "server.log", "ab") as log:
+            subprocess.Popen([sys.executable, "-m", "nika_brain.federation.doors", str(brain.root)],
+                             cwd=brain.root, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                             start_new_session=True)
+    deadline = time.monotonic() + timeout
+    while not sock.exists():
+        if time.monotonic() > deadline:
+            raise BrainError(f"kernel {kernel_id}: its door did not open ({brain.rel(sock)}; see "
+                             f"{brain.rel(folder / 'server.log')})")
+        time.sleep(0.02)
+
+
+def wrap(brain: Brain, kernel: Kernel, tmux_socket: str | None = None) -> list[str]:
+    """bwrap argv (ending with `--`) that runs what follows inside the kernel's sandbox (its door
+    opened first)."""
+    prepare(brain, kernel)
+    ensure_doors(brain, kernel.id)
+    root, state = brain.root, brain.state_dir
+    own = kernel_dir(brain, kernel.id)
+    home = home_dir(brain, kernel.id)
+    argv = ["bwrap", "--bind", "/", "/", *BASE,
+            "--tmpfs", str(brain.kernels_dir), "--bind", str(own), str(own),
+            "--tmpfs", str(state)]
+    for sub in (*STATE_RW, f"federation/{kernel.id}"):
+        argv += ["--bind", str(state / sub), str(state / sub)]
+    for sub in READ_ONLY:
+        argv += ["--ro-bind", str(root / sub), str(root / sub)]
+    hidden = operator_paths()
+    if tmux_socket:
+        hidden.append(Path(tmux_socket))
+    for p in hidden:
+        argv += _hide(p)
+    argv += ["--bind", str(door_dir(brain, kernel.id)), DOOR_DIR,
+             "--setenv", "HOME", str(home), "--setenv", "CLAUDE_CONFIG_DIR", str(home / ".claude"),
+             "--setenv", "NIKA_SANDBOX", "bwrap", "--chdir", str(own), "--"]
+    return argv
+
+
+def claude_sandbox(kernel: Kernel) -> dict[str, str]:
+    """Claude Code's own sandbox setting for a kernel's settings: off inside ours. A nested bwrap needs
+    namespace rights that would also let the agent unmount what hides the other kernels (tested:
+    with capabilities kept, `umount` reopens a hidden folder), so ours drops them and takes its place;
+    elsewhere (--no-sandbox) Claude Code's applies as configured."""
+    return {"sandbox": "off"} if kernel.sandbox == "bwrap" else {}
+
+
+_WHY: list[str | None] = []   # unavailable(), asked once a process
+
+
+def choose(kernel: Kernel, sandboxed: bool) -> Kernel:
+    """The kernel with its `sandbox` set: bwrap (refused when bwrap cannot run here) or off."""
+    from dataclasses import replace
+
+    from nika_brain.errors import BrainError
+    if kernel.runtime == "kubernetes":
+        return kernel   # the pod is its sandbox
+    if not sandboxed:
+        return replace(kernel, sandbox="off")
+    if not _WHY:
+        _WHY.append(unavailable())
+    if _WHY[0]:
+        raise BrainError(f"kernel {kernel.id}: no OS sandbox here ({_WHY[0]}); the operator may spawn it "
+                         "unsandboxed with --no-sandbox (recorded in its record and `kernel list`)")
+    return replace(kernel, sandbox="bwrap")
