@@ -56,7 +56,7 @@ def json_object(text: str, what: str) -> dict:
 # (a cold `nika-brain triage` or `rag query` does not pay for the workflow commands). Anything else
 # (help, `kernel`, which several modules extend) registers every module.
 _OWNER = {"triage": "triage", "rag": "rag", "bus": "bus", "claude": "claude", "federation": "federation",
-          "registry": "registry", "operator": "operator", "doctor": "operator", "init": "index",
+          "registry": "registry", "operator": "operator", "console": "console", "doctor": "operator", "init": "index",
           "validate": "index", "index": "index", "hooks": "index"}
 
 
@@ -70,6 +70,7 @@ def _register(argv: list[str] | None = None) -> None:
     from nika_brain.cli import (  # noqa: F401  # noqa: F401
         bus,
         claude,
+        console,
         federation,  # noqa: F401
         index,
         kernel,
