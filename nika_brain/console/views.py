@@ -175,7 +175,7 @@ def overview(brain: Brain, rec: Records, signals: list[dict]) -> dict[str, Any]:
     dec = decisions(brain, rec)
     return {"kernels": krows, "by_state": by_state, "decisions": dec, "runs": run_rows(brain, rec, active_only=True),
             "open_claims": sum(1 for c in cs if c.is_open), "locks": len(ls), "signals": signals,
-            "bad": bad + dec["bad"], "bus": bus.backend_name(brain), "brain": str(brain.root), "host": HOST}
+            "bad": bad + dec["bad"], "bus": bus.backend_name(brain), "host": HOST}
 
 
 def kernel_page(brain: Brain, rec: Records, kernel_id: str, beats: list[dict]) -> dict[str, Any]:
