@@ -147,7 +147,7 @@ async def decisions(request: Request, c: Console) -> Response:
 async def workflows(request: Request, c: Console) -> Response:
     data = await _run(lambda: views.run_rows(c.brain, c.records, active_only=False))
     if _wants_json(request):
-        return JSONResponse(data, headers={})
+        return JSONResponse(data)
     return c.render("workflows.html", request, runs=data)
 
 
@@ -205,7 +205,7 @@ async def events(request: Request, c: Console) -> Response:
 
 # ---- the operator's requests ------------------------------------------------------------------------
 
-async def _act(request: Request, c: Console, fn: Callable[[], str], back: str) -> Response:
+async def _act(request: Request, fn: Callable[[], str], back: str) -> Response:
     form = request.state.form
     try:
         line = await _run(fn)
@@ -221,19 +221,19 @@ async def _act(request: Request, c: Console, fn: Callable[[], str], back: str) -
 async def gate_decision(request: Request, c: Console) -> Response:
     gid, decision = request.path_params["gid"], request.path_params["decision"]
     note = request.state.form.get("note", "")
-    return await _act(request, c, lambda: actions.decide_gate(c.brain, gid, decision, note), "/decisions")
+    return await _act(request, lambda: actions.decide_gate(c.brain, gid, decision, note), "/decisions")
 
 
 async def proposal_decision(request: Request, c: Console) -> Response:
     pid, decision = request.path_params["pid"], request.path_params["decision"]
     note = request.state.form.get("note", "")
-    return await _act(request, c, lambda: actions.decide_proposal(c.brain, pid, decision, note), "/decisions")
+    return await _act(request, lambda: actions.decide_proposal(c.brain, pid, decision, note), "/decisions")
 
 
 async def kernel_action(request: Request, c: Console) -> Response:
     kid, action = request.path_params["kid"], request.path_params["action"]
     text = request.state.form.get("text", "")
-    return await _act(request, c, lambda: actions.kernel_action(c.brain, kid, action, text, c.operator),
+    return await _act(request, lambda: actions.kernel_action(c.brain, kid, action, text, c.operator),
                       f"/kernels/{quote(kid)}")
 
 

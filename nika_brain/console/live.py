@@ -29,12 +29,14 @@ POLL = 0.05     # seconds between two looks at an idle bus
 def summary(channel: str, msg: dict) -> dict[str, Any]:
     """What the page shows of one message: its kind, kernel, time and one line."""
     kind = str(msg.get("type") or msg.get("kind") or msg.get("event") or channel.rsplit(":", 1)[-1])
-    payload = msg.get("payload") if isinstance(msg.get("payload"), dict) else {}
+    payload = msg.get("payload")
+    payload = payload if isinstance(payload, dict) else {}
     kernel = msg.get("kernel") or payload.get("kernel")
     line = msg.get("reason") or msg.get("text") or msg.get("goal") or msg.get("summary") or ""
     if kind == "heartbeat":
         pct = msg.get("context_pct")
-        line = f"{msg.get('state', '')} · context {pct if pct is not None else '-'}% · queue {msg.get('queue_depth', 0)}"
+        line = (f"{msg.get('state', '')} · context {pct if pct is not None else '-'}% · "
+                f"queue {msg.get('queue_depth', 0)}")
     return {"channel": channel, "kind": kind, "kernel": kernel or "", "workflow": msg.get("workflow") or "",
             "at": str(msg.get("at") or msg.get("time") or ""), "line": str(line)[:300]}
 

@@ -40,7 +40,7 @@
     const row = document.querySelector('tr[data-kernel="' + CSS.escape(msg.kernel || "") + '"]');
     if (!row) return false;
     const at = row.querySelector(".hb-at");
-    if (at) { at.textContent = msg.at; at.title = msg.at; }
+    if (at) { at.textContent = String(msg.at || "").slice(11, 19); at.title = msg.at; }
     const age = row.querySelector(".hb .age");
     if (age) { age.dataset.at = msg.at; age.textContent = ageOf(msg.at); }
     const hb = row.querySelector(".hb");
