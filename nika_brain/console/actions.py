@@ -54,9 +54,14 @@ def kernel_action(brain: Brain, kernel_id: str, action: str, text: str, by: str)
 
 
 def restart(brain: Brain, kernel_id: str, reason: str, by: str) -> str:
-    """Stop the kernel's process if it runs, then start it again as the supervisor does."""
+    """`kernel restart` where the verbs have it; else stop the process and start it again as the
+    supervisor does."""
     from nika_brain.federation import options
     from nika_brain.federation.kernels import health, runtimes, verbs
+    verb = getattr(verbs, "kernel_restart", None)
+    if verb is not None:
+        k = verb(brain, kernel_id, by=by)
+        return f"kernel {k.id} restarted ({k.status})"
     k = kernels.load_kernel(brain, kernel_id)
     if k.status == "killed":
         raise BrainError(f"kernel {k.id} is killed ({k.status_reason}); a killed kernel is not restarted")

@@ -63,6 +63,31 @@ def test_overview_live_heartbeat_and_signed_approval(federation, browser, cli): 
     run_after = runs.load_run(brain, "example")
     assert run_after.gate is None and run_after.cursor != run_before.cursor, "the run took its next step"
     assert page.locator(f'[data-gate="{gate_id}"]').count() == 0
+    # The workflows page draws the run's chain: the first step done, the cursor on the next.
+    page.click('a[href="/workflows"]')
+    chain = page.locator('[data-run="example"] li.step')
+    assert chain.count() == 3
+    assert "done" in chain.nth(0).get_attribute("class")
+    assert "cursor" in chain.nth(1).get_attribute("class")
+
+
+def test_a_spawn_proposal_approved_on_the_page_spawns_the_kernel(federation, browser, cli):  # noqa: F811
+    from nika_brain.federation.spawning import proposals
+    brain, _, console = federation
+    assert cli("kernel", "propose", "Audit the firewall rules", cwd=brain.root).returncode == 0
+    pid = proposals.list_proposals(brain, "pending")[0]["id"]
+    page = browser.new_page()
+    page.goto(console.url)
+    card = page.locator(f'[data-proposal="{pid}"]')
+    assert "Audit the firewall rules" in card.inner_text()
+    page.once("dialog", lambda d: d.accept())
+    card.locator("button.approve").click()
+    page.wait_for_selector("#flash", timeout=BOUND)
+    p = proposals.load(brain, pid)
+    assert p["status"] == "spawned", p
+    g = gates.load_gate(brain, p["gate"])
+    assert g.status == "approved" and gates.authentic(brain, g) is None
+    assert page.locator(f'tr[data-kernel="{p["spawned"]}"]').count() == 1
 
 
 def test_kernel_page_steers_behind_a_confirmation(federation, browser):  # noqa: F811
@@ -83,3 +108,10 @@ def test_kernel_page_steers_behind_a_confirmation(federation, browser):  # noqa:
     page.wait_for_selector("#flash", timeout=BOUND)
     assert [d.text for d in kernels.list_directives(brain, "alpha")] == ["audit the backups first"]
     assert "audit the backups first" in page.inner_text("#directives")
+    # Kill, confirmed: the kernel is killed as by `kernel kill`, with the reason.
+    page.once("dialog", lambda d: d.accept())
+    page.fill("form.kill input[name=text]", "mission over")
+    page.click("form.kill button")
+    page.wait_for_selector("#flash", timeout=BOUND)
+    k = kernels.load_kernel(brain, "alpha")
+    assert k.status == "killed" and "mission over" in (k.status_reason or "")
