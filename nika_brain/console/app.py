@@ -20,6 +20,7 @@ from urllib.parse import parse_qs, quote, urlencode
 
 import jinja2
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
@@ -73,7 +74,33 @@ def _wants_json(request: Request) -> bool:
 
 
 def _safe_next(value: str | None, default: str) -> str:
-    return value if value and value.startswith("/") and not value.startswith("//") else default
+    """A path of this console only (never `//host` or `/\\host`, which browsers read as another site)."""
+    if value and value.startswith("/") and not value.startswith(("//", "/\\")) and "\n" not in value:
+        return value
+    return default
+
+
+HEADERS = [(b"x-frame-options", b"DENY"), (b"referrer-policy", b"no-referrer"),
+           (b"x-content-type-options", b"nosniff"),
+           (b"content-security-policy", b"default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+                                        b"img-src 'self' data:; frame-ancestors 'none'; form-action 'self'")]
+
+
+class SecurityHeaders:
+    """No framing (clickjacking), no referrer (the first URL carries the token), our scripts only."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+
+        async def with_headers(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = list(message.get("headers", [])) + HEADERS
+            await send(message)
+        await self.app(scope, receive, with_headers)
 
 
 def _unauthorized() -> Response:
@@ -259,4 +286,4 @@ def build(console: Console) -> Starlette:
             yield
         finally:
             await asyncio.to_thread(console.feed.stop)
-    return Starlette(routes=routes, lifespan=lifespan)
+    return Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(SecurityHeaders)])

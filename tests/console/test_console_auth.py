@@ -44,6 +44,26 @@ def test_every_request_needs_the_session_token(gated):
     assert gates.load_gate(brain, "g1").pending
 
 
+def test_pages_cannot_be_framed_nor_redirect_elsewhere(gated):
+    brain, c = gated
+    import urllib.request
+    req = urllib.request.Request(c.base + "/decisions", headers={"Cookie": c.cookie})
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        assert resp.headers["X-Frame-Options"] == "DENY" and resp.headers["Referrer-Policy"] == "no-referrer"
+        assert "frame-ancestors 'none'" in resp.headers["Content-Security-Policy"]
+    csrf = _csrf(c)
+    for evil in ("//evil.example/", "/\\evil.example/", "https://evil.example/"):
+        body, headers = form(csrf=csrf, next=evil)
+        req = urllib.request.Request(c.base + "/gates/g1/reject", data=body, headers={**headers, "Cookie": c.cookie})
+        from .consolekit import NoRedirect
+        try:
+            urllib.request.build_opener(NoRedirect).open(req, timeout=60)
+            raise AssertionError("expected a redirect")
+        except urllib.error.HTTPError as exc:
+            assert exc.code == 303 and exc.headers["Location"].startswith("/decisions?"), exc.headers["Location"]
+    assert gates.load_gate(brain, "g1").status == "rejected"
+
+
 def test_the_first_url_sets_a_strict_httponly_cookie(gated):
     _, c = gated
     import urllib.request

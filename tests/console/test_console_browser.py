@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from nika_brain.federation.kernels import runtimes
 from nika_brain.state import gates, kernels, runs
 
 from .consolekit import ConsoleProcess, browser, console_brain, run_to_gate, stop_kernels  # noqa: F401
@@ -108,6 +109,20 @@ def test_kernel_page_steers_behind_a_confirmation(federation, browser):  # noqa:
     page.wait_for_selector("#flash", timeout=BOUND)
     assert [d.text for d in kernels.list_directives(brain, "alpha")] == ["audit the backups first"]
     assert "audit the backups first" in page.inner_text("#directives")
+    # Invoke: the prompt is delivered as by `kernel invoke` (the agent's own hook says it took it).
+    page.once("dialog", lambda d: d.accept())
+    page.fill("form.invoke input[name=text]", "list the backups")
+    page.click("form.invoke button")
+    page.wait_for_selector("#flash", timeout=BOUND)
+    assert "taken by alpha" in page.inner_text("#flash"), page.inner_text("#flash")
+    # Restart: a new process for the same kernel.
+    pid = runtimes.load_state(brain, "alpha").get("pid")
+    page.once("dialog", lambda d: d.accept())
+    page.click("form.restart button")
+    page.wait_for_selector("#flash", timeout=BOUND)
+    assert "restarted" in page.inner_text("#flash"), page.inner_text("#flash")
+    assert kernels.load_kernel(brain, "alpha").status == "active"
+    assert runtimes.load_state(brain, "alpha").get("pid") != pid
     # Kill, confirmed: the kernel is killed as by `kernel kill`, with the reason.
     page.once("dialog", lambda d: d.accept())
     page.fill("form.kill input[name=text]", "mission over")
