@@ -37,6 +37,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.g
 
 from nika_brain import bus  # noqa: E402
 from nika_brain.brain import Brain  # noqa: E402
+from nika_brain.engine import signals  # noqa: E402
 from nika_brain.federation.kernels import health  # noqa: E402
 from nika_brain.state import claims, gates, kernels  # noqa: E402
 from nika_brain.state import prompts as queue  # noqa: E402
@@ -80,6 +81,8 @@ def populate(root: Path, n_kernels: int, n_claims: int) -> Brain:
     nika("workflow-launch", "workflows/example.yml", cwd=root)   # a run in progress, its claim open
     for i in range(5):
         gates.open_gate(brain, f"review-{i}", f"merge wf{i:02d} into main?", workflow=f"wf{i:02d}")
+        signals.emit(brain, "GATE_PENDING", workflow=f"wf{i:02d}", reason=f"gate review-{i}: merge wf{i:02d}?",
+                     payload={"gate": f"review-{i}"})
     return brain
 
 

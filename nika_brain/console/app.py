@@ -54,7 +54,8 @@ class Console:
                                       trim_blocks=True, lstrip_blocks=True)
 
     def render(self, name: str, request: Request, status: int = 200, **data: Any) -> HTMLResponse:
-        pending = views.decisions(self.brain, self.records)["count"]
+        known = data.get("decisions")
+        pending = known["count"] if known else views.decisions(self.brain, self.records)["count"]
         html = self.env.get_template(name).render(
             csrf=self.csrf, path=request.url.path, pending=pending, brain=str(self.brain.root),
             msg=request.query_params.get("msg", ""), err=request.query_params.get("err", ""), **data)

@@ -1,7 +1,8 @@
 """The live half of the page: one thread tails the bus, server-sent events fan it out.
 
 The thread reads every channel the page cares about from its end at start (what came before is
-history: the pages read it from the files), keeps the last signals in a ring for the overview, and
+history: the pages read it from the files), keeps the last signals (heartbeats aside: they update
+their kernel's row) in a ring for the overview and each kernel's last heartbeats for its chart, and
 hands each new message to every open page's queue. A page's `EventSource` reconnects by itself; a
 bus that is down is said once on the page (`bus` event) and retried.
 """
@@ -72,7 +73,7 @@ class Feed:
                 return after
             for _, msg in batch:
                 self._beat(msg)
-            for _, msg in batch[-RING:]:
+            for _, msg in [m for m in batch if m[1].get("kind") != "heartbeat"][-RING:]:
                 self.recent.append(summary(channel, msg))
             after = batch[-1][0]
 
@@ -118,7 +119,8 @@ class Feed:
     def _deliver(self, channel: str, msg: dict) -> None:
         self._beat(msg)
         row = summary(channel, msg)
-        self.recent.append(row)
+        if row["kind"] != "heartbeat":   # heartbeats update their kernel's row, not the signal list
+            self.recent.append(row)
         self._broadcast({"event": "message", "channel": channel, "summary": row, "message": msg})
 
     def _broadcast(self, data: dict) -> None:

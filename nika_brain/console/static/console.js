@@ -122,7 +122,7 @@
       }
       const s = data.summary, msg = data.message;
       window.nikaConsole.lastEvent = {kind: s.kind, kernel: s.kernel, at: s.at, received: Date.now()};
-      signal(s);
+      if (s.kind !== "heartbeat") signal(s);
       if (s.kind === "heartbeat") {
         const found = heartbeat(msg);
         if (!found && page === "overview") refresh();
