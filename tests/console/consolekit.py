@@ -114,6 +114,17 @@ def stop_kernels(root: Path, tmp: Path) -> None:
         limits.remove_groups(limits.group_name(root, d.name))
 
 
+BOUND = 120_000  # ms: generous (2 busy cores shared); the bench measures the real latencies
+
+
+def new_page(browser, **options):
+    """A page whose every wait (navigation, selector, condition) is bounded by BOUND."""
+    page = browser.new_page(**options)
+    page.set_default_timeout(BOUND)
+    page.set_default_navigation_timeout(BOUND)
+    return page
+
+
 @pytest.fixture(scope="module")
 def browser():
     from playwright.sync_api import sync_playwright

@@ -11,7 +11,7 @@ import pytest
 from nika_brain.state import authority, gates
 from tests.kit.claude import bound_env, hook
 
-from .consolekit import ConsoleProcess, browser, console_brain  # noqa: F401
+from .consolekit import ConsoleProcess, browser, console_brain, new_page  # noqa: F401
 
 
 @pytest.fixture
@@ -109,7 +109,7 @@ def test_a_post_needs_the_csrf_token_and_then_decides_signed(gated):
 
 def test_a_form_post_without_csrf_from_the_page_is_refused(gated, browser):  # noqa: F811
     brain, c = gated
-    page = browser.new_page()
+    page = new_page(browser)
     page.goto(c.url)
     gate = page.locator('[data-gate="g1"]')
     gate.locator('input[name="csrf"]').evaluate("el => el.remove()")
@@ -118,7 +118,7 @@ def test_a_form_post_without_csrf_from_the_page_is_refused(gated, browser):  # n
     assert resp.value.status == 403
     assert gates.load_gate(brain, "g1").pending
     # A page of another origin posting a form to the console (it cannot know the CSRF token).
-    other = browser.new_page()
+    other = new_page(browser)
     other.set_content(f'<form method="post" action="{c.base}/gates/g1/approve">'
                       '<input name="note" value="forged"><button>go</button></form>')
     with other.expect_response(lambda r: r.url.endswith("/gates/g1/approve")) as resp:
