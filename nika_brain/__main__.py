@@ -17,8 +17,8 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["githook"]:
         from nika_brain.hooks.git import main as githook_main
         return githook_main(argv[1:])
-    if argv[:1] in (["lock"], ["claim"]) and os.environ.get("NIKA_NO_FAST_CLI") != "1":
-        from nika_brain.cli import fast  # lock/claim in loops: no CLI framework when the call is plain
+    if argv[:1] in (["lock"], ["claim"], ["index"]) and os.environ.get("NIKA_NO_FAST_CLI") != "1":
+        from nika_brain.cli import fast  # lock/claim/index in loops: no CLI framework when the call is plain
         code = fast.run(argv)
         if code is not None:
             return code

@@ -1,11 +1,12 @@
 """The lock and claim commands without the CLI framework: agents and scripts call them in loops, and
 importing typer costs a process several times the work itself.
 
-`__main__` hands `lock acquire|release|renew|status` and `claim close` here before typer is imported.
-The parser below accepts exactly the plain forms of the typer commands' options; anything else
-(--help, an unknown or repeated option, a value that does not convert, a missing argument) returns
-None and the typer command runs instead, so errors and usage text stay the framework's. The command
-bodies are shared with cli/state.py: both paths print the same lines and exit with the same codes.
+`__main__` hands `lock acquire|release|renew|status|list`, `claim open|close|show|list` and `index`
+here before typer is imported. The parser below accepts exactly the plain forms of the typer commands'
+options; anything else (--help, an unknown or repeated option, a value that does not convert, a missing
+argument) returns None and the typer command runs instead, so errors and usage text stay the
+framework's. The command bodies are shared with cli/state.py and cli/index.py: both paths print the
+same lines and exit with the same codes (tests/cli/test_fast_cli.py compares them).
 """
 from __future__ import annotations
 
@@ -15,9 +16,11 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-# command -> (positional names, {option: (dest, converter or None for a flag)})
+# command -> (positional names, {option: (dest, converter, or None for a flag, or list for a repeatable)})
 _OWNER = {"--owner": ("owner", str)}
-SPECS: dict[tuple[str, str], tuple[list[str], dict[str, tuple[str, Callable[[str], Any] | None]]]] = {
+_JSON = {"--json": ("as_json", None)}
+_STRICT = {"--strict": ("strict", None)}
+SPECS: dict[tuple[str, ...], tuple[list[str], dict[str, tuple[str, Any]]]] = {
     ("lock", "acquire"): (["scope"], {**_OWNER, "--ttl": ("ttl", float), "--wait": ("wait", float),
                                       "--shared": ("shared", None), "--pid": ("pid", int),
                                       "--no-pid": ("no_pid", None), "--json": ("as_json", None)}),
@@ -27,32 +30,48 @@ SPECS: dict[tuple[str, str], tuple[list[str], dict[str, tuple[str, Callable[[str
     ("claim", "close"): (["claim_id"], {"--status": ("status", str), "--summary": ("summary", str),
                                         "--tests-passed": ("tests_passed", int),
                                         "--tests-failed": ("tests_failed", int),
-                                        "--empty": ("empty", None), "--json": ("as_json", None)}),
+                                        "--empty": ("empty", None), **_JSON}),
+    ("lock", "list"): ([], {**_JSON, **_STRICT}),
+    ("claim", "open"): ([], {"--workflow": ("workflow", str), "--step": ("step", str),
+                             "--type": ("type", str), "--scope": ("scope", list), "--zone": ("zone", str),
+                             "--level": ("level", str), "--story-angle": ("story_angle", str),
+                             "--parent": ("parent", str), "--theme": ("theme", str), **_JSON}),
+    ("claim", "show"): (["claim_id"], dict(_JSON)),
+    ("claim", "list"): ([], {"--status": ("status", str), **_JSON, **_STRICT}),
+    ("index",): ([], {"--check": ("check", None), "--stdout": ("stdout", None)}),
 }
-_REQUIRED: dict[tuple[str, str], tuple[str, ...]] = {("claim", "close"): ("status",)}
+_REQUIRED: dict[tuple[str, ...], tuple[str, ...]] = {("claim", "close"): ("status",),
+                                                     ("claim", "open"): ("workflow", "step", "scope")}
 
 
-def parse(argv: list[str]) -> tuple[tuple[str, str], dict] | None:
+def parse(argv: list[str]) -> tuple[tuple[str, ...], dict] | None:
     """(command, arguments) for a plain call of a fast command; None: let typer handle it."""
-    if len(argv) < 2 or (argv[0], argv[1]) not in SPECS:
-        return None
-    key = (argv[0], argv[1])
+    key: tuple[str, ...] = tuple(argv[:2])
+    if key not in SPECS:
+        key = tuple(argv[:1])
+        if key not in SPECS:
+            return None
     positional, options = SPECS[key]
     args: dict = {}
-    rest = list(argv[2:])
+    rest = list(argv[len(key):])
     pos: list[str] = []
     while rest:
         a = rest.pop(0)
         if a.startswith("-") and a != "-":
-            if a not in options or options[a][0] in args:
+            if a not in options:
                 return None
             dest, conv = options[a]
+            if dest in args and conv is not list:
+                return None
             if conv is None:
                 args[dest] = True
                 continue
             if not rest:
                 return None
             value = rest.pop(0)
+            if conv is list:
+                args.setdefault(dest, []).append(value)
+                continue
             try:
                 args[dest] = conv(value)
             except (ValueError, OverflowError):
@@ -146,6 +165,96 @@ def lock_status(scope: str, as_json: bool = False) -> int:
     return 3 if held or remote else 0
 
 
+def lock_list(as_json: bool = False, strict: bool = False) -> int:
+    """All held locks (an invalid lock file is named on stderr: treat its scope as held)."""
+    from nika_brain.brain import Brain
+    from nika_brain.state import listing, locks
+    brain = Brain.find()
+    held, bad = listing.load_each(brain, brain.locks_dir, locks.load_lock)
+    if as_json:
+        print(json.dumps([_lock_dict(lk) for lk in held]))
+    else:
+        for lk in held:
+            print(locks.describe(lk))
+    return report_invalid(bad, strict)
+
+
+def report_invalid(bad: list, strict: bool) -> int:
+    """Name each invalid record on stderr, one line each; exit 1 for them only with --strict."""
+    for exc in bad:
+        print(f"nika-brain: invalid: {exc}", file=sys.stderr)
+    return 1 if bad and strict else 0
+
+
+def claim_open(workflow: str, step: str, scope: list[str], type: str = "code", zone: str | None = None,
+               level: str = "domain", story_angle: str = "", parent: str | None = None,
+               theme: str | None = None, as_json: bool = False) -> int:
+    """Open a claim by hand (the orchestrator opens its own)."""
+    from nika_brain.brain import Brain
+    from nika_brain.engine import service
+    from nika_brain.state import claims
+    c = service.open_claim(Brain.find(), workflow=workflow, step=step, satellite_type=type, scope=scope,
+                           zone=zone, satellite_level=level, story_angle=story_angle, parent=parent,
+                           theme=theme)
+    print(json.dumps(claims.to_dict(c)) if as_json else c.id)
+    return 0
+
+
+def claim_show(claim_id: str, as_json: bool = False) -> int:
+    from nika_brain.brain import Brain
+    from nika_brain.state import claims
+    brain = Brain.find()
+    claim_id = claims.id_from_argument(claim_id)  # a tab-completed claims/<id>.yml works too
+    c = claims.load_claim(brain, claim_id)
+    if as_json:
+        print(json.dumps(claims.to_dict(c)))
+    else:
+        print(claims.claim_path(brain, claim_id).read_text(), end="")
+    return 0
+
+
+def list_records(folder: Callable[[Any], Any], loader: Callable[[Any], Any], to_dict: Callable[[Any], dict],
+                 line: Callable[[Any], str], status: str | None, as_json: bool, strict: bool) -> int:
+    """`claim list` and `gate list`: the valid records (of `status`), one line or one JSON list; the
+    invalid ones named on stderr."""
+    from nika_brain.brain import Brain
+    from nika_brain.state import listing
+    brain = Brain.find()
+    records, bad = listing.load_each(brain, folder(brain), loader)
+    records = [r for r in records if status is None or r.status == status]
+    if as_json:
+        print(json.dumps([to_dict(r) for r in records]))
+    else:
+        for r in records:
+            print(line(r))
+    return report_invalid(bad, strict)
+
+
+def claim_list(status: str | None = None, as_json: bool = False, strict: bool = False) -> int:
+    from nika_brain.state import claims
+    return list_records(lambda b: b.claims_dir, claims.load_path, claims.to_dict,
+                        lambda c: f"{c.id}\t{c.status}{f' {c.result.status}' if c.result else ''}\t"
+                                  f"{' '.join(c.scope)}", status, as_json, strict)
+
+
+def index(check: bool = False, stdout: bool = False) -> int:
+    """Regenerate BRAIN-INDEX.md from the state files (byte-identical when nothing changed)."""
+    from nika_brain.brain import Brain
+    from nika_brain.engine import index as idx
+    brain = Brain.find()
+    if stdout:
+        sys.stdout.write(idx.render(brain))
+        return 0
+    if check:
+        if idx.is_current(brain):
+            print("BRAIN-INDEX.md is current")
+            return 0
+        print("BRAIN-INDEX.md is stale: run `nika-brain index`", file=sys.stderr)
+        return 1
+    print("BRAIN-INDEX.md updated" if idx.regenerate(brain) else "BRAIN-INDEX.md unchanged")
+    return 0
+
+
 def claim_close(claim_id: str, status: str, summary: str = "", tests_passed: int | None = None,
                 tests_failed: int | None = None, empty: bool = False, as_json: bool = False) -> int:
     """Close a claim; the orchestrator routes its exit action at once, and one line says what follows."""
@@ -170,18 +279,20 @@ def claim_close(claim_id: str, status: str, summary: str = "", tests_passed: int
 
 
 def run(argv: list[str]) -> int | None:
-    """Run a plain lock/claim call without typer; None when typer must handle it."""
+    """Run a plain lock/claim/index call without typer; None when typer must handle it."""
     parsed = parse(argv)
     if parsed is None:
         return None
     key, args = parsed
-    if key[0] == "lock" and key[1] != "status":
+    if key in (("lock", "acquire"), ("lock", "release"), ("lock", "renew")):
         args["owner"] = _owner(args.get("owner"))
         if args["owner"] is None:
             return None  # typer words the missing owner
-    bodies: dict[tuple[str, str], Callable[..., int]] = {
+    bodies: dict[tuple[str, ...], Callable[..., int]] = {
         ("lock", "acquire"): lock_acquire, ("lock", "release"): lock_release,
-        ("lock", "renew"): lock_renew, ("lock", "status"): lock_status, ("claim", "close"): claim_close}
+        ("lock", "renew"): lock_renew, ("lock", "status"): lock_status, ("lock", "list"): lock_list,
+        ("claim", "open"): claim_open, ("claim", "close"): claim_close, ("claim", "show"): claim_show,
+        ("claim", "list"): claim_list, ("index",): index}
     body = bodies[key]
     from nika_brain.errors import BrainError, os_error_line
     try:

@@ -1,7 +1,6 @@
 """Commands: init, validate, index, hooks install|uninstall|status."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import List, Optional
 
@@ -61,18 +60,8 @@ def validate_cmd(paths: Optional[List[Path]] = typer.Argument(None,
 def index_cmd(check: bool = typer.Option(False, "--check", help="exit 1 if BRAIN-INDEX.md is stale; write nothing"),
               stdout: bool = typer.Option(False, "--stdout", help="print the index instead of writing it")):
     """Regenerate BRAIN-INDEX.md from the state files (byte-identical when nothing changed)."""
-    from nika_brain.engine import index
-    brain = Brain.find()
-    if stdout:
-        sys.stdout.write(index.render(brain))
-        return
-    if check:
-        if index.is_current(brain):
-            print("BRAIN-INDEX.md is current")
-            return
-        print("BRAIN-INDEX.md is stale: run `nika-brain index`", file=sys.stderr)
-        raise typer.Exit(1)
-    print("BRAIN-INDEX.md updated" if index.regenerate(brain) else "BRAIN-INDEX.md unchanged")
+    from nika_brain.cli import fast
+    raise typer.Exit(fast.index(check, stdout))
 
 
 def _repo() -> Path:

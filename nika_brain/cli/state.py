@@ -1,9 +1,7 @@
 """Commands over the brain's state files: lock, claim, gate."""
 from __future__ import annotations
 
-import json
 import os
-import sys
 from typing import Optional
 
 import typer
@@ -11,8 +9,7 @@ import typer
 from nika_brain.brain import Brain
 from nika_brain.cli import app, fast
 from nika_brain.engine import gatebackends
-from nika_brain.state import claims, gates, listing, locks
-from nika_brain.support import clock
+from nika_brain.state import gates
 
 lock_app = typer.Typer(no_args_is_help=True, help="Path locks on scopes (paths, folders, globs).")
 claim_app = typer.Typer(no_args_is_help=True, help="Claims: one per step execution.")
@@ -25,25 +22,11 @@ app.add_typer(gate_app, name="gate")
 STRICT = typer.Option(False, "--strict", help="exit 1 when an invalid record was found")
 
 
-def _invalid(bad: list, strict: bool) -> None:
-    """Name each invalid record on stderr, one line each; exit 1 for them only with --strict."""
-    for exc in bad:
-        print(f"nika-brain: invalid: {exc}", file=sys.stderr)
-    if bad and strict:
-        raise typer.Exit(1)
-
-
 def _owner(owner: Optional[str]) -> str:
     owner = owner or os.environ.get("NIKA_CLAIM")
     if not owner:
         raise typer.BadParameter("give --owner (a claim id) or set NIKA_CLAIM")
     return owner
-
-
-def _lock_dict(lk: locks.Lock) -> dict:
-    return {"scope": lk.scope, "owner": lk.owner, "mode": lk.mode, "token": lk.token,
-            "acquired": clock.iso(lk.acquired), "expires": clock.iso(lk.expires),
-            "holder": {"host": lk.holder.host, "pid": lk.holder.pid}}
 
 
 @lock_app.command("acquire")
@@ -81,18 +64,7 @@ def lock_status(scope: str, as_json: bool = typer.Option(False, "--json")):
 @lock_app.command("list")
 def lock_list(as_json: bool = typer.Option(False, "--json"), strict: bool = STRICT):
     """All held locks (an invalid lock file is named on stderr: treat its scope as held)."""
-    brain = Brain.find()
-    held, bad = listing.load_each(brain, brain.locks_dir, locks.load_lock)
-    if as_json:
-        print(json.dumps([_lock_dict(lk) for lk in held]))
-    else:
-        for lk in held:
-            print(locks.describe(lk))
-    _invalid(bad, strict)
-
-
-def _claim_dict(c: claims.Claim) -> dict:
-    return claims.to_dict(c)
+    raise typer.Exit(fast.lock_list(as_json, strict))
 
 
 @claim_app.command("open")
@@ -103,11 +75,8 @@ def claim_open(workflow: str = typer.Option(...), step: str = typer.Option(...),
                story_angle: str = "", parent: Optional[str] = None, theme: Optional[str] = None,
                as_json: bool = typer.Option(False, "--json")):
     """Open a claim by hand (the orchestrator opens its own)."""
-    from nika_brain.engine import service
-    c = service.open_claim(Brain.find(), workflow=workflow, step=step,
-                           satellite_type=type, scope=scope, zone=zone, satellite_level=level,
-                           story_angle=story_angle, parent=parent, theme=theme)
-    print(json.dumps(_claim_dict(c)) if as_json else c.id)
+    raise typer.Exit(fast.claim_open(workflow, step, scope, type, zone, level, story_angle, parent, theme,
+                                     as_json))
 
 
 @claim_app.command("close")
@@ -124,28 +93,14 @@ def claim_close(claim_id: str, status: str = typer.Option(..., help="ok | partia
 @claim_app.command("show")
 def claim_show(claim_id: str, as_json: bool = typer.Option(False, "--json")):
     """One claim: its step, scope, status and result."""
-    claim_id = claims.id_from_argument(claim_id)
-    c = claims.load_claim(Brain.find(), claim_id)
-    if as_json:
-        print(json.dumps(_claim_dict(c)))
-    else:
-        print(claims.claim_path(Brain.find(), claim_id).read_text(), end="")
+    raise typer.Exit(fast.claim_show(claim_id, as_json))
 
 
 @claim_app.command("list")
 def claim_list(status: Optional[str] = typer.Option(None, help="open | closed"),
                as_json: bool = typer.Option(False, "--json"), strict: bool = STRICT):
     """All claims, or those with one status (an invalid claim file is named on stderr)."""
-    brain = Brain.find()
-    cs, bad = listing.load_each(brain, brain.claims_dir, claims.load_path)
-    cs = [c for c in cs if status is None or c.status == status]
-    if as_json:
-        print(json.dumps([_claim_dict(c) for c in cs]))
-    else:
-        for c in cs:
-            res = f" {c.result.status}" if c.result else ""
-            print(f"{c.id}\t{c.status}{res}\t{' '.join(c.scope)}")
-    _invalid(bad, strict)
+    raise typer.Exit(fast.claim_list(status, as_json, strict))
 
 
 @gate_app.command("open")
@@ -185,15 +140,8 @@ def gate_reject(gate_id: str, note: str = ""):
 def gate_list(status: Optional[str] = typer.Option(None), as_json: bool = typer.Option(False, "--json"),
               strict: bool = STRICT):
     """All gates, or those with one status (pending, approved, rejected)."""
-    brain = Brain.find()
-    gs, bad = listing.load_each(brain, brain.gates_dir, gates.load_path)
-    gs = [g for g in gs if status is None or g.status == status]
-    if as_json:
-        print(json.dumps([gates.to_dict(g) for g in gs]))
-    else:
-        for g in gs:
-            print(f"{g.id}\t{g.status}\t{g.message}")
-    _invalid(bad, strict)
+    raise typer.Exit(fast.list_records(lambda b: b.gates_dir, gates.load_path, gates.to_dict,
+                                       lambda g: f"{g.id}\t{g.status}\t{g.message}", status, as_json, strict))
 
 
 @gate_app.command("sync")

@@ -6,8 +6,12 @@ Two properties matter more than anything else here:
   (and git) untouched. Nothing reads the wall clock: ages are measured against the newest time found
   in the state itself, and the header says so. Every list is sorted.
 * Fast on a large brain: claims and gates accumulate by the thousand and are mostly closed, hence
-  immutable. Their few summary fields are cached in .nika/cache/index.json keyed by file name and
-  (mtime_ns, size, inode), so a warm regeneration parses only what changed.
+  immutable. Their few summary fields are cached in .nika/cache/index.json per file name, with the
+  file's (mtime_ns, size, ctime_ns) and a hash of its bytes. The stat triple matching means unchanged
+  (ctime cannot be set back by a user, unlike mtime); when it does not match, as after a copy or a
+  fresh checkout, the file is read and its hash decides, so only a changed content is parsed again.
+  As in git's "racy" rule, a file changed in the last seconds (the file system's clock is coarse: a
+  second write in the same tick keeps the stat) is always checked by its hash.
 
 The Markdown comes from a Jinja2 template; a brain may point `index_template` in nika-brain.yml at its
 own (rendered in a sandbox, with the variables documented at the top of the default template).
@@ -15,9 +19,11 @@ own (rendered in a sandbox, with the variables documented at the top of the defa
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import stat
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
@@ -31,7 +37,8 @@ from nika_brain.support import clock
 
 TEMPLATE_NAME = "BRAIN-INDEX.md.j2"
 _PACKAGE_TEMPLATES = Path(__file__).parent.parent / "templates"
-_CACHE_VERSION = 1
+_CACHE_VERSION = 2
+_RACY_NS = 3_000_000_000  # a file changed less than this ago is verified by its content hash
 
 # Step states of the Mermaid chart and their colours.
 STATE_STYLES = {
@@ -49,16 +56,18 @@ STATE_STYLES = {
 # ---- cached summaries of the accumulating kinds -------------------------------------------------
 
 def _claim_summary(c: claims.Claim) -> dict:
+    newest = c.closed or c.opened
     return {"id": c.id, "workflow": c.workflow, "step": c.step, "scope": list(c.scope),
             "status": c.status, "opened": clock.iso(c.opened),
             "closed": clock.iso(c.closed) if c.closed else None,
-            "result": c.result.status if c.result else None}
+            "result": c.result.status if c.result else None, "newest": newest.timestamp()}
 
 
 def _gate_summary(g: gates.Gate) -> dict:
+    newest = g.decided_at or g.created
     return {"id": g.id, "workflow": g.workflow, "step": g.step, "claim": g.claim, "message": g.message,
             "reason": g.reason, "status": g.status, "created": clock.iso(g.created),
-            "decided_at": clock.iso(g.decided_at) if g.decided_at else None}
+            "decided_at": clock.iso(g.decided_at) if g.decided_at else None, "newest": newest.timestamp()}
 
 
 _CACHED: dict[str, tuple[str, Callable[[Any], dict]]] = {
@@ -79,7 +88,17 @@ def _load_all(brain: Brain, folder: Path, kind: str) -> list:
     return brain.load_all(folder, lambda p: _load(brain, kind, p))
 
 
+def _digest(path: str) -> str | None:
+    try:
+        with open(path, "rb") as fh:
+            return hashlib.blake2b(fh.read(), digest_size=16).hexdigest()
+    except OSError:
+        return None  # unreadable or gone: parse it, and let the loader say what is wrong
+
+
 class _Cache:
+    """Per kind: {file name: [mtime_ns, size, ctime_ns, content hash, summary]}."""
+
     def __init__(self, brain: Brain):
         self.brain = brain
         self.path = brain.state_dir / "cache" / "index.json"
@@ -96,6 +115,7 @@ class _Cache:
         kind_name, summarize = _CACHED[kind]
         old = self.data.get(kind, {})
         new: dict[str, list] = {}
+        settled = time.time_ns() - _RACY_NS
         try:
             entries = list(os.scandir(folder))
         except (FileNotFoundError, NotADirectoryError):
@@ -110,17 +130,24 @@ class _Cache:
                 continue  # removed while we looked: it is not part of this state
             if not stat.S_ISREG(st.st_mode):
                 continue
-            key = [st.st_mtime_ns, st.st_size, st.st_ino]
+            key = [st.st_mtime_ns, st.st_size, st.st_ctime_ns]
+            if max(st.st_mtime_ns, st.st_ctime_ns) >= settled:
+                key = [-1, -1, -1]  # too recent to trust the stat: the hash decides next time too
             hit = old.get(name)
-            if isinstance(hit, list) and len(hit) == 4 and hit[:3] == key and isinstance(hit[3], dict):
+            good = isinstance(hit, list) and len(hit) == 5 and isinstance(hit[4], dict)
+            if good and hit[:3] == key and key[0] != -1:
                 new[name] = hit
+                continue
+            digest = _digest(de.path)
+            if good and digest is not None and hit[3] == digest:
+                new[name] = key + hit[3:]  # the same bytes (a copy, a fresh checkout): not parsed again
             else:
-                new[name] = key + [summarize(_load(self.brain, kind_name, Path(de.path)))]
-                self.dirty = True
+                new[name] = key + [digest, summarize(_load(self.brain, kind_name, Path(de.path)))]
+            self.dirty = True
         if new.keys() != old.keys():
             self.dirty = True
         self.data[kind] = new
-        return [new[n][3] for n in sorted(new)]
+        return [new[n][4] for n in sorted(new)]
 
     def save(self) -> None:
         if not self.dirty:
@@ -243,9 +270,12 @@ def model(brain: Brain) -> dict:
 
     # The reference time: the newest moment recorded anywhere in the state (never the wall clock).
     times: list[datetime] = []
-    for c in claim_rows:
+    # (each summary's "newest" is its newest time as a number: no parsing of 10,000 times here)
+    if claim_rows:
+        c = max(claim_rows, key=lambda r: r["newest"])
         times.append(_t(c["closed"] or c["opened"]))
-    for g in gate_rows:
+    if gate_rows:
+        g = max(gate_rows, key=lambda r: r["newest"])
         times.append(_t(g["decided_at"] or g["created"]))
     times += [lk.acquired for lk in lock_list] + [b.updated for b in breaker_list]
     for r in run_list:

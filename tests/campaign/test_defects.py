@@ -284,6 +284,7 @@ def test_a_lock_file_broken_in_place_blocks_the_paths_it_may_cover(brain):
 
 # ---- 6. lock and claim commands without the CLI framework ---------------------------------------------
 
+REPAIR = ["(the broken claim file is removed)"]
 FAST_SEQUENCE = [
     ["lock", "acquire", "src/a/", "--owner", "sess-1", "--no-pid", "--ttl", "60"],
     ["lock", "acquire", "src/a/", "--owner", "sess-1", "--no-pid", "--json"],
@@ -301,36 +302,74 @@ FAST_SEQUENCE = [
     ["lock", "acquire", "src/x/"],
     ["lock", "acquire", "src/x/", "--bogus"],
     ["lock", "acquire", "/etc/", "--owner", "sess-1"],
+    ["lock", "list"],
+    ["lock", "list", "--json"],
+    ["claim", "list"],
+    ["claim", "list", "--status", "open", "--json"],
+    ["claim", "list", "--strict"],
+    ["claim", "show", "sess-20310506-0708-w-step-1"],
+    ["claim", "show", "sess-20310506-0708-w-step-1", "--json"],
+    ["claim", "show", "sess-nope"],
+    ["claim", "show", "../../etc/passwd"],
+    ["claim", "open", "--workflow", "w2", "--step", "3", "--scope", "docs/", "--scope", "lib/"],
+    ["claim", "open", "--workflow", "w3", "--step", "1", "--scope", "/etc/", "--json"],
+    ["claim", "open", "--workflow", "w3", "--step", "1", "--type", "search", "--story-angle", "a b",
+     "--scope", "notes/", "--json"],
+    ["claim", "open", "--workflow", "w3"],
+    ["index"],                                     # the broken claim stops the index: named, exit 1
+    REPAIR,
+    ["index", "--check"],
+    ["index"],
+    ["index", "--check"],
+    ["index", "--stdout"],
+    ["index", "--bogus"],
     ["claim", "close", "sess-20310506-0708-w-step-1", "--status", "ok"],
     ["claim", "close", "sess-nope", "--status", "ok"],
     ["claim", "close", "sess-nope"],
+    ["claim", "list", "--status", "closed"],
 ]
 
 
 def test_the_fast_lock_and_claim_path_answers_like_the_typer_path(tmp_path, git_env):
     import re
+    from concurrent.futures import ThreadPoolExecutor
 
     from tests.kit.brain import make_brain
-    said = {}
-    for path, env in (("fast", {}), ("typer", {"NIKA_NO_FAST_CLI": "1"})):
+
+    def sequence(path: str, env: dict) -> list:
         brain = make_brain(tmp_path / path)
         claims.open_claim(brain, workflow="w", step=1, satellite_type="search", scope="notes/",
                           now=datetime(2031, 5, 6, 7, 8, tzinfo=timezone.utc))
+        (brain.claims_dir / "broken.yml").write_text("id: [half\n")  # listed as invalid, on stderr
         out = []
         for args in FAST_SEQUENCE:
+            if args is REPAIR:
+                (brain.claims_dir / "broken.yml").unlink()
+                continue
             p = subprocess.run([sys.executable, "-m", "nika_brain", *args], cwd=brain.root,
-                               capture_output=True, text=True, env={**os.environ, **env}, timeout=120)
+                               capture_output=True, text=True, env={**os.environ, **env}, timeout=300)
             text = re.sub(r"\d{4}-\d\d-\d\dT[\d:.]+Z", "<time>", p.stdout + "|" + p.stderr)
+            text = re.sub(r"sess-\d{8}-\d{4,6}", "sess-<stamp>", text)  # ids of claims opened now
             out.append((args, p.returncode, text.replace(str(brain.root), "<root>")))
-        said[path] = out
+        return out
+
+    # The two paths in two brains side by side (their processes are independent): half the wall time.
+    with ThreadPoolExecutor(2) as pool:
+        fast_run = pool.submit(sequence, "fast", {})
+        typer_run = pool.submit(sequence, "typer", {"NIKA_NO_FAST_CLI": "1"})
+        said = {"fast": fast_run.result(), "typer": typer_run.result()}
     for fast, slow in zip(said["fast"], said["typer"]):
         assert fast == slow
     assert {code for _, code, _ in said["fast"]} >= {0, 1, 2, 3}
+    listed = dict((tuple(a), t) for a, _, t in said["fast"])
+    assert "invalid" in listed[("claim", "list")] and "sess-<stamp>-w2-step-3" in listed[("index", "--stdout")]
 
 
-def test_the_fast_path_does_not_import_typer(brain):
+@pytest.mark.parametrize("args", [["lock", "acquire", "src/", "--owner", "sess-1", "--no-pid"],
+                                  ["lock", "list"], ["claim", "list"], ["index"]])
+def test_the_fast_path_does_not_import_typer(brain, args):
     code = ("import sys; from nika_brain.__main__ import main; "
-            "rc = main(['lock', 'acquire', 'src/', '--owner', 'sess-1', '--no-pid']); "
+            f"rc = main({args!r}); "
             "assert rc == 0 and 'typer' not in sys.modules and 'click' not in sys.modules")
     p = subprocess.run([sys.executable, "-c", code], cwd=brain.root, capture_output=True, text=True,
                        timeout=60)

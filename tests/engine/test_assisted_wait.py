@@ -36,7 +36,7 @@ def _screen(session: str) -> str:
     return _tmux("capture-pane", "-p", "-J", "-S", "-200", "-t", session)
 
 
-def _wait_for(predicate, what: str, timeout: float = 60.0):
+def _wait_for(predicate, what: str, timeout: float = 180.0):
     return until(predicate, timeout, every=0.1, what=what)
 
 

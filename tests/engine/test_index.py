@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 
 import pytest
@@ -81,11 +82,11 @@ def test_the_cache_is_used_for_unchanged_files_and_refreshed_for_changed_ones(br
     cache_path = brain.state_dir / "cache" / "index.json"
     cache = json.loads(cache_path.read_text())
     # Tamper with the cached summary of c1 (its file is untouched): the render must trust the cache.
-    cache["kinds"]["claims"]["c1.yml"][3]["workflow"] = "from-the-cache"
+    cache["kinds"]["claims"]["c1.yml"][4]["workflow"] = "from-the-cache"
     cache_path.write_text(json.dumps(cache))
     text = index.render(brain)
     assert "from-the-cache" in text and "wf-two" in text
-    # Rewrite c1: its new inode/size/mtime invalidates the entry.
+    # Rewrite c1: its new content invalidates the entry.
     put_claim(brain.root, "c1", workflow="wf-rewritten")
     text = index.render(brain)
     assert "wf-rewritten" in text and "from-the-cache" not in text
@@ -94,6 +95,39 @@ def test_the_cache_is_used_for_unchanged_files_and_refreshed_for_changed_ones(br
     text = index.render(brain)
     assert "wf-two" not in text
     assert set(json.loads(cache_path.read_text())["kinds"]["claims"]) == {"c1.yml"}
+
+
+def _tamper(brain, name: str, workflow: str) -> None:
+    """Change the cached summary of a claim whose file stays as it is: what shows is what the cache says."""
+    cache_path = brain.state_dir / "cache" / "index.json"
+    cache = json.loads(cache_path.read_text())
+    cache["kinds"]["claims"][name][4]["workflow"] = workflow
+    cache_path.write_text(json.dumps(cache))
+
+
+def test_a_copied_brain_reuses_the_cache_by_content(brain, tmp_path):
+    put_claim(brain.root, "c1", workflow="wf-one")
+    index.render(brain)
+    _tamper(brain, "c1.yml", "from-the-cache")
+    # A plain copy (new inodes, new mtimes, as a clone or a fresh checkout gives): same bytes, so the
+    # cached summary is taken without parsing the file again.
+    copy = shutil.copytree(brain.root, tmp_path / "copy", copy_function=shutil.copyfile)
+    assert "from-the-cache" in index.render(Brain.at(copy))
+
+
+def test_a_same_size_edit_with_its_mtime_put_back_is_seen(brain):
+    put_claim(brain.root, "c1", workflow="wf-aaa")
+    path = brain.claims_dir / "c1.yml"
+    index.render(brain)
+    st = path.stat()
+    with open(path, "r+b") as fh:  # in place, the same size, then the old mtime restored
+        data = fh.read().replace(b"wf-aaa", b"wf-bbb")
+        fh.seek(0)
+        fh.write(data)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert path.stat().st_size == st.st_size and path.stat().st_mtime_ns == st.st_mtime_ns
+    text = index.render(brain)
+    assert "wf-bbb" in text and "wf-aaa" not in text
 
 
 def test_a_damaged_cache_is_rebuilt(brain):

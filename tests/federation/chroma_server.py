@@ -14,7 +14,7 @@ import pytest
 
 from tests.kit.servers import LocalServer
 
-START_TIMEOUT = 60.0
+START_TIMEOUT = 180.0
 
 
 class ChromaUnavailable(RuntimeError):

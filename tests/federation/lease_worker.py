@@ -23,7 +23,7 @@ def main(root: str, markers: str, cycles: int, seed: int) -> None:
     mdir = Path(markers)
     for i in range(cycles):
         scope = rnd.choice(SCOPES)
-        leases.lock_acquire(brain, scope, owner, wait=60.0, pid=None)
+        leases.lock_acquire(brain, scope, owner, wait=600.0, pid=None)
         tokens.append(leases.last_token(brain, scope, owner))
         mine = mdir / f"{owner}-{i}"
         tmp = mdir / f".{owner}-{i}"

@@ -29,7 +29,7 @@ def test_runtime_contract(fbrain, name):  # noqa: F811
     live = rt.alive(brain, k, state)
     assert isinstance(live, runtimes.Liveness) and live.alive
     if TAKES_PROMPTS[name]:
-        out = verbs.kernel_invoke(brain, k.id, f"hello {name}", wait=True, timeout=60)
+        out = verbs.kernel_invoke(brain, k.id, f"hello {name}", wait=True, timeout=180)
         assert out["answer"].startswith(f"stand-in answer to: hello {name}")
         assert any(e["event"] == "taken" for e in health.read_events(brain, k.id)[0])
     else:

@@ -117,7 +117,7 @@ def test_a_waiting_writer_gets_in_when_the_holder_finishes(tmp_path, git_env):
 
 def _finishes(proc: subprocess.Popen) -> bool:
     # we hold the writer now, so the holder has left its block; it exits right after
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             return True

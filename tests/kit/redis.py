@@ -12,7 +12,7 @@ from typing import Iterator
 
 from tests.kit.servers import LocalServer
 
-START_TIMEOUT = 20.0
+START_TIMEOUT = 120.0
 
 
 class RedisUnavailable(RuntimeError):

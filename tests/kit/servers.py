@@ -24,7 +24,7 @@ class LocalServer(ABC):
     missing = ""          # the message when the executable is not on PATH
     not_ready = ""        # the message when it never answered (the log's tail follows)
     unavailable: type[Exception] = RuntimeError
-    start_timeout = 20.0
+    start_timeout = 120.0
     poll = 0.05
 
     def __init__(self, folder: Path | str):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 
 
-def until(fn, timeout: float = 30.0, every: float = 0.05, what: str | None = None):
+def until(fn, timeout: float = 120.0, every: float = 0.05, what: str | None = None):
     """Poll fn() until it returns something truthy and return that; after timeout, fail with `what`
     (fn's name unless told)."""
     deadline = time.monotonic() + timeout

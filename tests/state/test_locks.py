@@ -19,6 +19,7 @@ from nika_brain.errors import EXIT_BUSY, EXIT_REFUSED, BrainError
 from nika_brain.state import locks, scopes
 from nika_brain.support import clock
 from nika_brain.support.yamlsafe import dump_plain, dumps, load_file
+from tests.kit.wait import until
 
 T0 = datetime(2031, 5, 6, 7, 8, 9, tzinfo=timezone.utc)
 A, B, C = "sess-20310506-0708-alpha-step-1", "sess-20310506-0708-beta-step-1", "sess-x-step-9"
@@ -364,13 +365,16 @@ def test_wait_gives_up_with_busy_after_the_timeout(brain):
     assert f"src/ held by {A}" in str(err)
 
 
-def test_waiter_gets_the_lock_when_the_holder_releases(brain):
+def test_waiter_gets_the_lock_when_the_holder_releases(brain, monkeypatch):
     held = locks.acquire(brain, "src/", A)
     got: list = []
+    tries: list = []
+    real_try = locks._try_acquire
+    monkeypatch.setattr(locks, "_try_acquire", lambda *a: tries.append(real_try(*a)) or tries[-1])
     waiter = threading.Thread(target=lambda: got.append(
-        locks.acquire(brain, "src/a.py", B, wait=60, poll=0.01)))
+        locks.acquire(brain, "src/a.py", B, wait=300, poll=0.01)))
     waiter.start()
-    time.sleep(0.2)  # let it try and fail a few times first (not a timed assertion)
+    until(lambda: len(tries) >= 3, timeout=120, what="the waiter to try and fail 3 times")
     assert not got
     locks.release(brain, "src/", A)
     waiter.join(90)
