@@ -86,9 +86,9 @@ def serve(brain: Brain, *, host: str = "127.0.0.1", port: int = 8765, open_brows
     url = url_of(host, port, token, tls_cert is not None)
     console = Console(brain, token, port, secure=tls_cert is not None)
     app = build(console)
+    kept = auth.keep(brain.root, url)   # before the URL is printed: whoever reads it finds it kept
     say(url)
     sys.stdout.flush()
-    kept = auth.keep(brain.root, url)
     if not authority.available(brain):
         print(f"nika-brain: warning: this process cannot sign (no operator key at "
               f"{authority.key_paths(brain.root)[0]}): decisions will be refused; `nika-brain operator init`",
