@@ -93,6 +93,8 @@ class Config:
     sandbox: str = "auto"             # Claude Code's OS sandbox: auto | required | off
     # The federation's own settings (triage, vault, runtimes...), validated by nika_brain.federation.
     federation: Mapping[str, Any] = field(default_factory=dict)
+    # One brain on several machines: remote, interval, fresh (validated by engine/sync.py).
+    sync: Mapping[str, Any] = field(default_factory=dict)
 
 
 def _positive(v: float) -> str | None:
@@ -120,9 +122,10 @@ _CONFIG_SPEC = {
     "context_window": F(int, check=lambda v: None if v >= 1000 else "must be at least 1000 tokens"),
     "sandbox": F(str, choices=("auto", "required", "off")),
     "federation": F(dict),
+    "sync": F(dict),
 }
 _CONVERT = {"lock_ttl": float, "lock_poll": float, "satellite_timeout": float, "satellite_command": tuple,
-            "federation": dict}
+            "federation": dict, "sync": dict}
 
 
 def load_config(path: Path) -> Config:

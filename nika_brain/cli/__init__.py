@@ -56,8 +56,9 @@ def json_object(text: str, what: str) -> dict:
 # (a cold `nika-brain triage` or `rag query` does not pay for the workflow commands). Anything else
 # (help, `kernel`, which several modules extend) registers every module.
 _OWNER = {"triage": "triage", "rag": "rag", "bus": "bus", "claude": "claude", "federation": "federation",
-          "registry": "registry", "operator": "operator", "console": "console", "doctor": "operator", "init": "index",
-          "validate": "index", "index": "index", "hooks": "index"}
+          "registry": "registry", "operator": "operator", "console": "console", "doctor": "operator",
+          "init": "index", "validate": "index", "index": "index", "hooks": "index", "sync": "sync",
+          "machine": "machine"}
 
 
 def _register(argv: list[str] | None = None) -> None:
@@ -74,12 +75,14 @@ def _register(argv: list[str] | None = None) -> None:
         federation,  # noqa: F401
         index,
         kernel,
+        machine,
         operator,
         proposals,
         rag,
         registry,
         state,
         stealing,
+        sync,
         triage,
         workflow,
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import getpass
 import json
+import sys
 from pathlib import Path
 from typing import List, Optional
 
@@ -30,7 +31,8 @@ def _row(brain: Brain, k: kernels.Kernel) -> dict:
             "status": k.status, "reason": k.status_reason, "runtime": k.runtime,
             "limits": k.limits.to_dict(), "enforcement": k.enforcement,
             "cpu_enforced": bool(state.get("cpu_enforced")) if k.limits.cpu_percent is not None else None,
-            "restarts": k.restarts, "last_heartbeat": hb.get("at") if hb else None}
+            "restarts": k.restarts, "last_heartbeat": hb.get("at") if hb else None,
+            "machine": k.machine, "region": k.region}
 
 
 @kernel_app.command("list")
@@ -45,7 +47,7 @@ def kernel_list(as_json: bool = typer.Option(False, "--json")):
         lim = " ".join(f"{k}={v}" for k, v in r["limits"].items()) or "no-limits"
         if r["cpu_enforced"] is False and r["enforcement"] not in (None, "kubernetes"):
             lim += " (cpu not enforced)"
-        print(f"{r['id']}\t{r['status']}\t{r['runtime']}\t{lim} [{r['enforcement'] or '-'}]\t"
+        print(f"{r['id']}\t{r['status']}\t{r['runtime']}@{r['machine'] or '-'}\t{lim} [{r['enforcement'] or '-'}]\t"
               f"hb={r['last_heartbeat'] or '-'}\t{r['goal']}")
 
 
@@ -190,3 +192,16 @@ def kernel_kill(kernel_id: str, reason: str = typer.Option(..., "--reason")):
     out = verbs.kernel_kill(Brain.find(), kernel_id, reason, by=getpass.getuser())
     print(f"killed {out['kernel']} in {out['seconds']}s; released {len(out['locks_released'])} lock(s), "
           f"failed {len(out['claims_failed'])} claim(s)")
+
+
+@kernel_app.command("ready")
+def kernel_ready(kernel_id: str):
+    """Exit 0 when the kernel's agent session has started here and not ended (a pod's readiness probe)."""
+    from nika_brain.state import sessions
+    brain = Brain.find()
+    kernels.load_kernel(brain, kernel_id)   # an unknown kernel is an error, not "not ready"
+    live = [s for s in sessions.list_sessions(brain) if s.kernel == kernel_id and not s.ended_at]
+    if not live:
+        print(f"kernel {kernel_id}: no session started yet", file=sys.stderr)
+        raise typer.Exit(1)
+    print(f"kernel {kernel_id}: ready (session {live[-1].id})")

@@ -70,7 +70,7 @@ def kernel_row(brain: Brain, k: kernels.Kernel, hb: dict | None, sess: sessions.
     return {
         "id": k.id, "goal": k.goal, "state": kernel_state(k, hb, ttl, now.timestamp()), "status": k.status,
         "reason": k.status_reason or "", "runtime": k.runtime,
-        "machine": (hb or {}).get("host") or rt.get("host") or HOST,
+        "machine": getattr(k, "machine", None) or (hb or {}).get("host") or rt.get("host") or HOST,
         "context_pct": pct, "queue_depth": len(queue.pending(brain, k.id)),
         "last_heartbeat": (hb or {}).get("at"), "heartbeat_age": age((hb or {}).get("at"), now),
         "limits": limits_text(k), "enforcement": k.enforcement or "",

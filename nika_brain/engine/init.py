@@ -143,10 +143,12 @@ def init(target: Path | str, *, hooks: bool = True) -> InitReport:
     if hooks:
         from nika_brain.gitrepo import githooks
         report.hooks = githooks.install(root)
+        from nika_brain.gitrepo import sync
+        sync.configure_merge_driver(root)   # BRAIN-INDEX.md is regenerated after a sync, never merged
 
     if not _has_commit(root):
         paths = [p for p in template_files() + [f"{d}/.gitkeep" for d in EMPTY_DIRS]
-                 + [".gitignore", brain.index_path.name] if (root / p).exists()]
+                 + [".gitignore", ".gitattributes", brain.index_path.name] if (root / p).exists()]
         git.run(root, "add", "--", *paths)
         git.run(root, "commit", "-q", "-m", COMMIT_MESSAGE, "--", *paths)
         report.committed = git.out(root, "rev-parse", "HEAD")

@@ -187,3 +187,8 @@ def _commit_state_once(brain: Brain, message: str) -> bool:
         return False
     git.run(brain.root, "commit", "-q", "-m", message, "--", *staged)
     return True
+
+
+def commit_state_held(brain: Brain, message: str) -> bool:
+    """`commit_state` for a caller that already holds `base_checkout` (a sync: commit, pull, commit)."""
+    return _commit_state(brain, message)

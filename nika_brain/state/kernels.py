@@ -144,6 +144,7 @@ class Kernel:
     enforcement: str | None = None      # what applied the limits: one of ENFORCEMENTS
     temporary: bool = False             # a burst worker, decommissioned after ttl
     ttl: float | None = None            # seconds a temporary kernel lives
+    machine: str | None = None          # the machine it was placed on (state/machine.py)
     created: datetime | None = None
     updated: datetime | None = None
     path: Path | None = None
@@ -229,6 +230,7 @@ _SPEC = {
     "enforcement": F(str, choices=ENFORCEMENTS),
     "temporary": F(bool, default=False),
     "ttl": F((str, int, float), check=_check(lambda v: parse_duration(v, "ttl"))),
+    "machine": F(str, check=name),
     "created": F(str, check=_check(lambda v: clock.parse(v, what="created"))),
     "updated": F(str, check=_check(lambda v: clock.parse(v, what="updated"))),
 }
@@ -259,7 +261,7 @@ def load_path(path: Path) -> Kernel:
         parent=v["parent"], status=v["status"], status_reason=v["status_reason"], runtime=v["runtime"],
         restart=v["restart"], max_restarts=v["max_restarts"], restarts=v["restarts"],
         enforcement=v["enforcement"], temporary=v["temporary"],
-        ttl=None if v["ttl"] is None else parse_duration(v["ttl"], "ttl"),
+        ttl=None if v["ttl"] is None else parse_duration(v["ttl"], "ttl"), machine=v["machine"],
         created=None if v["created"] is None else clock.parse(v["created"]),
         updated=None if v["updated"] is None else clock.parse(v["updated"]),
         path=path)
@@ -275,7 +277,7 @@ def to_dict(k: Kernel) -> dict:
     if k.limits.to_dict():
         out["limits"] = k.limits.to_dict()
     for key in ("region", "data_class", "doctrine", "card", "parent", "status", "status_reason",
-                "runtime", "restart", "max_restarts", "restarts", "enforcement", "temporary", "ttl"):
+                "runtime", "restart", "max_restarts", "restarts", "enforcement", "temporary", "ttl", "machine"):
         value = getattr(k, key)
         if value != getattr(defaults, key) or key == "status":
             out[key] = value

@@ -17,7 +17,7 @@ from nika_brain.state.validate import validate
 from nika_brain.state.workflows import load_workflow
 from tests.kit.brain import PYTHON_NIKA, git, out, snapshot, write
 
-LAYOUT = ["nika-brain.yml", "BRAIN-INDEX.md", ".gitignore", "brain/KERNEL.md",
+LAYOUT = ["nika-brain.yml", "BRAIN-INDEX.md", ".gitignore", ".gitattributes", "brain/KERNEL.md",
           "agents/kernel-orchestrator.md", "agents/brain-hypervisor.md", "agents/orchestrator-scribe.md",
           "agents/satellite-boot.md", "workflows/example.yml", "claims/.gitkeep", "locks/.gitkeep",
           "gates/.gitkeep", "hooks/README.md", "hooks/git/pre-commit", "hooks/git/post-merge",

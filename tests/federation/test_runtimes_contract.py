@@ -3,6 +3,7 @@ kernel (tmux, headless, kubernetes without a context)."""
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 
@@ -21,6 +22,9 @@ def test_runtime_contract(fbrain, name):  # noqa: F811
     rt = runtimes.get(name)
     assert isinstance(rt, runtimes.Runtime) and rt.name == name and name in TAKES_PROMPTS
     assert rt.missing(brain) is None  # tmux is installed; kubernetes without a context needs nothing
+    if name == "kubernetes":   # its pod clones the brain from the brain's own remote
+        subprocess.run(["git", "-C", str(brain.root), "remote", "add", "origin", "https://git.example.invalid/b.git"],
+                       check=True)
     k = verbs.kernel_spawn(brain, f"contract of {name}", kernel_id=f"c-{name}", runtime=name,
                            resource_limits={"memory": "256M"})
     assert k.status in ("active", "starting") and k.enforcement

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any, Mapping
 
@@ -138,6 +139,10 @@ def kernel_spawn(brain: Brain, goal: str, scope=(), resource_limits: Mapping[str
                            runtime=runtime, restart=restart, max_restarts=max_restarts,
                            temporary=temporary, ttl=ttl)
     runtimes.require(brain, runtime)  # before anything is written
+    from nika_brain.state import machine
+    here = machine.load(brain)
+    machine.check_placement(here, kid, region, runtime)
+    k = replace(k, machine=here.id if runtime != "kubernetes" else None)
     folder = kernels.kernel_dir(brain, kid)
     brain.kernels_dir.mkdir(parents=True, exist_ok=True)
     with brain.mutex("kernels"):
