@@ -56,7 +56,7 @@ def json_object(text: str, what: str) -> dict:
 # (a cold `nika-brain triage` or `rag query` does not pay for the workflow commands). Anything else
 # (help, `kernel`, which several modules extend) registers every module.
 _OWNER = {"ask": "ask", "triage": "triage", "rag": "rag", "bus": "bus", "claude": "claude", "federation": "federation",
-          "registry": "registry", "operator": "operator", "doctor": "operator", "init": "index",
+          "registry": "registry", "operator": "operator", "console": "console", "doctor": "operator", "init": "index",
           "validate": "index", "index": "index", "hooks": "index", "sync": "sync",
           "machine": "machine"}
 
@@ -68,10 +68,11 @@ def _register(argv: list[str] | None = None) -> None:
         import importlib
         importlib.import_module(f"nika_brain.cli.{owner}")
         return
-    from nika_brain.cli import (  # noqa: F401  # noqa: F401
+    from nika_brain.cli import (  # noqa: F401
         ask,
         bus,
         claude,
+        console,
         federation,  # noqa: F401
         index,
         kernel,

@@ -10,7 +10,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "nika_brain"
 RANKS = {
     "errors": 0, "support": 1, "brain": 2, "state": 3,
     "bus": 4, "gitrepo": 4, "github": 4, "claude": 4,
-    "engine": 5, "federation": 6, "hooks": 7, "cli": 8, "__main__": 9,
+    "engine": 5, "federation": 6, "hooks": 7, "console": 7, "cli": 8, "__main__": 9,
 }
 
 
