@@ -47,6 +47,8 @@ def json_object(text: str, what: str) -> dict:
         value = json.loads(text)
     except ValueError as exc:
         raise BrainError(f"{what} is not valid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise BrainError(f"{what} is nested too deeply") from exc
     if not isinstance(value, dict):
         raise BrainError(f"{what} must be a JSON object ({{...}})")
     return value
