@@ -57,6 +57,11 @@ class MissingExtra(BrainError):
     """An optional part is not installed (the federation extra: numpy, chromadb, the embedder)."""
 
 
+class MissingTestRunner(BrainError):
+    """A step's test command cannot start: its program or its Python module is not installed (a user
+    install without the test extra has no pytest). Not a red test: nothing ran."""
+
+
 class Busy(BrainError):
     exit_code = 3
 
