@@ -40,6 +40,8 @@ def rag_ingest(paths: list[str] = typer.Argument(..., help="files and folders (t
     brain = Brain.find()
     kernel = caller_kernel(kernel)
     _known_kernel(brain, kernel)
+    from nika_brain.federation.vault import store as vstore
+    vstore.store(brain)   # the store first: without the federation extra, one line before any progress
     bar = None
 
     def progress(done: int, total: int) -> None:
@@ -78,9 +80,12 @@ def rag_query(text: str, kernel: str | None = typer.Option(None, "--kernel"),
                                                       "into super-chunks"),
               as_json: bool = typer.Option(False, "--json")):
     """Search the records the kernel may read (its own, plus granted kernels with --from)."""
-    from nika_brain.federation.vault.query import search
+    from nika_brain.federation.vault.query import caller_kernel, search
     extra = json_object(where, "--where") if where else None
-    recs = search(Brain.find(), text, kernel=kernel, k=k, levels=level, owners=owners, where=extra,
+    brain = Brain.find()
+    for known in (caller_kernel(kernel), *owners):   # an unknown kernel is an error, not an empty answer
+        _known_kernel(brain, known)
+    recs = search(brain, text, kernel=kernel, k=k, levels=level, owners=owners, where=extra,
                   include_superseded=include_superseded)
     if as_json:
         print(json.dumps([r.to_json() for r in recs], ensure_ascii=False))

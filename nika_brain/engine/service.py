@@ -269,19 +269,22 @@ def resume(brain: Brain, name: str, *, retry: bool = False, skip: bool = False, 
 
 
 def decide_gate(brain: Brain, gate_id: str, decision: str, *,
-                note: str = "") -> tuple[gates.Gate, Outcome | None]:
-    """A human decides a gate (journaled); the run waiting on it takes that one transition at once."""
-    g = gates.decide(brain, gate_id, decision, note=note)
+                note: str = "") -> tuple[gates.Gate, Outcome | None, bool]:
+    """A human decides a gate (journaled once); the run waiting on it takes that one transition at
+    once. Deciding it again the same way changes nothing and journals nothing (the bool: decided now)."""
+    g, decided = gates.decide_once(brain, gate_id, decision, note=note)
+    if not decided:
+        return g, None, False
     signals.emit(brain, "GATE_DECIDED", workflow=g.workflow, step=None if g.step is None else str(g.step),
                  claim=g.claim, reason=f"gate {g.id} {g.status} by {g.decided_by}",
                  payload={"gate": g.id, "status": g.status, "by": g.decided_by, "via": g.via})
     if not g.workflow:
-        return g, None
+        return g, None, True
     run = runs.load_run(brain, g.workflow)
     if run is None or not run.active or run.gate != g.id:
-        return g, None
+        return g, None, True
     out = orchestrator.step_once(brain, g.workflow)
-    return g, out
+    return g, out, True
 
 
 def reset_breaker(brain: Brain, scope: str) -> breakers.Breaker | None:

@@ -42,7 +42,7 @@ def test_init_makes_a_brain_in_a_new_folder(tmp_path, git_env):
     brain = Brain.at(root)
     assert index.is_current(brain)
     assert validate(root).problems == []
-    assert (root / ".gitignore").read_text() == ".nika/\n.*.tmp\n"
+    assert (root / ".gitignore").read_text() == ".nika/\n.*.tmp\n/.claude/\n"
 
 
 def test_running_init_twice_changes_nothing(tmp_path, git_env):
@@ -87,7 +87,7 @@ def test_adopting_a_repository_with_history_keeps_its_files_and_stages_nothing(t
     assert out(root, "diff", "--cached", "--name-only") == ""
     assert (root / "agents/kernel-orchestrator.md").read_text() == custom   # never overwritten
     assert "agents/kernel-orchestrator.md" not in report.created
-    assert (root / ".gitignore").read_text() == "*.pyc\n.nika/\n.*.tmp\n"
+    assert (root / ".gitignore").read_text() == "*.pyc\n.nika/\n.*.tmp\n/.claude/\n"
     assert report.gitignore == "updated"
     # The branch it found becomes the base branch of theme branches.
     assert load_config(root / "nika-brain.yml").base_branch == "trunk"

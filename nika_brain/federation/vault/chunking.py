@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from nika_brain.errors import BrainError
+from nika_brain.errors import BrainError, MissingExtra
 from nika_brain.federation.vault.write import Chunk
 
 TEXT_SUFFIXES = (".txt", ".md", ".markdown", ".rst", ".text")
@@ -65,7 +65,7 @@ def _pdf_chunks(path: Path, chunk_chars: int) -> list[Chunk]:
         from pypdf import PdfReader
         from pypdf.errors import PyPdfError
     except ImportError as exc:  # pragma: no cover - pypdf is a federation dependency
-        raise BrainError("reading PDF needs pypdf (pip install pypdf)", file=str(path)) from exc
+        raise MissingExtra.federation("pypdf") from exc
     import logging
     logging.getLogger("pypdf").setLevel(logging.ERROR)  # its warnings would print per page
     out: list[Chunk] = []
