@@ -393,9 +393,12 @@ def _next_token(brain: Brain, seen: int) -> int:
     counter = brain.state_dir / "fencing"
     counter.parent.mkdir(parents=True, exist_ok=True)
     copy = _git_dir_counter(brain)
-    fd = os.open(counter, os.O_RDWR | os.O_CREAT, 0o644)
+    try:   # never created empty: a missing counter is written whole by an atomic rename below
+        fd = os.open(counter, os.O_RDWR)
+    except FileNotFoundError:
+        fd = -1
     try:
-        raw = os.pread(fd, 64, 0)
+        raw = os.pread(fd, 64, 0) if fd >= 0 else b""
         current = _read_counter(raw, counter)
         if raw.strip():
             token = max(current, seen) + 1
@@ -412,7 +415,8 @@ def _next_token(brain: Brain, seen: int) -> int:
             os.pwrite(fd, str(token).encode(), 0)
             return token
     finally:
-        os.close(fd)
+        if fd >= 0:
+            os.close(fd)
     brain.write(counter, str(token))
     return token
 
