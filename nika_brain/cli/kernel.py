@@ -104,7 +104,10 @@ def kernel_spawn(goal: str,
     ex: list[str] = []
     if examples is not None:
         from nika_brain.support import fsio
-        text = fsio.read_text(examples, limit=1 << 20)   # a regular file only: no FIFO, no /dev/zero
+        try:   # a regular file only: no FIFO, no /dev/zero
+            text = fsio.read_text(examples, limit=1 << 20)
+        except BrainError as exc:
+            raise BrainError(f"cannot read examples file {examples}: {exc.message}") from exc
         ex = [ln.strip() for ln in text.splitlines() if ln.strip()]
     k = verbs.kernel_spawn(Brain.find(), goal, scope=scope, resource_limits={"memory": memory, "cpu": cpu},
                            kernel_id=kernel_id, tags=tags, examples=ex, region=region,
