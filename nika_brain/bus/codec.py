@@ -20,6 +20,9 @@ def check_name(what: str, value: str, *, empty: bool = False) -> str:
         raise BrainError(f"bus: {what} must be a non-empty string, got {value!r}")
     if len(value) > _MAX_NAME or any(ord(c) < 32 or ord(c) == 127 for c in value):
         raise BrainError(f"bus: {what} {value[:40]!r} is too long or has control characters")
+    if what == "channel" and ("/" in value or "\\" in value or value in (".", "..")):
+        raise BrainError(f"bus: channel {value[:40]!r} looks like a path; a channel is a name "
+                         "(letters, digits, '.', ':', '-', '_')")
     return value
 
 
@@ -45,9 +48,15 @@ def encode(what: str, value: dict) -> str:
     if not isinstance(value, dict):
         raise BrainError(f"bus: {what} must be a JSON object (a dict), got {type(value).__name__}")
     try:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        text.encode("utf-8")   # a lone surrogate ("\\udc00" in JSON) has no UTF-8 form to store
+    except UnicodeEncodeError as exc:
+        raise BrainError(f"bus: {what} holds text that is not valid Unicode (a lone surrogate)") from exc
     except (TypeError, ValueError) as exc:
         raise BrainError(f"bus: {what} is not JSON-serializable: {exc}") from exc
+    except RecursionError as exc:
+        raise BrainError(f"bus: {what} is nested too deeply") from exc
+    return text
 
 
 def decode(where: str, text: str | None) -> dict:

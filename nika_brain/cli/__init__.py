@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from nika_brain.errors import BrainError, os_error_line
+from nika_brain.errors import BrainError, missing_extra, os_error_line
 
 
 def __getattr__(name: str) -> Any:
@@ -47,6 +47,8 @@ def json_object(text: str, what: str) -> dict:
         value = json.loads(text)
     except ValueError as exc:
         raise BrainError(f"{what} is not valid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise BrainError(f"{what} is nested too deeply") from exc
     if not isinstance(value, dict):
         raise BrainError(f"{what} must be a JSON object ({{...}})")
     return value
@@ -159,6 +161,12 @@ def run(argv: list[str]) -> int:
     except typer.Abort:
         print("nika-brain: aborted", file=sys.stderr)
         return 130
+    except ImportError as exc:  # a federation command without the federation extra: one line, never a trace
+        extra = missing_extra(exc)
+        if extra is None:
+            raise
+        print(f"nika-brain: {extra}", file=sys.stderr)
+        return extra.exit_code
     except OSError as exc:  # a path the file system refuses (name too long, permission...): one line
         print(os_error_line(exc), file=sys.stderr)
         return 1

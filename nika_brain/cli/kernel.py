@@ -111,11 +111,12 @@ def kernel_spawn(goal: str,
     env = credentials.read_file(env_file) if env_file is not None else None
     ex: list[str] = []
     if examples is not None:
-        try:
-            ex = [ln.strip() for ln in examples.read_text(encoding="utf-8").splitlines() if ln.strip()]
-        except (OSError, UnicodeError) as exc:
-            why = getattr(exc, "strerror", exc)
-            raise BrainError(f"cannot read examples file {examples}: {why}") from exc
+        from nika_brain.support import fsio
+        try:   # a regular file only: no FIFO, no /dev/zero
+            text = fsio.read_text(examples, limit=1 << 20)
+        except BrainError as exc:
+            raise BrainError(f"cannot read examples file {examples}: {exc.message}") from exc
+        ex = [ln.strip() for ln in text.splitlines() if ln.strip()]
     k = verbs.kernel_spawn(Brain.find(), goal, scope=scope, resource_limits={"memory": memory, "cpu": cpu},
                            kernel_id=kernel_id, tags=tags, examples=ex, region=region,
                            data_class=data_class, doctrine=doctrine, card=card, runtime=runtime,

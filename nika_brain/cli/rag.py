@@ -63,6 +63,8 @@ def rag_ingest(paths: list[str] = typer.Argument(..., help="files and folders (t
     brain = Brain.find()
     kernel = caller_kernel(kernel)
     _known_kernel(brain, kernel)
+    from nika_brain.federation.vault import store as vstore
+    vstore.store(brain)   # the store first: without the federation extra, one line before any progress
     bar = None
 
     def progress(done: int, total: int) -> None:
@@ -106,9 +108,12 @@ def rag_query(text: str, kernel: str | None = typer.Option(None, "--kernel"),
         rows = door.call("query", text=text, kernel=kernel, k=k, levels=level, owners=owners)
         print(json.dumps(rows, ensure_ascii=False) if as_json else "\n".join(map(_door_line, rows)))
         return
-    from nika_brain.federation.vault.query import search
+    from nika_brain.federation.vault.query import caller_kernel, search
     extra = json_object(where, "--where") if where else None
-    recs = search(Brain.find(), text, kernel=kernel, k=k, levels=level, owners=owners, where=extra,
+    brain = Brain.find()
+    for known in (caller_kernel(kernel), *owners):   # an unknown kernel is an error, not an empty answer
+        _known_kernel(brain, known)
+    recs = search(brain, text, kernel=kernel, k=k, levels=level, owners=owners, where=extra,
                   include_superseded=include_superseded)
     if as_json:
         print(json.dumps([r.to_json() for r in recs], ensure_ascii=False))

@@ -8,6 +8,7 @@ import typer
 
 from nika_brain.brain import Brain
 from nika_brain.cli import app
+from nika_brain.errors import BrainError
 
 registry_app = typer.Typer(
     no_args_is_help=True, help="session_registry: sessions, kernels and entities (strategy -> atomic)."
@@ -54,10 +55,17 @@ def registry_link(
     entity: str = typer.Option(None, "--entity"),
     kernel: str = typer.Option(None, "--kernel"),
 ):
-    """Link a Claude session to a kernel and an entity."""
+    """Link a Claude session (one the brain has seen) to a kernel and an entity."""
     from nika_brain.federation.lineage import registry
+    from nika_brain.state import kernels, sessions
 
-    s = registry.link_session(Brain.find(), session_id, kernel=kernel, entity=entity)
+    brain = Brain.find()
+    if not sessions.valid_id(session_id) or (sessions.load(brain, session_id) is None
+                                             and registry.get_session(brain, session_id) is None):
+        raise BrainError(f"no such session: {session_id!r} (the brain has not seen it start)")
+    if kernel is not None and not kernels.kernel_dir(brain, kernel).is_dir():
+        raise BrainError(f"no such kernel: {kernel}")
+    s = registry.link_session(brain, session_id, kernel=kernel, entity=entity)
     print(
         f"{s['session']}: kernel {s.get('kernel') or '-'}, entity {s.get('entity') or '-'} "
         f"(root {s.get('root') or '-'})"

@@ -124,7 +124,10 @@ def gate_open(gate_id: str, message: str, workflow: Optional[str] = None,
 def _decide(gate_id: str, decision: str, note: str) -> None:
     from nika_brain.engine import nextstep, service
     brain = Brain.find()
-    g, out = service.decide_gate(brain, gate_id, decision, note=note)
+    g, out, decided = service.decide_gate(brain, gate_id, decision, note=note)
+    if not decided:
+        print(f"{gates.already_decided(g)}; nothing changed")
+        return
     print(f"gate {g.id}: {g.status} by {g.decided_by}")
     if out is not None:
         print(nextstep.line(brain, out))

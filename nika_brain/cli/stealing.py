@@ -25,11 +25,11 @@ def kernel_enqueue(
     task_id: str = typer.Option(None, "--id"),
 ):
     """Put a task in a kernel's queue; idle kernels may steal it (task_available / task_claim)."""
+    from nika_brain.federation.kernels.verbs import check_live
     from nika_brain.federation.stealing import protocol as stealing
-    from nika_brain.state.kernels import load_kernel
 
     brain = Brain.find()
-    load_kernel(brain, kernel_id)
+    check_live(brain, kernel_id, "run this task")
     task = stealing.enqueue(
         _bus(brain), kernel_id, summary, priority=priority, prompt=prompt, task_id=task_id
     )

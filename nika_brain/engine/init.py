@@ -20,9 +20,11 @@ EMPTY_DIRS = tuple(f.path for f in LAYOUT if f.kept)
 EXECUTABLE_DIRS = ("scripts", "hooks/git")
 IGNORE_LINE = ".nika/"
 TEMP_IGNORE = ".*.tmp"
-IGNORE_LINES = (IGNORE_LINE, TEMP_IGNORE)
-
-
+# The brain's Claude Code settings name this machine's interpreter and brain folder by absolute path
+# and are rewritten by `nika-brain claude install` (and by every launch that finds them missing):
+# per-machine files, so ignored rather than committed (issue 25 §4).
+CLAUDE_IGNORE = "/.claude/"
+IGNORE_LINES = (IGNORE_LINE, TEMP_IGNORE, CLAUDE_IGNORE)
 def secret_ignores() -> tuple[str, ...]:
     """Every secret pattern of the one list (claude/secretfiles.py), for the brain's .gitignore: a
     kernel's credentials.env must never reach a commit (an operator's `git add -A`)."""
@@ -91,7 +93,8 @@ def _config_text(branch: str | None) -> bytes:
 
 
 def _ensure_gitignore(root: Path) -> str | None:
-    """.nika/ (local state) and .*.tmp (temp files a killed writer leaves in a state folder)."""
+    """.nika/ (local state), .*.tmp (temp files a killed writer leaves in a state folder) and /.claude/
+    (this machine's Claude Code settings)."""
     path = root / ".gitignore"
     try:
         text = path.read_text(encoding="utf-8")
@@ -107,6 +110,8 @@ def _ensure_gitignore(root: Path) -> str | None:
         missing.append(IGNORE_LINE)
     if TEMP_IGNORE not in lines:
         missing.append(TEMP_IGNORE)
+    if not lines & {".claude", ".claude/", "/.claude", "/.claude/"}:
+        missing.append(CLAUDE_IGNORE)
     missing += [line for line in secret_ignores() if line not in lines]
     if not missing:
         return None

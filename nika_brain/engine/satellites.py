@@ -49,6 +49,7 @@ class TestRun:
     passed: int
     failed: int
     tail: str
+    missing: str = ""   # the program or module the command needs and does not find ("" when it ran)
 
     @property
     def green(self) -> bool:
@@ -67,7 +68,50 @@ def run_tests(command: str, cwd: Path, *, timeout: float = 3600.0, env: dict | N
     failed = sum(int(n) for n in _FAILED.findall(out[-4000:]))
     if proc.returncode != 0 and failed == 0:
         failed = 1  # a red exit code with no count is still a failure
-    return TestRun(command, proc.returncode, passed, failed, out[-1500:])
+    missing = _missing_runner(command, proc.returncode, cwd, env) if proc.returncode != 0 else ""
+    return TestRun(command, proc.returncode, passed, failed, out[-1500:], missing)
+
+
+_FIND_MODULE = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec(sys.argv[1]) else 3)"
+
+
+def _missing_runner(command: str, returncode: int, cwd: Path, env: dict | None) -> str:
+    """What a failed test command could not find: a program (the shell's exit 127: the first command
+    word not on PATH) or, for `python -m <module>`, the module (asked of that interpreter). "" when
+    it ran and failed."""
+    import shutil
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return ""
+    run_env = {**os.environ, **(env or {})}
+    starts = [0] + [i + 1 for i, w in enumerate(words) if w in ("&&", "||", ";", "|")]
+    programs = []
+    for i in starts:
+        while i < len(words) and "=" in words[i] and not words[i].startswith(("=", "-")):
+            i += 1   # VAR=value prefixes
+        if i < len(words):
+            programs.append((i, words[i]))
+    if returncode == 127:
+        for _, program in programs:
+            if program not in _SHELL_WORDS and shutil.which(program, path=run_env.get("PATH")) is None \
+                    and not (cwd / program).is_file():
+                return program
+        return ""
+    for i, program in programs:
+        if words[i + 1:i + 2] == ["-m"] and len(words) > i + 2 and os.path.basename(program).startswith("python"):
+            try:
+                probe = subprocess.run([program, "-c", _FIND_MODULE, words[i + 2]], cwd=cwd, capture_output=True,
+                                       timeout=60, env=run_env)
+            except (OSError, subprocess.SubprocessError):
+                continue
+            if probe.returncode == 3:
+                return f"{words[i + 2]} (a Python module, for {program})"
+    return ""
+
+
+_SHELL_WORDS = {"cd", "export", "set", "unset", "exec", "env", "true", "false", "test", "[", "source", ".",
+                "if", "then", "fi", "for", "do", "done", "while", "!", "(", ")", "{", "}", "echo", "exit"}
 
 
 DEFAULT_COMMAND = ("claude", "-p", "{brief}", "--output-format", "json", "--permission-mode",

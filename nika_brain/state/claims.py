@@ -33,6 +33,17 @@ class Result:
 
 
 @dataclass(frozen=True)
+class TestFailure:
+    """The last refused validated close: the test command, what it printed (its tail) and when."""
+    command: str
+    exit: int
+    passed: int
+    failed: int
+    output: str
+    at: str
+
+
+@dataclass(frozen=True)
 class Claim:
     id: str
     workflow: str
@@ -55,6 +66,7 @@ class Claim:
     session: str | None = None
     touched: tuple[str, ...] = ()
     result: Result | None = None
+    failed_tests: TestFailure | None = None   # kept while open, shown by `claim show`
 
     @property
     def is_open(self) -> bool:
@@ -83,6 +95,7 @@ _SPEC = {
     "session": F(str),
     "touched": F(list, default=[], check=str_list),
     "result": F(dict),
+    "failed_tests": F(dict),
 }
 _RESULT_SPEC = {
     "status": F(str, required=True, choices=RESULT_STATUSES),
@@ -90,6 +103,8 @@ _RESULT_SPEC = {
     "tests": F(dict),
 }
 _TESTS_SPEC = {"passed": F(int), "failed": F(int)}
+_FAILURE_SPEC = {"command": F(str, default=""), "exit": F(int, default=1), "passed": F(int, default=0),
+                 "failed": F(int, default=0), "output": F(str, default=""), "at": F(str, default="")}
 
 
 def check_id(claim_id: str) -> str:
@@ -123,6 +138,10 @@ def load_path(path: Path) -> Claim:
         r = fields(doc, v["result"], ("result",), _RESULT_SPEC)
         t = fields(doc, r["tests"] or {}, ("result", "tests"), _TESTS_SPEC)
         result = Result(r["status"], r["summary"], t["passed"], t["failed"])
+    failure = None
+    if v["failed_tests"] is not None:
+        f = fields(doc, v["failed_tests"], ("failed_tests",), _FAILURE_SPEC)
+        failure = TestFailure(f["command"], f["exit"], f["passed"], f["failed"], f["output"], f["at"])
     if v["status"] == "closed" and result is None:
         raise doc.error("a closed claim needs a result", "result")
     if v["id"] != path.stem:
@@ -139,7 +158,7 @@ def load_path(path: Path) -> Claim:
                  zone=v["zone"], status=v["status"], opened=opened, story_angle=v["story_angle"],
                  agent=v["agent"], on_done=v["on_done"], on_partial=v["on_partial"], on_fail=v["on_fail"],
                  closed=closed, parent=v["parent"], children=tuple(v["children"]), session=v["session"],
-                 touched=tuple(v["touched"]), result=result)
+                 touched=tuple(v["touched"]), result=result, failed_tests=failure)
 
 
 def to_dict(c: Claim) -> dict:
@@ -153,6 +172,10 @@ def to_dict(c: Claim) -> dict:
     if c.result:
         d["result"] = {"status": c.result.status, "summary": c.result.summary,
                        "tests": {"passed": c.result.tests_passed, "failed": c.result.tests_failed}}
+    if c.failed_tests:
+        f = c.failed_tests
+        d["failed_tests"] = {"command": f.command, "exit": f.exit, "passed": f.passed, "failed": f.failed,
+                             "output": f.output, "at": f.at}
     return d
 
 
@@ -231,7 +254,7 @@ def close_claim(brain: Brain, claim_id: str, status: str, summary: str = "", *,
         c = load_claim(brain, claim_id)
         if not c.is_open:
             raise Refused(f"claim {claim_id} is already closed ({c.result.status if c.result else '?'})")
-        c = replace(c, status="closed", closed=now,
+        c = replace(c, status="closed", closed=now, failed_tests=None,
                     result=Result(status, summary, tests_passed, tests_failed))
         _save(brain, c)
     return c

@@ -139,6 +139,18 @@ def agent_session_variable(env: Mapping[str, str] | None = None) -> str | None:
 
 def decide(brain: Brain, gate_id: str, decision: str, *, by: str | None = None, via: str = "cli",
            note: str = "", env: Mapping[str, str] | None = None, now: datetime | None = None) -> Gate:
+    return decide_once(brain, gate_id, decision, by=by, via=via, note=note, env=env, now=now)[0]
+
+
+def already_decided(g: Gate) -> str:
+    return f"gate {g.id} is already {g.status} by {g.decided_by} ({g.via})"
+
+
+def decide_once(brain: Brain, gate_id: str, decision: str, *, by: str | None = None, via: str = "cli",
+                note: str = "", env: Mapping[str, str] | None = None,
+                now: datetime | None = None) -> tuple[Gate, bool]:
+    """The gate after the decision, and whether this call decided it (False: it was already decided
+    the same way, nothing written; deciding it the other way is refused)."""
     status = DECISIONS.get(decision)
     if status is None:
         raise BrainError(f"decision must be approve or reject, not {decision!r}")
@@ -150,15 +162,15 @@ def decide(brain: Brain, gate_id: str, decision: str, *, by: str | None = None, 
         g = load_gate(brain, gate_id)
         if not g.pending:
             if g.status == status:
-                return g
-            raise Refused(f"gate {gate_id} was already {g.status} by {g.decided_by} ({g.via})")
+                return g, False
+            raise Refused(f"refused: {already_decided(g)}; a decided gate does not change")
         g = replace(g, status=status, decided_at=now or clock.now(),
                     decided_by=by or _whoami(), via=via, note=note, signature=None)
         if via == "cli":
             g = replace(g, signature=authority.sign(brain, "gate", to_dict(g),
                                                     what=f"deciding gate {gate_id}"))
         save(brain, g)
-    return g
+    return g, True
 
 
 Review = Callable[["Gate"], "str | None"]   # the PR review's decision (approve | reject | None)

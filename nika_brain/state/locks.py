@@ -323,34 +323,101 @@ class LockView:
         return iter(list_locks(self.brain))
 
 
+_MAX_TOKEN_DIGITS = 18   # a token fits a signed 64-bit integer, everywhere it is stored (YAML, Redis)
+
+
+def _read_counter(raw: bytes, where: Path) -> int:
+    """A counter's number; anything but a non-negative decimal of at most 18 digits is corrupt (a
+    negative or huge number would send tokens back or past what any reader can store)."""
+    text = raw.strip()
+    if not text:
+        return 0
+    if not text.isdigit() or len(text.lstrip(b"0")) > _MAX_TOKEN_DIGITS:
+        raise BrainError(f"fencing counter {where} is corrupt ({raw[:20]!r}); delete it: the next token is "
+                         "then computed from the lock files, git history and the counter's copy in .git")
+    return int(text)
+
+
+def _git_dir_counter(brain: Brain) -> Path | None:
+    """Where the counter's copy lives outside the state folder: `<git common dir>/nika-fencing`, so a
+    wiped `.nika/` does not take the high-water mark with it (None when the brain has no .git)."""
+    dot_git = brain.root / ".git"
+    if dot_git.is_dir():
+        return dot_git / "nika-fencing"
+    try:
+        first = dot_git.read_text(encoding="utf-8").split("\n", 1)[0]
+    except (OSError, UnicodeError):
+        return None
+    if not first.startswith("gitdir:"):
+        return None
+    git_dir = (brain.root / first[len("gitdir:"):].strip()).resolve()
+    try:  # a worktree: its common dir holds the shared copy
+        common = (git_dir / "commondir").read_text(encoding="utf-8").strip()
+        git_dir = (git_dir / common).resolve()
+    except (OSError, UnicodeError):
+        pass
+    return git_dir / "nika-fencing"
+
+
+def _bump_copy(path: Path | None, token: int) -> int:
+    """Raise the copy in .git to `token` (never lower it); returns the copy's value before."""
+    if path is None:
+        return 0
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        return 0   # a read-only .git: the state folder's counter and git history still bound tokens
+    try:
+        raw = os.pread(fd, 64, 0).strip()
+        before = int(raw) if raw.isdigit() and len(raw) <= _MAX_TOKEN_DIGITS else 0
+        if token > before:
+            text = str(token).encode()
+            os.pwrite(fd, text, 0)   # never shorter than before: no stale tail to truncate
+            if len(raw) > len(text):
+                os.ftruncate(fd, len(text))
+        return before
+    finally:
+        os.close(fd)
+
+
 def _next_token(brain: Brain, seen: int) -> int:
     """Next fencing token, above the counter and above `seen` (the highest token on disk).
 
     Called under the locks mutex. The counter must never go back, even if the state folder was
-    wiped: hence `seen`. It is rewritten in place: the new number is never shorter than the old one,
-    so one small pwrite covers it, and a write within one page is all-or-nothing for a killed
-    process (a fresh or non-canonical counter gets an atomic rename instead).
+    wiped: hence `seen`, and a copy of the counter in the git directory (`.git/nika-fencing`, out of
+    reach of an `rm -rf .nika`), raised with every token; when the counter is missing, the next token
+    is above that copy, every lock file and every token in git history. The counter is rewritten in
+    place: the new number is never shorter than the old one, so one small pwrite covers it, and a
+    write within one page is all-or-nothing for a killed process (a fresh or non-canonical counter
+    gets an atomic rename instead).
     """
     counter = brain.state_dir / "fencing"
     counter.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(counter, os.O_RDWR | os.O_CREAT, 0o644)
+    copy = _git_dir_counter(brain)
+    try:   # never created empty: a missing counter is written whole by an atomic rename below
+        fd = os.open(counter, os.O_RDWR)
+    except FileNotFoundError:
+        fd = -1
     try:
-        raw = os.pread(fd, 64, 0)
-        try:
-            current = int(raw or 0)
-        except ValueError as exc:
-            raise BrainError(f"fencing counter {counter} is corrupt") from exc
-        # No counter: a new clone or a wiped state folder. Every token on disk and in git bounds it.
-        floor = seen if raw else max(seen, _git_floor(brain),
-                                     max((lk.token for lk in list_locks(brain)), default=0))
-        token = max(current, floor) + 1
+        raw = os.pread(fd, 64, 0) if fd >= 0 else b""
+        current = _read_counter(raw, counter)
+        if raw.strip():
+            token = max(current, seen) + 1
+            _bump_copy(copy, token)
+        else:
+            # No counter: a new clone or a wiped state folder. The copy in .git, every token on disk
+            # and in git bound it.
+            floor = max(seen, _git_floor(brain), max((lk.token for lk in list_locks(brain)), default=0))
+            token = max(floor, _bump_copy(copy, 0)) + 1
+            _bump_copy(copy, token)
         if raw and raw == str(current).encode():
             # No fsync: the counter only has to survive a killed process (the page cache does);
             # after a power loss every holder is dead anyway, and `seen` keeps tokens above disk.
             os.pwrite(fd, str(token).encode(), 0)
             return token
     finally:
-        os.close(fd)
+        if fd >= 0:
+            os.close(fd)
     brain.write(counter, str(token))
     return token
 

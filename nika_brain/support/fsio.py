@@ -143,17 +143,29 @@ def mutex(path: Path | str, *, shared: bool = False) -> Iterator[None]:
 
 
 def read_text(path: Path | str, *, limit: int) -> str:
-    """Read a UTF-8 file of at most `limit` bytes, with the failures worded for a user."""
+    """Read a regular UTF-8 file of at most `limit` bytes, with the failures worded for a user. A FIFO,
+    a device (/dev/zero) or a socket is refused before any read: opened without blocking, checked by
+    fstat, so nothing waits on a writer that never comes or reads an endless stream."""
+    import stat
     path = Path(path)
     try:
-        with open(path, "rb") as fh:
-            data = fh.read(limit + 1)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError as exc:
         raise BrainError("no such file", file=str(path)) from exc
-    except IsADirectoryError as exc:
-        raise BrainError("is a directory, expected a file", file=str(path)) from exc
     except OSError as exc:
         raise BrainError(f"cannot read: {exc.strerror}", file=str(path)) from exc
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise BrainError("is a directory, expected a file", file=str(path))
+        if not stat.S_ISREG(mode):
+            raise BrainError("not a regular file (a pipe, device or socket); give a file", file=str(path))
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            data = fh.read(limit + 1)
+    except OSError as exc:
+        raise BrainError(f"cannot read: {exc.strerror}", file=str(path)) from exc
+    finally:
+        os.close(fd)
     if len(data) > limit:
         raise BrainError(f"file too large (over {limit} bytes)", file=str(path))
     try:

@@ -18,7 +18,9 @@ NUMBERS = ["0", "-0", "1", "-1", "-5", "0.0001", "1e-320", "nan", "NaN", "-nan",
 TEXTS = ["", " ", "-", "--", ".", "..", "../..", "/", "//", "~", "*", "?", "[", "]", "{}", "\t", "\n", "a\nb",
          "é", "ß", "İ", "\u200b", "\u202e", "\ufeff", "🧠", "𝔞", "²", "a" * 300, "b" * 5000, "x/" * 600,
          "src/../../etc", "/etc/passwd", "C:\\x", "\\\\server\\s", "%s%n", "$(id)", "`id`", "'", '"', "\\",
-         "-h", "--help", "sess-" + "9" * 200, "NUL-free \x01\x02\x7f", "\udcff"[:0] + "ok"]
+         "-h", "--help", "sess-" + "9" * 200, "NUL-free \x01\x02\x7f", "\udcff"[:0] + "ok",
+         # bytes that are not UTF-8 (a Latin-1 file name), as Python hands them over: lone surrogates
+         "caf\udce9", "src/\udcff\udcfe", "\udce9t\udce9"]
 
 LOCK_CMDS = [["lock", "acquire"], ["lock", "release"], ["lock", "renew"], ["lock", "status"],
              ["lock", "list"]]

@@ -148,6 +148,43 @@ def test_fencing_tokens_continue_above_git_history_after_the_state_folder_is_wip
     assert locks.acquire(brain, "src/x/", "sess-b", pid=None).token > high
 
 
+def test_fencing_tokens_never_go_back_when_no_lock_was_ever_committed(brain):
+    import shutil
+    tokens = []
+    for i in range(8):
+        tokens.append(locks.acquire(brain, f"src/{i}/", "sess-a", pid=None).token)
+        locks.release(brain, f"src/{i}/", "sess-a")
+    shutil.rmtree(brain.state_dir)
+    assert locks.acquire(brain, "src/x/", "sess-b", pid=None).token > max(tokens) == 8
+
+
+def test_fencing_tokens_stay_above_a_local_counter_higher_than_git_history(brain):
+    import shutil
+    locks.acquire(brain, "src/a/", "sess-a", pid=None)
+    locks.acquire(brain, "src/b/", "sess-a", pid=None)        # token 2, committed
+    orchestrator.commit_state(brain, "locks")
+    for i in range(51):                                      # the local counter goes on to 53
+        locks.acquire(brain, f"src/c{i}/", "sess-c", pid=None)
+        locks.release(brain, f"src/c{i}/", "sess-c")
+    assert int((brain.state_dir / "fencing").read_text()) == 53
+    shutil.rmtree(brain.state_dir)
+    assert locks.acquire(brain, "src/x/", "sess-b", pid=None).token == 54
+
+
+@pytest.mark.parametrize("content", ["-5", "99999999999999999999999999", "+7", "1e3", "٣"])
+def test_a_counter_that_is_not_a_small_non_negative_number_fails_closed(cli, brain, content):
+    locks.acquire(brain, "src/a/", "sess-a", pid=None)
+    (brain.state_dir / "fencing").write_text(content)
+    proc = cli("lock", "acquire", "src/b/", "--owner", "sess-b", "--no-pid")
+    assert proc.returncode == 1 and "fencing counter" in proc.stderr and "corrupt" in proc.stderr
+    assert "Traceback" not in proc.stderr and not (brain.locks_dir / "src-b").exists()
+    assert [lk.scope for lk in locks.list_locks(brain)] == ["src/a/"]
+    # deleting it, as the message says, resumes above every token issued
+    (brain.state_dir / "fencing").unlink()
+    assert cli("lock", "acquire", "src/b/", "--owner", "sess-b", "--no-pid").returncode == 0
+    assert max(lk.token for lk in locks.list_locks(brain)) == 2
+
+
 # ---- 5. re-acquire keeps liveness evidence --------------------------------------------------------
 
 def test_reacquire_without_a_pid_keeps_the_holders_process(brain):

@@ -43,7 +43,7 @@ def test_init_makes_a_brain_in_a_new_folder(tmp_path, git_env):
     brain = Brain.at(root)
     assert index.is_current(brain)
     assert validate(root).problems == []
-    assert (root / ".gitignore").read_text() == "".join(f"{x}\n" for x in (".nika/", ".*.tmp",
+    assert (root / ".gitignore").read_text() == "".join(f"{x}\n" for x in (".nika/", ".*.tmp", "/.claude/",
                                                                            *secret_ignores()))
 
 
@@ -89,7 +89,7 @@ def test_adopting_a_repository_with_history_keeps_its_files_and_stages_nothing(t
     assert out(root, "diff", "--cached", "--name-only") == ""
     assert (root / "agents/kernel-orchestrator.md").read_text() == custom   # never overwritten
     assert "agents/kernel-orchestrator.md" not in report.created
-    assert (root / ".gitignore").read_text() == "".join(f"{x}\n" for x in ("*.pyc", ".nika/", ".*.tmp",
+    assert (root / ".gitignore").read_text() == "".join(f"{x}\n" for x in ("*.pyc", ".nika/", ".*.tmp", "/.claude/",
                                                                            *secret_ignores()))
     assert report.gitignore == "updated"
     # The branch it found becomes the base branch of theme branches.

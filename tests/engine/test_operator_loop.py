@@ -357,6 +357,11 @@ def test_readme_quick_start_walks_the_example_to_done(tmp_path, git_env):
     assert (demo / "docs" / "greeting.md").is_file()
     run = load_file(demo / "runs" / "example.yml")
     assert run["status"] == "done" and run["report"]["delivered"] == ["1", "2", "3"]
+    # The Claude Code settings the launch installed are this machine's (absolute paths): ignored,
+    # so the brain's checkout is clean after the Quick start (issue 25 §4).
+    assert (demo / ".claude" / "settings.json").is_file()
+    status = subprocess.run(["git", "status", "--porcelain"], cwd=demo, capture_output=True, text=True).stdout
+    assert ".claude" not in status, status
 
 
 # ---- 8. cross-workflow triggers -------------------------------------------------------------------

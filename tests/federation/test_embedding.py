@@ -162,6 +162,14 @@ def test_e5_default_backend_is_real_and_bilingual():
         emb.embed(["x"], kind="document")  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("text", ["😀" * 1000, "中" * 1000, "é" * 600])
+def test_e5_cuts_short_texts_of_many_tokens(text):
+    """Fewer characters than twice the window is no proof: 1,000 emojis are 1,004 tokens (issue 25 §5)."""
+    emb = embedding.E5Embedder()
+    cut = emb._fit(text, True)
+    assert emb._model.token_count(cut, True) <= embedding.MAX_TOKENS < emb._model.token_count(text, True)
+
+
 def test_e5_cuts_long_texts_to_its_window():
     emb = embedding.E5Embedder()
     long = "sauvegarde du serveur " * 1500

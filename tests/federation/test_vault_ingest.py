@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 from nika_brain.errors import BrainError
-from nika_brain.federation.vault import admin, chroma, ingest, query
+from nika_brain.federation.vault import admin, chroma, chunking, ingest, query
 from nika_brain.federation.vault.chunking import chunk_text
 from tests.federation.vaultkit import prose, vault_brain, write_pdf
 
@@ -34,6 +34,17 @@ def test_markdown_is_chunked_on_headings_and_paragraphs():
     pieces = chunk_text(long, 300)
     assert all(len(p) <= 300 for p in pieces)
     assert " ".join(pieces).split() == long.split()
+
+
+def test_a_huge_heading_is_text_chunked_once_not_repeated_in_every_chunk():
+    heading = "# " + " ".join(f"term{i}" for i in range(15_000))   # ~100 KB on one heading line
+    md = heading + "\n\n" + "\n\n".join(f"Paragraph {i} is about topic {i}." for i in range(60)) + "\n"
+    chunks = chunk_text(md, 1200)
+    assert all(len(c) <= 1200 + chunking.MAX_HEADING + 4 for c in chunks)
+    words = " ".join(chunks).split()
+    assert all(words.count(f"term{i}") >= 1 for i in (0, 7_000, 14_999))   # the heading's text is kept
+    assert sum(c.count("term14999") for c in chunks) == 1                   # once, not in every chunk
+    assert all(f"Paragraph {i} is about" in " ".join(chunks) for i in range(60))
 
 
 def _corpus(folder, n_files=4, per_file=3):

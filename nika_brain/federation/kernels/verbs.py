@@ -167,6 +167,33 @@ def _undo_start(brain: Brain, k: Kernel) -> None:
 
 # ---- spawn -----------------------------------------------------------------------------------------
 
+def _check_spawn(brain: Brain, kernel_id: str | None, card: str | None) -> None:
+    """Refused before anything is written: an empty --id, an id that differs from an existing kernel's
+    only by case (ALPHA while alpha exists: one folder on a case-insensitive disk, one name to a
+    person), a card with no agents/<card>.md."""
+    if kernel_id is not None:
+        if not kernel_id.strip():
+            raise BrainError("--id is empty; leave it out for an id made from the goal")
+        kernels.check_id(kernel_id)
+        folded = kernel_id.casefold()
+        if brain.kernels_dir.is_dir():
+            for other in brain.kernels_dir.iterdir():
+                if other.name != kernel_id and other.name.casefold() == folded:
+                    raise BrainError(f"kernel {other.name} exists already; {kernel_id} differs only by case")
+    if card is not None:
+        from nika_brain.state import agents
+        agents.load_card(brain, card)
+
+
+def check_live(brain: Brain, kernel_id: str, verb: str) -> Kernel:
+    """The kernel a directive or a task is for, refused when it is dead, killed, failed or handed over
+    (nothing would ever read it: "queued" would be a lie)."""
+    k = kernels.load_kernel(brain, kernel_id)
+    if not k.live:
+        raise BrainError(f"kernel {k.id} is {k.status}: nothing would {verb} (spawn a kernel, or use a live one)")
+    return k
+
+
 def kernel_spawn(brain: Brain, goal: str, scope=(), resource_limits: Mapping[str, Any] | Limits | None = None,
                  *, kernel_id: str | None = None, tags=(), examples=(), region: str | None = None,
                  data_class: str | None = None, doctrine: str | None = None, card: str | None = None,
@@ -181,6 +208,7 @@ def kernel_spawn(brain: Brain, goal: str, scope=(), resource_limits: Mapping[str
         raise BrainError("--ttl applies to a temporary kernel only (add --temporary)")
     for key in env or {}:
         credentials.check_key(key)
+    _check_spawn(brain, kernel_id, card)
     lim = resource_limits if isinstance(resource_limits, Limits) else \
         Limits.parse((resource_limits or {}).get("memory"), (resource_limits or {}).get("cpu"))
     kid = kernel_id or _auto_id(brain, goal or "")
@@ -446,6 +474,7 @@ def kernel_readjust(brain: Brain, kernel_id: str, new_directive: str, *, by: str
     """Append a directive (the hooks inject it at the session's next prompt) and publish it on
     nika:federation:directives for listeners."""
     from nika_brain import bus
+    check_live(brain, kernel_id, "read this directive")
     d = kernels.readjust(brain, kernel_id, new_directive, by=by)
     health.publish_or_warn(brain, bus.DIRECTIVES, kernels.directive_signal(kernel_id, d))
     return d

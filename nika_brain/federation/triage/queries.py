@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nika_brain.errors import BrainError, Invalid
+from nika_brain.support import fsio
 
 
 @dataclass(frozen=True)
@@ -18,15 +19,13 @@ class Query:
     line: int
 
 
+MAX_BYTES = 64 << 20
+
+
 def read_queries(path: Path, known: set[str] | None = None) -> list[Query]:
     """Queries from a JSONL file; one clear error naming file, line and key."""
     path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise Invalid(f"cannot read queries: {exc.strerror}", file=str(path)) from exc
-    except UnicodeDecodeError as exc:
-        raise Invalid("not UTF-8 text", file=str(path)) from exc
+    lines = fsio.read_text(path, limit=MAX_BYTES).splitlines()  # a regular file only: no FIFO, no /dev/zero
     out = []
     for n, raw in enumerate(lines, 1):
         if not raw.strip():

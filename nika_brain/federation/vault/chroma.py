@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from nika_brain.errors import BrainError, Busy, Invalid
+from nika_brain.errors import BrainError, Busy, Invalid, MissingExtra
 
 if TYPE_CHECKING:  # pragma: no cover
     from nika_brain.brain import Brain
@@ -305,8 +305,11 @@ def open_store(brain: Brain) -> VectorStore:
     store = _STORES.get(key)
     if store is not None:
         return store
-    with translate("chroma: cannot open the store"):
+    try:
         import chromadb
+    except ImportError as exc:
+        raise MissingExtra.federation("chromadb") from exc
+    with translate("chroma: cannot open the store"):
         from chromadb.config import Settings
         settings = Settings(anonymized_telemetry=False)
         if url:

@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from nika_brain.errors import BrainError
+from nika_brain.errors import BrainError, MissingExtra
 from nika_brain.federation.vault.write import Chunk
 
 TEXT_SUFFIXES = (".txt", ".md", ".markdown", ".rst", ".text")
@@ -19,6 +19,9 @@ PDF_SUFFIXES = (".pdf",)
 SUFFIXES = TEXT_SUFFIXES + PDF_SUFFIXES
 _HEADING = re.compile(r"^(#{1,6})\s+\S")
 _SENTENCE = re.compile(r"(?<=[.!?…])\s+")
+# The heading each chunk repeats is at most this long: a longer one (a 100 KB "heading") is text of
+# its section, chunked once like a paragraph, and its start names the section in every chunk.
+MAX_HEADING = 100
 
 
 def discover(paths: list[str]) -> tuple[list[Path], list[tuple[str, str]]]:
@@ -65,7 +68,7 @@ def _pdf_chunks(path: Path, chunk_chars: int) -> list[Chunk]:
         from pypdf import PdfReader
         from pypdf.errors import PyPdfError
     except ImportError as exc:  # pragma: no cover - pypdf is a federation dependency
-        raise BrainError("reading PDF needs pypdf (pip install pypdf)", file=str(path)) from exc
+        raise MissingExtra.federation("pypdf") from exc
     import logging
     logging.getLogger("pypdf").setLevel(logging.ERROR)  # its warnings would print per page
     out: list[Chunk] = []
@@ -101,6 +104,9 @@ def _sections(text: str) -> Iterator[tuple[str, list[str]]]:
             if paras:
                 yield heading, paras
             heading, paras = line.strip(), []
+            if len(heading) > MAX_HEADING:
+                paras = [heading]
+                heading = heading[:MAX_HEADING].rsplit(" ", 1)[0] + " …"
         elif not line.strip():
             if cur:
                 paras.append("\n".join(cur))

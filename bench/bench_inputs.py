@@ -1,0 +1,94 @@
+"""Odd inputs that were slow (issue 25 §5): `rag ingest` of many tiny files, a file under a 100 KB
+heading, `triage` of 1,000 emojis. Whole `nika-brain` processes in a brain made by `nika-brain init`,
+CPU time (user + system of the process and its children), each case run against this checkout and
+against a baseline interleaved (another checkout given with --baseline, e.g. the main branch's, or
+else a bare `python -c pass`), printing min/median/max of the paired ratios.
+
+    python bench/bench_inputs.py --baseline /path/to/main-checkout [--files 500] [--runs 3]
+
+Goal (the issue: "faster"): each case's median ratio checkout/baseline below 1 against the commit
+before the fix; the tiny-file figure is mostly the embedder's own cost per chunk (see the report).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cpu_of(argv: list[str], cwd: Path, pythonpath: str | None) -> float:
+    env = dict(os.environ)
+    if pythonpath is not None:
+        env["PYTHONPATH"] = pythonpath
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=3600)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(argv[:6])} failed: {proc.stderr.strip()[-300:]}")
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def new_brain(where: Path, checkout: Path) -> Path:
+    subprocess.run([sys.executable, "-m", "nika_brain", "init", str(where)], env=dict(os.environ, PYTHONPATH=str(
+        checkout)), check=True, capture_output=True)
+    (where / "kernels" / "alpha").mkdir(parents=True)
+    (where / "kernels" / "alpha" / "kernel.yml").write_text("id: alpha\ngoal: 'IT operations, servers and backups'\n")
+    return where
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--baseline", type=Path, help="a checkout to compare with (default: python -c pass)")
+    ap.add_argument("--files", type=int, default=500, help="tiny files to ingest (the issue used 5,000)")
+    ap.add_argument("--runs", type=int, default=3)
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="nika-bench-inputs-"))
+    try:
+        tiny = tmp / "tiny"
+        tiny.mkdir()
+        for i in range(args.files):
+            (tiny / f"n{i:05d}.md").write_text(f"Note {i}: server {i * 7919 % 1000003} restarted on day {i % 31}.\n")
+        heading = tmp / "heading.md"
+        heading.write_text("# " + " ".join(f"term{i}" for i in range(15_000)) + "\n\n"
+                           + "\n\n".join(f"Paragraph {i} is about topic {i}." for i in range(60)) + "\n")
+        emojis = "😀" * 1000
+        cases = {
+            f"rag ingest of {args.files} tiny files": lambda: ["rag", "ingest", str(tiny), "--kernel", "alpha"],
+            "rag ingest, 100 KB heading": lambda: ["rag", "ingest", str(heading), "--kernel", "alpha"],
+            "triage of 1,000 emojis": lambda: ["triage", emojis],
+        }
+        sides = {"checkout": ROOT}
+        if args.baseline:
+            sides["baseline"] = args.baseline.resolve()
+        print(f"CPU seconds per process (min/median/max over {args.runs} runs), baseline: "
+              f"{args.baseline or 'python -c pass'}")
+        for name, argv in cases.items():
+            cpu: dict[str, list[float]] = {s: [] for s in (*sides, "pass")}
+            for run in range(args.runs):
+                for side, checkout in sides.items():   # interleaved, a fresh brain each time (no cache)
+                    brain = new_brain(tmp / f"b-{side}-{run}-{len(cpu[side])}", checkout)
+                    cpu[side].append(cpu_of([sys.executable, "-m", "nika_brain", *argv()], brain, str(checkout)))
+                    shutil.rmtree(brain, ignore_errors=True)
+                cpu["pass"].append(cpu_of([sys.executable, "-c", "pass"], tmp, None))
+            base = cpu["baseline"] if "baseline" in cpu else cpu["pass"]
+            ratios = sorted(a / b for a, b in zip(cpu["checkout"], base))
+            fmt = lambda xs: f"{min(xs):.2f}/{statistics.median(xs):.2f}/{max(xs):.2f}"  # noqa: E731
+            line = f"{name:<34} checkout {fmt(cpu['checkout'])} s"
+            if "baseline" in cpu:
+                line += f"   baseline {fmt(cpu['baseline'])} s"
+            print(f"{line}   ratio {fmt(ratios)}", flush=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,233 @@
+"""Mutation check: apply small realistic mutants one at a time to a temporary copy of the checkout,
+run the tests that cover each, and report how many the suite kills.
+
+    python bench/mutants.py                 # every mutant; prints a table and "killed N/M"
+    python bench/mutants.py --only policy   # the mutants whose name contains "policy"
+    python bench/mutants.py --list          # names, files and covering tests, nothing run
+
+The working tree is never touched: the checkout (tracked and untracked files, without .git and the
+caches) is copied to a temporary folder, each mutant edits that copy, its covering tests run there
+(`python -m pytest -x -q`, the copy first on PYTHONPATH), and the file is put back. A mutant whose
+text is not found exactly once is reported STALE (the code moved: update the mutant), never counted
+as killed. The unmutated copy's covering tests run first: if they fail, nothing is judged.
+
+A mutant is killed when its tests fail (any non-zero exit) or run past --timeout (a hang is a kill:
+the suite noticed). Each mutant names the issue item it stands for.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+IGNORE = shutil.ignore_patterns(".git", ".nika", "__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache",
+                                ".benchmarks", "*.egg-info", "build", "dist")
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    path: str        # relative to the checkout
+    old: str         # must occur exactly once
+    new: str
+    tests: tuple[str, ...]
+
+
+POLICY = "nika_brain/claude/policy.py"
+POLICY_TESTS = ("tests/claude/test_policy_writers.py",)
+EDGES = "tests/federation/test_edges.py"
+
+MUTANTS: list[Mutant] = [
+    # ---- issue 25 §1: the survivors of the last check ------------------------------------------
+    Mutant("vault: expired grants still honoured", "nika_brain/state/grants.py",
+           'return self.until is None or clock.parse(self.until, what="until") > now', "return True",
+           (f"{EDGES}::test_an_expired_grant_is_refused",)),
+    Mutant("handover: Stop and PreCompact both win _begin", "nika_brain/federation/lineage/handover.py",
+           '        if data.get("handover"):\n            won.append(False)\n            return\n', "",
+           (f"{EDGES}::test_stop_and_precompact_at_once_begin_one_handover",)),
+    Mutant("handover: the 41 % default", "nika_brain/federation/lineage/handover.py",
+           "DEFAULT_THRESHOLD = 41.0", "DEFAULT_THRESHOLD = 50.0",
+           (f"{EDGES}::test_the_default_handover_threshold_is_41_percent",)),
+    Mutant("stealing: grant written with plain set", "nika_brain/federation/stealing/protocol.py",
+           "if not self.bus.set_if_absent(_k_grant(offer.tid, 1), record):",
+           "if self.bus.set(_k_grant(offer.tid, 1), record):",
+           (f"{EDGES}::test_a_second_owner_incarnation_keeps_the_first_grant",)),
+    Mutant("stealing: runner does not check the newest grant", "nika_brain/federation/stealing/protocol.py",
+           'if gs[-1]["to"] != self.kernel:\n                return "not-ours"',
+           'if gs[0]["to"] != self.kernel:\n                return "not-ours"',
+           (f"{EDGES}::test_a_runner_obeys_the_newest_decision",)),
+    Mutant("stealing: grant_timeout swapped for the lease", "nika_brain/federation/stealing/protocol.py",
+           '> self.cfg.grant_timeout', '> self.cfg.lease',
+           (f"{EDGES}::test_an_unstarted_grant_returns_after_grant_timeout_not_the_lease",)),
+    Mutant("policy: ln dropped from the writers", POLICY,
+           '_WRITE_LAST = {"cp", "ln", "install", "rsync", "scp"}', '_WRITE_LAST = {"cp", "install", "rsync", "scp"}',
+           POLICY_TESTS),
+    Mutant("policy: install dropped", POLICY,
+           '_WRITE_LAST = {"cp", "ln", "install", "rsync", "scp"}', '_WRITE_LAST = {"cp", "ln", "rsync", "scp"}',
+           POLICY_TESTS),
+    Mutant("policy: rsync dropped", POLICY,
+           '_WRITE_LAST = {"cp", "ln", "install", "rsync", "scp"}', '_WRITE_LAST = {"cp", "ln", "install", "scp"}',
+           POLICY_TESTS),
+    Mutant("policy: scp dropped", POLICY,
+           '_WRITE_LAST = {"cp", "ln", "install", "rsync", "scp"}', '_WRITE_LAST = {"cp", "ln", "install", "rsync"}',
+           POLICY_TESTS),
+    Mutant("policy: truncate dropped", POLICY,
+           '"touch", "truncate", "tee"', '"touch", "tee"', POLICY_TESTS),
+    Mutant("policy: curl -O not a write", POLICY,
+           'or verb == "curl" and any(_cluster(a, "O") or a == "--remote-name" for a in args)',
+           'or verb == "curl" and False', POLICY_TESTS),
+    Mutant("policy: wget -P not a write", POLICY,
+           'elif verb == "wget" and (a in ("-O", "-P", "--output-document", "--directory-prefix")',
+           'elif verb == "wget" and (a in ("-O", "--output-document", "--directory-prefix")', POLICY_TESTS),
+    Mutant("policy: tar -x without -C not a write", POLICY,
+           '        if not any(a == "-C" or a.startswith("--directory") for a in args):\n'
+           '            writes.append(".")',
+           '        pass', POLICY_TESTS),
+    Mutant("policy: git checkout/restore/clean not writes", POLICY,
+           'operands[0] in ("rm", "mv", "checkout", "restore", "clean")', 'operands[0] in ("rm", "mv")',
+           POLICY_TESTS),
+    Mutant("triggers: saturation with one sample", "nika_brain/federation/spawning/triggers.py",
+           'or m["samples"] < cfg["saturation_min_samples"]', 'or m["samples"] < 1',
+           (f"{EDGES}::test_saturation_waits_for_its_minimum_samples",)),
+    Mutant("vault: owner re-check on query results removed", "nika_brain/federation/vault/query.py",
+           "                    if _allowed(rec, allowed):\n                        found.append(rec)",
+           "                    found.append(rec)",
+           (f"{EDGES}::test_records_chroma_returns_outside_the_readers_scope_are_dropped",)),
+    Mutant("vault: dedup > becomes >= (in a batch)", "nika_brain/federation/vault/write.py",
+           "if float(sims[j]) > threshold:", "if float(sims[j]) >= threshold:",
+           (f"{EDGES}::test_a_dedup_threshold_of_one_drops_nothing",)),
+    Mutant("locks: index ancestor lookup", "nika_brain/state/locks.py",
+           "for i in range(1, len(parts) + 1):", "for i in range(len(parts), len(parts) + 1):",
+           ("tests/state/test_lock_index.py",)),
+    Mutant("locks: index descendant lookup", "nika_brain/state/locks.py",
+           'self._names_at("\\n" + "/".join(parts) + "/", out)', "pass",
+           ("tests/state/test_lock_index.py",)),
+    # ---- issue 25 §4-5: what this round fixed stays fixed ---------------------------------------
+    Mutant("fencing: the counter's copy in .git ignored", "nika_brain/state/locks.py",
+           "token = max(floor, _bump_copy(copy, 0)) + 1", "token = floor + 1",
+           ("tests/campaign/test_defects.py::test_fencing_tokens_never_go_back_when_no_lock_was_ever_committed",
+            "tests/campaign/test_defects.py::test_fencing_tokens_stay_above_a_local_counter_higher_than_git_history")),
+    Mutant("fencing: a negative counter accepted", "nika_brain/state/locks.py",
+           "if not text.isdigit() or", 'if not text.lstrip(b"-").isdigit() or',
+           ("tests/campaign/test_defects.py::test_a_counter_that_is_not_a_small_non_negative_number_fails_closed",)),
+    Mutant("fencing: a 26-digit counter accepted", "nika_brain/state/locks.py",
+           "len(text.lstrip(b\"0\")) > _MAX_TOKEN_DIGITS", "len(text.lstrip(b\"0\")) > 99",
+           ("tests/campaign/test_defects.py::test_a_counter_that_is_not_a_small_non_negative_number_fails_closed",)),
+    Mutant("gates: a second approval journaled", "nika_brain/state/gates.py",
+           "return g, False", "return g, True",
+           ("tests/cli/test_new_user.py::test_approving_an_approved_gate_journals_nothing_and_rejecting_it_says_it_is_decided",)),
+    Mutant("cli: invalid UTF-8 arguments let through", "nika_brain/__main__.py",
+           "bad = undecodable(argv)", "bad = None",
+           ("tests/campaign/test_newer_commands.py::test_invalid_utf8_arguments_are_one_line",)),
+    Mutant("bus: a lone surrogate stored", "nika_brain/bus/codec.py",
+           'text.encode("utf-8")   #', "pass   #",
+           ("tests/campaign/test_newer_commands.py::test_bus_publish_refuses_what_it_cannot_store",)),
+    Mutant("bus: a path as a channel name", "nika_brain/bus/codec.py",
+           'if what == "channel" and', "if False and",
+           ("tests/campaign/test_newer_commands.py::test_the_bus_refuses_a_path_like_channel_in_process",)),
+    Mutant("support: FIFOs and devices read", "nika_brain/support/fsio.py",
+           "if not stat.S_ISREG(mode):", "if False:",
+           ("tests/campaign/test_newer_commands.py::test_input_files_that_never_end_are_refused_not_read",)),
+    Mutant("kernels: a directive for a dead kernel queued", "nika_brain/federation/kernels/verbs.py",
+           '    check_live(brain, kernel_id, "read this directive")\n', "",
+           ("tests/campaign/test_newer_commands.py::test_directives_and_tasks_for_a_kernel_that_is_not_live_are_refused",)),
+    Mutant("kernels: spawn --id differing only by case", "nika_brain/federation/kernels/verbs.py",
+           "if other.name != kernel_id and other.name.casefold() == folded:", "if False:",
+           ("tests/campaign/test_newer_commands.py::test_spawn_refuses_a_bad_id_or_card_before_writing",)),
+    Mutant("rag: query for an unknown kernel answers nothing", "nika_brain/cli/rag.py",
+           "        _known_kernel(brain, known)\n", "        pass\n",
+           ("tests/cli/test_new_user.py::test_rag_query_for_an_unknown_kernel_is_an_error",)),
+    Mutant("engine: a missing test runner counted as a red test", "nika_brain/engine/service.py",
+           "if tr.missing:", "if False:",
+           ("tests/engine/test_test_runner.py::test_a_missing_test_runner_is_named_not_counted_as_a_red_test",)),
+    Mutant("vault: a huge heading repeated in every chunk", "nika_brain/federation/vault/chunking.py",
+           "if len(heading) > MAX_HEADING:", "if False:",
+           ("tests/federation/test_vault_ingest.py::test_a_huge_heading_is_text_chunked_once_not_repeated_in_every_chunk",)),
+    Mutant("embedding: short texts of many tokens not cut", "nika_brain/federation/embedding.py",
+           "if len(text) <= MAX_TOKENS - 16:", "if len(text) <= MAX_TOKENS * 2:",
+           ("tests/federation/test_embedding.py::test_e5_cuts_short_texts_of_many_tokens",)),
+    Mutant("engine: the red test output not kept", "nika_brain/engine/service.py",
+           "                _keep_failure(brain, c.id, tr, now)\n", "",
+           ("tests/engine/test_test_runner.py::test_a_red_test_commands_output_is_kept_on_the_claim_and_shown",)),
+]
+
+
+def copy_checkout(dest: Path) -> None:
+    shutil.copytree(ROOT, dest, ignore=IGNORE, symlinks=True)
+
+
+def run_tests(copy: Path, tests: tuple[str, ...], timeout: float) -> tuple[str, float, str]:
+    """('pass' | 'fail' | 'timeout', seconds, the output's tail)."""
+    env = dict(os.environ, PYTHONPATH=str(copy), PYTHONDONTWRITEBYTECODE="1")
+    start = time.monotonic()
+    try:
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
+                              cwd=copy, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return "timeout", time.monotonic() - start, ""
+    out = (proc.stdout + proc.stderr).strip().splitlines()
+    return ("pass" if proc.returncode == 0 else "fail"), time.monotonic() - start, "\n".join(out[-3:])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", default="", help="run the mutants whose name contains this text")
+    ap.add_argument("--list", action="store_true", help="list the mutants and exit")
+    ap.add_argument("--timeout", type=float, default=900.0, help="seconds per mutant's tests (a hang is a kill)")
+    ap.add_argument("--verbose", action="store_true", help="print the tail of each run's output")
+    args = ap.parse_args(argv)
+    chosen = [m for m in MUTANTS if args.only.lower() in m.name.lower()]
+    if args.list:
+        for m in chosen:
+            print(f"{m.name}\n    {m.path}\n    " + "\n    ".join(m.tests))
+        return 0
+    if not chosen:
+        print("no mutant matches", file=sys.stderr)
+        return 1
+    with tempfile.TemporaryDirectory(prefix="nika-mutants-") as tmp:
+        copy = Path(tmp) / "checkout"
+        copy_checkout(copy)
+        every = tuple(dict.fromkeys(t for m in chosen for t in m.tests))
+        verdict, secs, tail = run_tests(copy, every, args.timeout)
+        if verdict != "pass":
+            print(f"the unmutated checkout's covering tests do not pass ({verdict}):\n{tail}", file=sys.stderr)
+            return 1
+        print(f"baseline: {len(every)} covering test selections pass on the unmutated copy ({secs:.0f}s)")
+        killed = stale = 0
+        rows = []
+        for m in chosen:
+            target = copy / m.path
+            original = target.read_text(encoding="utf-8")
+            if original.count(m.old) != 1:
+                stale += 1
+                rows.append(("STALE", m.name, 0.0, f"text found {original.count(m.old)} times in {m.path}"))
+                continue
+            target.write_text(original.replace(m.old, m.new, 1), encoding="utf-8")
+            try:
+                verdict, secs, tail = run_tests(copy, m.tests, args.timeout)
+            finally:
+                target.write_text(original, encoding="utf-8")
+            kill = verdict in ("fail", "timeout")
+            killed += kill
+            rows.append(("killed" if kill else "SURVIVED", m.name, secs, tail if args.verbose or not kill else ""))
+            print(f"{rows[-1][0]:>8}  {m.name}  ({secs:.0f}s{', timeout' if verdict == 'timeout' else ''})",
+                  flush=True)
+            if rows[-1][3]:
+                print("          " + rows[-1][3].replace("\n", "\n          "))
+        judged = len(chosen) - stale
+        print(f"\nkilled {killed}/{judged} mutants" + (f" ({stale} stale: update them)" if stale else ""))
+        for verdict, name, _, why in rows:
+            if verdict != "killed":
+                print(f"  {verdict}: {name}" + (f" — {why}" if verdict == "STALE" else ""))
+        return 0 if killed == judged and not stale else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
