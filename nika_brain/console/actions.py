@@ -19,8 +19,8 @@ def decide_gate(brain: Brain, gate_id: str, decision: str, note: str) -> str:
     from nika_brain.engine import nextstep, service
     if decision not in DECISIONS:
         raise BrainError(f"decision must be approve or reject, not {decision!r}")
-    g, out = service.decide_gate(brain, gate_id, decision, note=note)
-    line = f"gate {g.id}: {g.status} by {g.decided_by}"
+    g, out, decided = service.decide_gate(brain, gate_id, decision, note=note)
+    line = f"gate {g.id}: {g.status} by {g.decided_by}" + ("" if decided else " already; nothing changed")
     if out is not None:
         line += f" — {nextstep.line(brain, out)}"
     return line

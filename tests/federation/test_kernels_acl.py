@@ -37,7 +37,8 @@ def test_acl_matrix(brain, cli, server, tmp_path, monkeypatch):
     assert "default user: off" in out.stdout, out.stdout
     with pytest.raises(redis.exceptions.AuthenticationError):   # Redis' open door is shut
         redis.Redis.from_url(server).ping()
-    assert (tmp_path / "operator" / "private" / "redis").is_dir()
+    from nika_brain.state import authority
+    assert (authority.private_dir() / "redis").is_dir()   # the operator's own folder (passwd home)
     cred = limits.read_env_file(kernels.kernel_dir(brain, "alpha") / "credentials.env")
     assert cred["OTHER"] == "1" and cred["NIKA_REDIS_USER"] == "nika-kernel-alpha"
     admin = redis.Redis.from_url(bus.operator_url(server))   # the operator's own user

@@ -217,8 +217,8 @@ def kernel_spawn(brain: Brain, goal: str, scope=(), resource_limits: Mapping[str
                            card=card or kernels.DEFAULT_CARD, parent=parent, status="starting",
                            runtime=runtime, restart=restart, max_restarts=max_restarts,
                            temporary=temporary, ttl=ttl)
+    runtimes.require(brain, runtime)  # before anything is written: the runtime first, then its sandbox
     k = sandbox.choose(k, sandboxed)  # bwrap, or off when the operator said --no-sandbox
-    runtimes.require(brain, runtime)  # before anything is written
     from nika_brain.state import machine
     here = machine.load(brain)
     machine.check_placement(here, kid, region, runtime)
