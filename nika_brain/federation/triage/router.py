@@ -242,11 +242,13 @@ def fit(kernels: list[str], vectors: np.ndarray, owner: np.ndarray, texts: list[
     bgc = model.center(bgv)
     bg = model.raw(bgc, bg_texts)
     model.loc, model.scale = np.zeros(K), np.ones(K)
+    used = np.zeros(K, dtype=int)
     for k in range(K):
         keep = np.ones(len(bg), dtype=bool)
         if (owner == k).any():
             keep = (bgc @ x[owner == k].T).max(axis=1) < OWN_RADIUS
         col = bg[keep, k] if keep.sum() >= MIN_BACKGROUND else bg[:, k]
+        used[k] = len(col)
         model.loc[k] = float(col.mean())
         model.scale[k] = max(float(col.std()), 1e-3)
 
@@ -295,6 +297,8 @@ def fit(kernels: list[str], vectors: np.ndarray, owner: np.ndarray, texts: list[
             "self_calibrated": bool(len(mine) >= SELF_CALIBRATION),
             "background_mean": round(float(model.loc[k]), 4),
             "background_std": round(float(model.scale[k]), 4),
+            "background_used": int(used[k]),
+            "subtopics": int((model.sub_owner == k).sum()),
             "loo_median": None if not len(mine) else round(float(np.median(mine)), 3),
             "accepted": None if not len(mine) else round(float((mine >= model.thresholds[k]).mean()), 3),
         }
