@@ -381,9 +381,10 @@ def test_stealing_aptitude_is_the_triages_calibrated_confidence(fed):
     def apt(kernel: str, text: str) -> float:
         return Calibrated(fed, kernel, th, Aptitude(kernel, kernel, None)).scores([text])[0]
 
-    tender = "y a-t-il de nouveaux appels d'offres sur la cybersécurité ?"
+    tender = "quels appels d'offres publics sont parus cette semaine dans notre secteur ?"
     assert apt(EPSILON, tender) >= th
-    assert all(apt(k, tender) < th for k in (ALPHA, BETA, GAMMA, DELTA))
+    others = {k: apt(k, tender) for k in (ALPHA, BETA, GAMMA, DELTA)}
+    assert all(v < th for v in others.values()), (th, apt(EPSILON, tender), others)
     # a one-character task: out of every kernel's scope (the generalist is surer), stolen by none
     assert all(apt(k, "x") < th for k in (ALPHA, BETA, GAMMA, DELTA, EPSILON))
     # the office party no longer goes to the public-tender kernel (where raw cosines sent it)
