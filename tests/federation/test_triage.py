@@ -180,6 +180,28 @@ def test_calibration_against_the_background_is_stable_and_rejects_unseen_topics(
     assert np.allclose(m2.thresholds, model.thresholds[[0, 2]])
 
 
+def test_an_everyday_kernel_is_not_calibrated_against_its_own_kind_and_scored_by_its_nearest_theme(monkeypatch):
+    """A kernel whose 40 examples are everyday requests of two themes (both also in the background):
+    the background requests near its own examples are left out of its statistics, it gets two
+    sub-topics, and fresh prompts of either theme pass its threshold."""
+    rng = np.random.default_rng(5)
+    centres = rng.normal(size=(10, 32))
+    centres /= np.linalg.norm(centres, axis=1, keepdims=True)
+    monkeypatch.setattr(router, "background", lambda: tuple(f"everyday {i}" for i in range(300)))
+    bg = _blobs(rng, centres, 30, 0.3)[:300]
+    ex = _blobs(rng, centres[:2], 20, 0.1)
+    owner = np.zeros(len(ex), dtype=int)
+    model, report = router.fit(["weather"], ex, owner, ["w"] * len(ex), np.ones(len(ex), bool), bg)
+    r = report["kernels"]["weather"]
+    assert r["subtopics"] == 2 and router.MIN_BACKGROUND <= r["background_used"] < 300
+    fresh = _blobs(rng, centres[:2], 20, 0.1)
+    z, _ = model.score(fresh, ["fresh"] * len(fresh))
+    assert (z[:, 0] >= model.thresholds[0]).mean() >= 0.9
+    far = _blobs(rng, centres[5:], 10, 0.3)
+    z, _ = model.score(far, ["far"] * len(far))
+    assert (z[:, 0] < model.thresholds[0]).mean() >= 0.9
+
+
 def test_calibration_report_of_the_real_index(fed):
     index = goals.current(fed)
     rep = index.report
@@ -359,9 +381,10 @@ def test_stealing_aptitude_is_the_triages_calibrated_confidence(fed):
     def apt(kernel: str, text: str) -> float:
         return Calibrated(fed, kernel, th, Aptitude(kernel, kernel, None)).scores([text])[0]
 
-    tender = "y a-t-il de nouveaux appels d'offres sur la cybersécurité ?"
+    tender = "quels appels d'offres publics sont parus cette semaine dans notre secteur ?"
     assert apt(EPSILON, tender) >= th
-    assert all(apt(k, tender) < th for k in (ALPHA, BETA, GAMMA, DELTA))
+    others = {k: apt(k, tender) for k in (ALPHA, BETA, GAMMA, DELTA)}
+    assert all(v < th for v in others.values()), (th, apt(EPSILON, tender), others)
     # a one-character task: out of every kernel's scope (the generalist is surer), stolen by none
     assert all(apt(k, "x") < th for k in (ALPHA, BETA, GAMMA, DELTA, EPSILON))
     # the office party no longer goes to the public-tender kernel (where raw cosines sent it)

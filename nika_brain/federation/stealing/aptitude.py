@@ -132,6 +132,8 @@ class Calibrated:
                 if general is not None and general.kernel != self.kernel_id and \
                         general.score - general.threshold > margin > 0:
                     margin = -1e-6  # out of every kernel's scope: the generalist's, never stolen
+                elif margin > 0 and d.decision == "kernel" and d.kernels != (self.kernel_id,):
+                    margin = -1e-6  # one model answers: the triage routes it to another kernel
                 self._memo[text] = round(self.threshold + margin, 6)
             out.append(self._memo[text])
         return out

@@ -38,6 +38,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from nika_brain.brain import Brain
     from nika_brain.federation.embedding import Embedder
 
+MIN_WORD_CHARS = 2   # "x" or "?" says nothing a kernel could take: the generalist's
 MAX_PROMPT = 20_000  # characters looked at for the data class; longer prompts are cut first
 HEAD, TAIL = 200, 100  # characters of a long prompt the embedder sees (head ... tail): ~75 tokens
 MIN_CLAUSE_WORDS = 3
@@ -239,7 +240,7 @@ class Triage:
         prompt = prompt.strip()
         dc = data_class_of(prompt[:MAX_PROMPT], self.settings.data_classes, data_class)
         text = representative(prompt)
-        if not self._scored or not text:
+        if not self._scored or len(re.findall(r"\w", text)) < MIN_WORD_CHARS:
             why = "no kernel has a goal yet" if not self._scored else "nothing in the prompt to route on"
             return self._finish(self._fallback(prompt, why, [], dc, context))
         parts = clauses(text) if self.settings.split and len(text) <= HEAD + TAIL else [text]

@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 COLLECTION = "nika_federation_goals"
 INDEX_NAME = "goals-index.npz"
-FORMAT = 2  # 2: background-calibrated scores, corrections (issue 21)
+FORMAT = 3  # 2: background-calibrated scores, corrections (issue 21); 3: sub-topic centroids
 ROUTED_STATUSES = ("starting", "active", "paused", "dead")  # a dead kernel's prompts queue for it
 DEFAULT_KERNEL = "generalist"
 EMBED_KIND: Kind = "query"  # prompts and examples embedded alike: measured best for routing (bench_triage)
@@ -229,7 +229,8 @@ def build(entries: list[Entry], embedder: Embedder, st: Settings, *,
     return Index(model, entries, st.default, embedder.model_id, digest_, report)
 
 
-ARRAYS = ("mean", "examples", "owner", "centroids", "loc", "scale", "thresholds", "corrections", "corr_owner")
+ARRAYS = ("mean", "examples", "owner", "centroids", "subs", "sub_owner", "loc", "scale", "thresholds",
+          "corrections", "corr_owner")
 
 
 def index_path(brain: Brain) -> Path:

@@ -7,18 +7,23 @@ Pure numpy, one scale for every kernel (issue 21):
    kernel). e5's embeddings share a large common component; removing a fixed mean spreads the scores
    without making them depend on which other kernels exist.
 2. A kernel's raw similarity to a prompt: the mean cosine to its TOPK nearest texts (goal line,
-   domains, canonical prompts) blended with the cosine to their centroid (half and half for a dozen
-   texts, less for hundreds), plus LEX_WEIGHT x the share of the prompt's word stems that occur in
-   the kernel's own texts.
+   domains, canonical prompts) blended with the cosine to its nearest sub-topic centroid (the
+   kernel's texts grouped by k-means, one sub-topic per SUBTOPIC_SIZE texts: a small kernel is one
+   centroid, a kernel with 300 examples on fifteen themes is scored by the theme nearest the prompt;
+   half and half up to 120 texts, less beyond), plus LEX_WEIGHT x the share of the prompt's word
+   stems that occur in the kernel's own texts.
 3. Calibration against the background: the same raw similarity is computed for every everyday
    request; a kernel's *calibrated score* is (raw - background mean) / background std, the number of
    standard deviations above everyday chatter. Hundreds of background requests make the location and
    scale stable with 3 examples as with 300, and they depend only on the kernel's own texts: a
-   kernel spawned or killed elsewhere moves nothing.
+   kernel spawned or killed elsewhere moves nothing. Background requests within OWN_RADIUS of one
+   of the kernel's own texts are left out of that kernel's statistics: a kernel whose examples are
+   everyday requests (alarms, weather) must not be measured against its own kind of prompt.
 4. One shared threshold THRESHOLD on that scale. A kernel with at least SELF_CALIBRATION examples may
-   lower its own (never below MIN_THRESHOLD) to the `miss_rate` quantile of its examples' leave-one-out
-   scores: with that many examples the data supports a threshold of its own (a kernel whose domain
-   is everyday life itself, e.g. weather or small talk, sits close to the background).
+   set its own (between MIN_THRESHOLD and MAX_THRESHOLD) to the `miss_rate` quantile of its examples'
+   leave-one-out scores: with that many examples the data supports a threshold of its own (a kernel
+   whose domain is everyday life itself, e.g. weather or small talk, sits close to the background;
+   one whose examples stand far above it can afford a stricter bar against everyday chatter).
 5. The routed kernel is the highest calibrated score that passes its threshold: decide.py takes it
    from here (policy, corrections, splits).
 6. Operator corrections (corrections.py): a corrected prompt becomes an example of its kernel, and a
@@ -37,13 +42,18 @@ if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
 
 TOPK = 2               # nearest examples averaged into the neighbour part of the raw similarity
-CENTROID_TEXTS = 6.0   # the centroid's weight is min(0.5, CENTROID_TEXTS / texts of the kernel)
+CENTROID_TEXTS = 60.0  # the sub-topic centroids' weight is min(0.5, CENTROID_TEXTS / texts of the kernel)
+SUBTOPIC_SIZE = 20     # texts per sub-topic centroid (k-means within one kernel)
+OWN_RADIUS = 0.5       # background requests this close (cosine, centred) to a kernel's own text are
+                       # left out of that kernel's background statistics
 LEX_WEIGHT = 0.1       # weight of the lexical coverage in the raw similarity
 THRESHOLD = 2.5        # shared: background standard deviations a prompt must clear
 MIN_THRESHOLD = 1.0    # a self-calibrated threshold never goes below this
+MAX_THRESHOLD = 3.0    # ... nor above this
 SELF_CALIBRATION = 20  # examples a kernel needs before its own data may lower its threshold
 MISS_RATE = 0.1        # share of a self-calibrated kernel's examples allowed below its threshold
 CORRECTION_RADIUS = 0.9   # cosine (centred) within which a correction decides
+MIN_BACKGROUND = 50    # fewer background requests left than this: the kernel keeps them all
 STEM = 5               # characters of a word kept as its stem (French and English inflections)
 
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
@@ -88,6 +98,8 @@ class Model:
     examples: np.ndarray      # (N, d) centred, normalised
     owner: np.ndarray         # (N,) kernel index of each example
     centroids: np.ndarray     # (K, d) centred, normalised
+    subs: np.ndarray          # (C, d) sub-topic centroids, centred, normalised
+    sub_owner: np.ndarray     # (C,) kernel index of each sub-topic
     loc: np.ndarray           # (K,) background mean of the raw similarity
     scale: np.ndarray         # (K,) background std of the raw similarity
     thresholds: np.ndarray    # (K,) on the calibrated scale
@@ -107,7 +119,8 @@ class Model:
 
     def raw(self, centred: np.ndarray, texts: list[str]) -> np.ndarray:
         """(m, K) raw similarity of centred prompts to every kernel."""
-        return raw_similarity(centred, texts, self.examples, self.owner, self.centroids, self.vocab)
+        return raw_similarity(centred, texts, self.examples, self.owner, self.subs, self.sub_owner,
+                              len(self.kernels), self.vocab)
 
     def score(self, vectors: np.ndarray, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """(calibrated scores (m, K), centred vectors) for raw embeddings."""
@@ -129,12 +142,11 @@ def centroid_weight(n: int) -> float:
     return min(0.5, CENTROID_TEXTS / max(n, 1))
 
 
-def raw_similarity(centred, texts, examples, owner, centroids, vocab) -> np.ndarray:
+def raw_similarity(centred, texts, examples, owner, subs, sub_owner, K, vocab) -> np.ndarray:
     import numpy as np
-    K = len(centroids)
     sims = centred @ examples.T
     out = np.zeros((len(centred), K), dtype=np.float32)
-    cent = centred @ centroids.T
+    sub_sims = centred @ subs.T
     q_stems = [stems(t) for t in texts]
     for k in range(K):
         sub = sims[:, owner == k]
@@ -145,8 +157,49 @@ def raw_similarity(centred, texts, examples, owner, centroids, vocab) -> np.ndar
         near = (-np.partition(-sub, t - 1, axis=1)[:, :t]).mean(axis=1)
         lex = np.array([len(s & vocab[k]) / len(s) if s else 0.0 for s in q_stems], dtype=np.float32)
         w = centroid_weight(sub.shape[1])
-        out[:, k] = (1 - w) * near + w * cent[:, k] + LEX_WEIGHT * lex
+        cent = sub_sims[:, sub_owner == k].max(axis=1)
+        out[:, k] = (1 - w) * near + w * cent + LEX_WEIGHT * lex
     return out
+
+
+def _kmeans(x: np.ndarray, n: int) -> np.ndarray:
+    """Spherical k-means, deterministic (farthest-point start from the first text); labels."""
+    import numpy as np
+    if n <= 1 or len(x) <= n:
+        return np.zeros(len(x), dtype=int) if n <= 1 else np.arange(len(x))
+    cent = [x[0]]
+    for _ in range(n - 1):
+        cent.append(x[np.max(x @ np.array(cent).T, axis=1).argmin()])
+    c = np.array(cent)
+    assign = np.zeros(len(x), dtype=int)
+    for it in range(25):
+        new = (x @ c.T).argmax(axis=1)
+        if it and (new == assign).all():
+            break
+        assign = new
+        for j in range(n):
+            if (assign == j).any():
+                m = x[assign == j].mean(axis=0)
+                c[j] = m / (np.linalg.norm(m) or 1.0)
+    _, assign = np.unique(assign, return_inverse=True)
+    return assign
+
+
+def subtopics(x: np.ndarray, owner: np.ndarray, K: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(sub-topic centroids (C, d), their kernel (C,), each text's sub-topic (N,)): a kernel's texts
+    grouped by k-means, one sub-topic per SUBTOPIC_SIZE texts (a small kernel is one sub-topic)."""
+    import numpy as np
+    labels = np.zeros(len(x), dtype=int)
+    sub_owner: list[int] = []
+    for k in range(K):
+        idx = np.where(owner == k)[0]
+        if not len(idx):
+            continue
+        lab = _kmeans(x[idx], max(1, len(idx) // SUBTOPIC_SIZE))
+        labels[idx] = lab + len(sub_owner)
+        sub_owner.extend([k] * (int(lab.max()) + 1))
+    subs = _centroids(x, labels, len(sub_owner)) if sub_owner else np.zeros((0, x.shape[1]), np.float32)
+    return subs, np.array(sub_owner, dtype=int), labels
 
 
 def _centroids(x: np.ndarray, owner: np.ndarray, K: int) -> np.ndarray:
@@ -173,20 +226,31 @@ def fit(kernels: list[str], vectors: np.ndarray, owner: np.ndarray, texts: list[
     d = bgv.shape[1]
     mean = bgv.mean(axis=0).astype(np.float32)
     empty = np.zeros((0, d), np.float32)
-    model = Model(list(kernels), mean, empty, owner, np.zeros((K, d), np.float32), np.zeros(K),
+    model = Model(list(kernels), mean, empty, owner, np.zeros((K, d), np.float32), empty, np.zeros(0, int),
+                  np.zeros(K),
                   np.ones(K), np.full(K, THRESHOLD), [frozenset()] * K, empty, np.zeros(0, int),
                   list(corr_ids or []), miss_rate, True)
     x = model.center(vectors) if len(vectors) else empty
     model.examples = x.astype(np.float32)
     model.centroids = _centroids(x, owner, K)
+    model.subs, model.sub_owner, labels = subtopics(x, owner, K)
     model.vocab = [frozenset(s for t, o in zip(texts, owner) if o == k for s in stems(t)) for k in range(K)]
     if corrections is not None and len(corrections):
         model.corrections = model.center(corrections)
         model.corr_owner = np.asarray(corr_owner, dtype=int)
     bg_texts = list(background())
-    bg = model.raw(model.center(bgv), bg_texts)
-    model.loc = bg.mean(axis=0).astype(np.float64)
-    model.scale = np.maximum(bg.std(axis=0), 1e-3).astype(np.float64)
+    bgc = model.center(bgv)
+    bg = model.raw(bgc, bg_texts)
+    model.loc, model.scale = np.zeros(K), np.ones(K)
+    used = np.zeros(K, dtype=int)
+    for k in range(K):
+        keep = np.ones(len(bg), dtype=bool)
+        if (owner == k).any():
+            keep = (bgc @ x[owner == k].T).max(axis=1) < OWN_RADIUS
+        col = bg[keep, k] if keep.sum() >= MIN_BACKGROUND else bg[:, k]
+        used[k] = len(col)
+        model.loc[k] = float(col.mean())
+        model.scale[k] = max(float(col.std()), 1e-3)
 
     # leave-one-out calibrated scores of each canonical prompt on its own kernel
     report: dict[str, Any] = {"kernels": {}, "miss_rate": miss_rate, "threshold": THRESHOLD,
@@ -199,7 +263,8 @@ def fit(kernels: list[str], vectors: np.ndarray, owner: np.ndarray, texts: list[
         mine_cal = [j for j, i in enumerate(cal) if owner[i] == k]
         if len(idx) < 2 or not mine_cal:
             continue
-        total = x[idx].sum(axis=0)
+        sub_total = {int(c): x[labels == c].sum(axis=0) for c in set(labels[idx].tolist())}
+        sub_ids = np.where(model.sub_owner == k)[0]
         counts: dict[str, int] = {}
         for i in idx:
             for s in text_stems[i]:
@@ -210,8 +275,12 @@ def fit(kernels: list[str], vectors: np.ndarray, owner: np.ndarray, texts: list[
             others = sims[row, idx != i]
             t = min(TOPK, len(others))
             near = float(np.sort(others)[-t:].mean())
-            c = total - x[i]
-            cent = float(x[i] @ c / (np.linalg.norm(c) or 1.0))
+            cent = -1.0
+            for c in sub_ids:
+                v = sub_total[int(c)] - (x[i] if labels[i] == c else 0.0)
+                nv = float(np.linalg.norm(v))
+                if nv > 0:
+                    cent = max(cent, float(x[i] @ v) / nv)
             ws = text_stems[i]
             lex = sum(counts.get(s, 0) > 1 for s in ws) / len(ws) if ws else 0.0
             w = centroid_weight(len(idx) - 1)
@@ -220,7 +289,7 @@ def fit(kernels: list[str], vectors: np.ndarray, owner: np.ndarray, texts: list[
     for k, kid in enumerate(kernels):
         mine = loo[(owner[cal] == k) & np.isfinite(loo)]
         if len(mine) >= SELF_CALIBRATION:
-            model.thresholds[k] = max(MIN_THRESHOLD, min(THRESHOLD, float(np.quantile(mine, miss_rate))))
+            model.thresholds[k] = max(MIN_THRESHOLD, min(MAX_THRESHOLD, float(np.quantile(mine, miss_rate))))
         report["kernels"][kid] = {
             "examples": int(((owner == k) & np.asarray(calibrate, dtype=bool)).sum()),
             "texts": int((owner == k).sum()),
@@ -228,6 +297,8 @@ def fit(kernels: list[str], vectors: np.ndarray, owner: np.ndarray, texts: list[
             "self_calibrated": bool(len(mine) >= SELF_CALIBRATION),
             "background_mean": round(float(model.loc[k]), 4),
             "background_std": round(float(model.scale[k]), 4),
+            "background_used": int(used[k]),
+            "subtopics": int((model.sub_owner == k).sum()),
             "loo_median": None if not len(mine) else round(float(np.median(mine)), 3),
             "accepted": None if not len(mine) else round(float((mine >= model.thresholds[k]).mean()), 3),
         }
