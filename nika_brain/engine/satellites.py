@@ -146,6 +146,32 @@ class SatelliteOutcome:
     unavailable: bool = False  # no satellite could be started at all (the brain's setup, not the step)
 
 
+_CREDENTIAL_VARS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN",
+                    "CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX")
+
+
+def claude_credentials(env: dict[str, str] | None = None) -> str | None:
+    """Where Claude Code would find its credentials (a variable, its login file, an apiKeyHelper), or
+    None: a `claude` with none stops at its login prompt, which is the brain's setup, not the step's
+    failure. Read from what Claude Code reads, never from its output text."""
+    env = dict(os.environ) if env is None else env
+    for var in _CREDENTIAL_VARS:
+        if env.get(var):
+            return var
+    home = Path(env.get("HOME") or Path.home())
+    folder = Path(env["CLAUDE_CONFIG_DIR"]) if env.get("CLAUDE_CONFIG_DIR") else home / ".claude"
+    if (folder / ".credentials.json").is_file():
+        return str(folder / ".credentials.json")
+    for settings in (folder / "settings.json", home / ".claude.json"):
+        try:
+            text = settings.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        if '"apiKeyHelper"' in text or '"primaryApiKey"' in text:
+            return str(settings)
+    return None
+
+
 def launch(brain: Brain, claim: Claim, brief: str, brief_file: Path, cwd: Path, *,
            kernel_settings: Path | None = None, timeout: float = 3600.0) -> SatelliteOutcome:
     """Run the satellite command (Claude Code headless by default) and read its JSON result.
@@ -160,6 +186,12 @@ def launch(brain: Brain, claim: Claim, brief: str, brief_file: Path, cwd: Path, 
         return SatelliteOutcome(127, None, "no satellite can run here: nika-brain.yml sets no "
                                 "satellite_command and `claude` is not on PATH — install Claude Code "
                                 "(and log in) or set satellite_command", unavailable=True)
+    if not brain.config.satellite_command and not claude_credentials():
+        return SatelliteOutcome(127, None, "no satellite can run here: `claude` is installed but has no "
+                                "credentials (no ANTHROPIC_API_KEY, ANTHROPIC_AUTH_TOKEN or "
+                                "CLAUDE_CODE_OAUTH_TOKEN, no .credentials.json in its config folder) — run "
+                                "`claude` once and /login, export ANTHROPIC_API_KEY, or set satellite_command",
+                                unavailable=True)
     values = {"brief": brief, "brief_file": str(brief_file), "claim": claim.id, "worktree": str(cwd),
               "brain": str(brain.root)}
     try:

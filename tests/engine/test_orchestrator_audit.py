@@ -574,6 +574,21 @@ def test_9_no_usable_satellite_is_said_and_not_counted_toward_the_breaker(tmp_pa
     assert [c["status"] for c in claims_of(brain, "told")] == ["open"]
 
 
+def test_9_a_claude_with_no_credentials_is_said_and_not_counted_toward_the_breaker(tmp_path, git_env):
+    brain = orch_brain(tmp_path / "b", {"told": TOLD})
+    bindir = tmp_path / "bin"   # a `claude` that would stop at its login prompt: no key, no login file
+    bindir.mkdir()
+    (bindir / "claude").write_text("#!/bin/sh\necho 'Not logged in · Please run /login'\nexit 1\n")
+    (bindir / "claude").chmod(0o755)
+    env = {"PATH": str(bindir) + os.pathsep + os.environ["PATH"], "ANTHROPIC_API_KEY": "",
+           "HOME": str(tmp_path / "home")}
+    for _ in range(4):   # past the breaker's threshold, were it counted
+        out = nb(brain, "workflow", "orchestrate", "told", env=env, check=4)
+        assert "has no credentials" in out.stdout and "/login" in out.stdout
+    assert not list((brain.root / "breakers").glob("*.yml"))
+    assert [c["status"] for c in claims_of(brain, "told")] == ["open"]
+
+
 def test_9_preflight_reset_ends_with_a_next_line(tmp_path, git_env):
     brain = orch_brain(tmp_path / "b", {"told": TOLD})
     out = nb(brain, "preflight", "reset", "notes/", check=0)

@@ -197,6 +197,7 @@ def test_default_satellite_command_is_claude_headless_with_the_kernel_settings(t
     claude.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{SATELLITE}" --as-claude "$@"\n')
     claude.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-stand-in")   # a logged-in claude, as far as nika-brain can tell
     settings = '{"permissions": {"deny": ["Bash(git push:*)"]}}\n'
     brain = orch_brain(tmp_path / "b", {"plain": PLAIN.format(angle="look around")},
                        files={"kernels/k1/kernel.yml": "id: k1\ngoal: g\n"})
