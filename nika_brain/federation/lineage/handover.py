@@ -147,7 +147,7 @@ def build_summary(kernel: Any, session: dict, transcript_path: str | None, m: di
 def store_summary(brain: Any, kernel_id: str, session_id: str, text: str, meta: dict) -> str | None:
     """Into nika_federation_summaries when the vault is installed; its id, else None."""
     try:
-        from nika_brain.federation.vault import summaries  # type: ignore[attr-defined]
+        from nika_brain.federation.vault import summaries
     except ImportError:
         return None
     s = summaries.put(brain, kernel_id, f"handover:{session_id}", text, meta)
