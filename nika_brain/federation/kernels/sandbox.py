@@ -92,6 +92,17 @@ def _hide(path: Path) -> list[str]:
     return []
 
 
+def own_env(brain: Brain, kernel: Kernel) -> dict[str, str]:
+    """HOME and CLAUDE_CONFIG_DIR the sandbox gives the agent: its own under `kernels/<id>/home/`,
+    except those the operator set in the kernel's credentials file (`--env-file`, `kernel env set`),
+    which the launcher has already put in the environment and the sandbox keeps."""
+    from nika_brain.federation.kernels import credentials
+    home = home_dir(brain, kernel.id)
+    mine = {"HOME": str(home), "CLAUDE_CONFIG_DIR": str(home / ".claude")}
+    given = credentials.load(kernel_dir(brain, kernel.id))
+    return {k: v for k, v in mine.items() if k not in given}
+
+
 def prepare(brain: Brain, kernel: Kernel) -> None:
     """Create what the sandbox binds (its home, its door folder, its hooks' state folders)."""
     for d in (home_dir(brain, kernel.id) / ".claude", door_dir(brain, kernel.id),
@@ -135,7 +146,6 @@ def wrap(brain: Brain, kernel: Kernel, tmux_socket: str | None = None) -> list[s
     ensure_doors(brain, kernel.id)
     root, state = brain.root, brain.state_dir
     own = kernel_dir(brain, kernel.id)
-    home = home_dir(brain, kernel.id)
     argv = ["bwrap", "--bind", "/", "/", *BASE,
             "--tmpfs", str(brain.kernels_dir), "--bind", str(own), str(own),
             "--tmpfs", str(state)]
@@ -148,9 +158,10 @@ def wrap(brain: Brain, kernel: Kernel, tmux_socket: str | None = None) -> list[s
         hidden.append(Path(tmux_socket))
     for p in hidden:
         argv += _hide(p)
-    argv += ["--bind", str(door_dir(brain, kernel.id)), DOOR_DIR,
-             "--setenv", "HOME", str(home), "--setenv", "CLAUDE_CONFIG_DIR", str(home / ".claude"),
-             "--setenv", "NIKA_SANDBOX", "bwrap", "--chdir", str(own), "--"]
+    argv += ["--bind", str(door_dir(brain, kernel.id)), DOOR_DIR]
+    for key, value in own_env(brain, kernel).items():
+        argv += ["--setenv", key, value]
+    argv += ["--setenv", "NIKA_SANDBOX", "bwrap", "--chdir", str(own), "--"]
     return argv
 
 

@@ -122,7 +122,9 @@ def prepare_agent(brain: Brain, k: Kernel, launch: runtimes.Launch) -> str | Non
     if k.runtime == "kubernetes" or not claude_config.is_claude(list(options.get(brain, "agent_command"))):
         return None
     folder = kernels.kernel_dir(brain, k.id)
-    env = {**launch.env, **credentials.load(folder)}
+    # the environment the agent gets: ours, the sandbox's own HOME/CLAUDE_CONFIG_DIR, its credentials
+    box = sandbox.own_env(brain, k) if k.sandbox == "bwrap" else {}
+    env = {**launch.env, **box, **credentials.load(folder)}
     path = claude_config.trust_folder(env, folder)
     if env.get("ANTHROPIC_API_KEY"):
         claude_config.approve_key(env, env["ANTHROPIC_API_KEY"])

@@ -147,7 +147,7 @@ def build_summary(kernel: Any, session: dict, transcript_path: str | None, m: di
 def store_summary(brain: Any, kernel_id: str, session_id: str, text: str, meta: dict) -> str | None:
     """Into nika_federation_summaries when the vault is installed; its id, else None."""
     try:
-        from nika_brain.federation.vault import summaries  # type: ignore[attr-defined]
+        from nika_brain.federation.vault import summaries
     except ImportError:
         return None
     s = summaries.put(brain, kernel_id, f"handover:{session_id}", text, meta)
@@ -170,6 +170,7 @@ def successor_id(brain: Any, kernel_id: str) -> str:
 def spawn_successor(brain: Any, kernel: Any, new_id: str) -> Any:
     """The same /goal, scope, limits, tags and examples, parent = the old kernel (federation core)."""
     from nika_brain.federation.kernels.verbs import kernel_spawn
+    from nika_brain.state.kernels import DEFAULT_CARD
 
     return kernel_spawn(
         brain,
@@ -182,11 +183,14 @@ def spawn_successor(brain: Any, kernel: Any, new_id: str) -> Any:
         region=kernel.region,
         data_class=kernel.data_class,
         doctrine=kernel.doctrine,
-        card=kernel.card,
+        # the default card is the predecessor's by default, not a card the operator named: spawn only
+        # checks agents/<card>.md for a named one (a brain may run on the default without the file)
+        card=None if kernel.card == DEFAULT_CARD else kernel.card,
         parent=kernel.id,
         runtime=kernel.runtime,
         restart=kernel.restart,
         max_restarts=kernel.max_restarts,
+        sandboxed=kernel.sandbox != "off",   # the operator's --no-sandbox holds for the successor
     )
 
 

@@ -456,6 +456,11 @@ def _kernel_new(hook: Any, goal: str) -> dict:
         p = explicit(hook.brain, goal, kernel=hook.kernel(), by=f"session {hook.session_id}")
     except BrainError as exc:
         return {"block": f"no spawn proposal: {exc}"}
+    except OSError as exc:
+        # inside a kernel's sandbox proposals/ and gates/ are read-only (kernels/sandbox.READ_ONLY):
+        # the prompt is still consumed, never sent on to the model as if it were a task
+        return {"block": f"no spawn proposal: cannot write it here ({exc.strerror}: {exc.filename}); "
+                "ask the operator: nika-brain kernel propose <goal>"}
     if p is None:
         return {"block": "a proposal for this request is already pending or was rejected"}
     return {
