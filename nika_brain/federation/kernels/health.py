@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -177,33 +178,59 @@ def _kernel_of(hook: Any) -> str | None:
         return None
 
 
-def _last_answer(transcript_path: object) -> str | None:
-    if not isinstance(transcript_path, str):
-        return None
-    try:
-        with open(transcript_path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - 256 * 1024))
-            lines = fh.read().splitlines()
-    except OSError:
-        return None
+def _is_prompt(obj: dict) -> bool:
+    """A user turn that is a prompt (not a tool result fed back to the model)."""
+    msg = obj.get("message")
+    if obj.get("type") != "user" or not isinstance(msg, dict):
+        return False
+    content = msg.get("content")
+    if isinstance(content, str):
+        return True
+    return isinstance(content, list) and any(isinstance(c, dict) and c.get("type") == "text" for c in content)
+
+
+def _answer_in(lines: list[bytes]) -> tuple[bool, str | None]:
+    """(found, text): the last assistant text after the last prompt; found is False while the turn's
+    answer has not reached the transcript yet (Claude Code may write it just after Stop fires)."""
     for raw in reversed(lines):
         try:
             obj = json.loads(raw)
         except ValueError:
             continue
-        msg = obj.get("message") if isinstance(obj, dict) else None
+        if not isinstance(obj, dict):
+            continue
+        if _is_prompt(obj):
+            return False, None   # the newest prompt has no answer written yet: never the previous one
+        msg = obj.get("message")
         if obj.get("type") == "assistant" and isinstance(msg, dict):
             content = msg.get("content")
             if isinstance(content, str):
-                return content[:_ANSWER_CAP]
+                return True, content[:_ANSWER_CAP]
             if isinstance(content, list):
                 text = "".join(c.get("text", "") for c in content if isinstance(c, dict)
                                and c.get("type") == "text")
                 if text:
-                    return text[:_ANSWER_CAP]
-    return None
+                    return True, text[:_ANSWER_CAP]
+    return False, None
+
+
+def _last_answer(transcript_path: object, wait: float = 5.0) -> str | None:
+    if not isinstance(transcript_path, str):
+        return None
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            with open(transcript_path, "rb") as fh:
+                fh.seek(0, os.SEEK_END)
+                size = fh.tell()
+                fh.seek(max(0, size - 256 * 1024))
+                lines = fh.read().splitlines()
+        except OSError:
+            return None
+        found, text = _answer_in(lines)
+        if found or time.monotonic() >= deadline:
+            return text
+        time.sleep(0.05)
 
 
 def record_consumed(hook: Any, reason: str) -> None:
@@ -231,8 +258,10 @@ def on_hook(hook: Any) -> None:
         if isinstance(prompt, str):
             record_event(brain, kid, "taken", session=sid, sha=prompt_sha(prompt))
     elif hook.event == "Stop":
-        record_event(brain, kid, "answered", session=sid,
-                     text=_last_answer(hook.data.get("transcript_path")))
+        given = hook.data.get("last_assistant_message")   # newer Claude Code hands it to Stop itself
+        text = given[:_ANSWER_CAP] if isinstance(given, str) and given else \
+            _last_answer(hook.data.get("transcript_path"))
+        record_event(brain, kid, "answered", session=sid, text=text)
     else:
         return None
     try:
