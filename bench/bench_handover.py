@@ -3,8 +3,10 @@
 Each run makes a temporary brain whose kernels run the stand-in agent (tests/federation/
 standin_agent.py: it runs the real hooks and writes a transcript, 2,000 tokens a turn) on a private
 tmux server, with a 10,000-token window: the third prompt crosses 41 %. The crossing time is when
-the Stop hook measured it (the handover record's `at`); the end is the successor's first heartbeat
-on nika:federation:health (`t`). Prints the median over RUNS runs.
+the Stop hook asked for the handover (the session record's `handover.at`); the federation daemon's
+supervisor service, ticking every 5 s as under `federation up`, does it outside the kernel's sandbox;
+the end is the successor's first heartbeat on nika:federation:health (`t`). Prints the median over
+RUNS runs.
 
     python bench/bench_handover.py [--runs 3]
 """
@@ -18,14 +20,16 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from nika_brain.brain import Brain  # noqa: E402
+from nika_brain.federation.daemon import supervise  # noqa: E402
 from nika_brain.federation.kernels import health, verbs  # noqa: E402
-from nika_brain.federation.lineage import registry  # noqa: E402
+from nika_brain.state import sessions  # noqa: E402
 from tests.kit import wait  # noqa: E402
 from tests.kit.brain import IDENTITY  # noqa: E402
 
@@ -57,14 +61,25 @@ def one(tmp: Path) -> float:
     os.environ["PYTHONPATH"] = str(ROOT)  # the hooks the agent runs import this checkout
     brain = Brain.at(root)
     try:
+        halt = threading.Event()
         verbs.kernel_spawn(brain, "Operate the servers and backups", kernel_id="alpha")
         until(lambda: health.last_heartbeat(brain, "alpha"))
+        # the daemon's supervisor service, ticking as `federation up` does, does the handover
+        daemon = supervise.service(brain)
+        def tick_forever() -> None:
+            while not halt.wait(daemon.every):
+                daemon.tick()
+
+        ticker = threading.Thread(target=tick_forever, daemon=True)
+        ticker.start()
         for prompt in ("check the backups", "list the servers", "restore the file server"):
             verbs.kernel_invoke(brain, "alpha", prompt, wait=True)
-        ho = until(lambda: registry.get_handover(brain, "alpha-s2"))
+        old = next(s.id for s in sessions.list_sessions(brain) if s.kernel == "alpha")
+        asked = until(lambda: (sessions.raw(brain, old).get("handover") or {}).get("at"))
         hb = until(lambda: health.last_heartbeat(brain, "alpha-s2"))
-        return hb["t"] - ho["at"]
+        return hb["t"] - asked
     finally:
+        halt.set()
         subprocess.run(
             ["tmux", "-S", str(tmp / "tmux.sock"), "kill-server"], capture_output=True, check=False
         )

@@ -1,6 +1,7 @@
 """The supervisor as a daemon service: each tick, every live kernel is checked (death, bounded
 restart, ttl, heartbeat) and its queued prompts are delivered once its session has started
-(supervisor.check_once). Then the handovers are followed up: the prompts and the waiting
+(supervisor.check_once). Then the handovers the kernels' hooks asked for are done here, outside the
+kernels' sandboxes (handover.perform_requested), and followed up: the prompts and the waiting
 work-stealing tasks of a handed-over kernel go to its successor, and the predecessor's process is
 stopped once the successor is ready (its SessionStart fired).
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
 from nika_brain.federation.kernels import runtimes, supervisor, verbs
+from nika_brain.federation.lineage import handover
 from nika_brain.state import kernels
 from nika_brain.state import prompts as queue
 
@@ -59,6 +61,7 @@ class SupervisorService:
 
     def tick(self) -> None:
         supervisor.check_once(self.brain)
+        handover.perform_requested(self.brain)
         follow_handovers(self.brain)
 
     def stop(self) -> None:

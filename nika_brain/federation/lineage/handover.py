@@ -1,19 +1,24 @@
 """Auto-handover: a kernel session past its context threshold hands its work to a successor kernel.
 
 Hook handlers (registered by name in nika_brain/hooks/claude.py, never imported on PreToolUse):
-- `on_checkpoint` (Stop, PreCompact): measures the session's context use; past the threshold it runs
-  the handover once: the session's essential state is summarised into `nika_federation_summaries`
-  (key `handover:<session>`, when the vault is installed) and the registry; a successor kernel is
-  spawned with the same /goal (`kernel_spawn`, parent = the old kernel); the old kernel is marked
-  handed-over, and the old session is told to stop (`continue: false` with the reason).
+- `on_checkpoint` (Stop, PreCompact): measures the session's context use; past the threshold it asks
+  for the handover once (the session record's `handover`, state `started`, with the measure and the
+  transcript). The hook runs inside the kernel's sandbox, which can start no kernel and holds no
+  operator key: the federation daemon does the handover (`perform_requested`, each supervisor tick):
+  the session's essential state is summarised into `nika_federation_summaries` (key
+  `handover:<session>`, when the vault is installed) and the registry; a successor kernel is spawned
+  with the same /goal (`kernel_spawn`, parent = the old kernel); the old kernel is marked handed-over.
+  The old session's next checkpoint tells it to stop (`continue: false` with the reason), or says once
+  that the handover failed and that it keeps running.
 - `on_prompt` (UserPromptSubmit): a handed-over session refuses new prompts (the prompt is erased, the
   reason names the successor).
 - `on_session_start` (SessionStart): the successor's session is linked to the root entity in the
   registry and receives the parent entity and the summary as context.
 
 Once only: the session record's `handover` key is set under the sessions mutex before anything else
-(`started`, then `done` or `failed`); a session that has one never starts another. A failed spawn
-marks it `failed`, undoes the handover record, keeps the old kernel active and tells the user.
+(`started` by the hook, `running` once the daemon took it, then `done` or `failed`); a session that
+has one never starts another. A failed spawn marks it `failed`, undoes the handover record, keeps the
+old kernel active and tells the user at the session's next checkpoint.
 
 The window: what Claude Code reports (`reported_window` on the session record, written from the
 status line's context_window_size or a headless result), else `federation.handover.window` (per
@@ -317,6 +322,11 @@ def _kernel(hook: Any, record: dict) -> str | None:
     return record.get("kernel") or hook.kernel()
 
 
+def _failure(state: dict) -> str:
+    return (f"nika-brain: context at {state.get('pct')}% (threshold {state.get('threshold', 0):g}%) but the "
+            f"handover failed: {state.get('error')}. This session keeps running.")
+
+
 def on_checkpoint(hook: Any) -> Any:
     from nika_brain.state import sessions
 
@@ -327,31 +337,69 @@ def on_checkpoint(hook: Any) -> Any:
     state = record.get("handover") or {}
     if state.get("state") == "done":
         return {"stop": _reason(state)}
+    if state.get("state") == "failed" and not state.get("said"):
+        _finish(brain, sid, said=True)
+        return {"message": _failure(state)}
     if state:
-        return None  # started (by a parallel hook) or failed (said once): never twice
+        return None  # asked for (by a parallel hook), running, or failed and said: never twice
     kernel_id = _kernel(hook, record)
     if not kernel_id:
         return None
     tpath = hook.data.get("transcript_path")
-    m = measure(brain, kernel_id, record, tpath if isinstance(tpath, str) else None)
+    tpath = tpath if isinstance(tpath, str) else None
+    m = measure(brain, kernel_id, record, tpath)
     if m is None:
         return None
     _saturation(brain, kernel_id, sid, m["pct"])
     if m["pct"] < m["threshold"]:
         return None
-    if not _begin(brain, sid, m):
+    if not _begin(brain, sid, {**m, "kernel": kernel_id, "transcript": tpath}):
         return None
-    try:
-        rec = handover(brain, sid, kernel_id, m, tpath if isinstance(tpath, str) else None)
-    except BrainError as exc:
-        _finish(brain, sid, state="failed", error=str(exc))
-        return {
-            "message": f"nika-brain: context at {m['pct']}% (threshold {m['threshold']:g}%) but "
-            f"the handover failed: {exc}. This session keeps running."
-        }
-    done = {"state": "done", "successor": rec["successor"], "pct": m["pct"]}
-    _finish(brain, sid, **done)
-    return {"stop": _reason(done), "message": f"nika-brain: handed over to kernel {rec['successor']}."}
+    return {"message": f"nika-brain: context at {m['pct']}% (threshold {m['threshold']:g}%): handing over; "
+                       "the federation daemon (`nika-brain federation up`) starts the successor."}
+
+
+def _take(brain: Any, session_id: str) -> dict | None:
+    """The requested handover, now `running` (one daemon takes it); None when another took it."""
+    from nika_brain.state import sessions
+
+    taken: list[dict] = []
+
+    def change(data: dict) -> None:
+        state = data.get("handover") or {}
+        if state.get("state") == "started":
+            data["handover"] = {**state, "state": "running"}
+            taken.append(state)
+
+    sessions.update(brain, session_id, change)
+    return taken[0] if taken else None
+
+
+def perform_requested(brain: Any, *, spawn: Spawner = spawn_successor) -> list[str]:
+    """The daemon's side (each supervisor tick): every handover a kernel's hook asked for is done
+    outside the kernel. Returns the successors started (and `failed:<session>` for the failures)."""
+    from nika_brain.state import sessions
+
+    out = []
+    for s in sessions.list_sessions(brain):
+        if (sessions.raw(brain, s.id).get("handover") or {}).get("state") != "started":
+            continue
+        state = _take(brain, s.id)
+        if state is None:
+            continue
+        kernel_id = state.get("kernel") or s.kernel
+        m = {k: state.get(k) for k in ("used", "window", "pct", "threshold", "source")}
+        try:
+            if not kernel_id:
+                raise BrainError("the session names no kernel")
+            rec = handover(brain, s.id, kernel_id, m, state.get("transcript"), spawn=spawn)
+        except BrainError as exc:
+            _finish(brain, s.id, state="failed", error=str(exc))
+            out.append(f"failed:{s.id}")
+            continue
+        _finish(brain, s.id, state="done", successor=rec["successor"], pct=m["pct"])
+        out.append(rec["successor"])
+    return out
 
 
 def _saturation(brain: Any, kernel_id: str, session_id: str, pct: float) -> None:
