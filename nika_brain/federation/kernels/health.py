@@ -190,8 +190,10 @@ def _is_prompt(obj: dict) -> bool:
 
 
 def _answer_in(lines: list[bytes]) -> tuple[bool, str | None]:
-    """(found, text): the last assistant text after the last prompt; found is False while the turn's
-    answer has not reached the transcript yet (Claude Code may write it just after Stop fires)."""
+    """(found, text): the last assistant text after the newest prompt; found is False while nothing of
+    the turn's answer has reached the transcript (Claude Code may write it just after Stop fires). A
+    turn that answered with tools only is found, with no text."""
+    seen_assistant = False
     for raw in reversed(lines):
         try:
             obj = json.loads(raw)
@@ -200,18 +202,19 @@ def _answer_in(lines: list[bytes]) -> tuple[bool, str | None]:
         if not isinstance(obj, dict):
             continue
         if _is_prompt(obj):
-            return False, None   # the newest prompt has no answer written yet: never the previous one
+            return seen_assistant, None   # never the previous turn's answer
         msg = obj.get("message")
         if obj.get("type") == "assistant" and isinstance(msg, dict):
+            seen_assistant = True
             content = msg.get("content")
-            if isinstance(content, str):
+            if isinstance(content, str) and content:
                 return True, content[:_ANSWER_CAP]
             if isinstance(content, list):
                 text = "".join(c.get("text", "") for c in content if isinstance(c, dict)
                                and c.get("type") == "text")
                 if text:
                     return True, text[:_ANSWER_CAP]
-    return False, None
+    return seen_assistant, None
 
 
 def _last_answer(transcript_path: object, wait: float = 5.0) -> str | None:
