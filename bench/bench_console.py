@@ -211,7 +211,6 @@ def main() -> int:
     a = ap.parse_args()
     from playwright.sync_api import sync_playwright
     with tempfile.TemporaryDirectory(prefix="nika-console-bench-") as tmp:
-        os.environ["NIKA_OPERATOR_DIR"] = str(Path(tmp) / "operator")
         root = Path(tmp) / "brain"
         root.mkdir()
         brain = populate(root, a.kernels, a.claims)

@@ -113,13 +113,19 @@ def test_a_swarm_satellite_with_no_kernel_runs_under_the_brains_hooks(tmp_path, 
     assert f"Claim: {claim['id']}" in git(brain.root, "log", "-5", "--format=%B")
 
 
-def _kernel_brain(tmp_path: Path):
+def two_kernels(tmp_path: Path):
+    """A brain with kernels k1 and k2, k2 holding private notes."""
     brain = orch_brain(tmp_path / "b", {})
     for kid in ("k1", "k2"):
         folder = brain.root / "kernels" / kid
         folder.mkdir(parents=True)
         (folder / "kernel.yml").write_text(f"id: {kid}\ngoal: keep the {kid} ledger tidy\n")
     (brain.root / "kernels" / "k2" / "notes.md").write_text("k2 private notes\n")
+    return brain
+
+
+def _kernel_brain(tmp_path: Path):
+    brain = two_kernels(tmp_path)
     (brain.root / "kernels" / "k1" / "config").mkdir()
     (brain.root / "kernels" / "k1" / "config" / "secrets.yaml").write_text(f"API_KEY: {SECRET}\n")
     git(brain.root, "add", "-A")

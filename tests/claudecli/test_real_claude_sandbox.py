@@ -11,11 +11,12 @@ import sys
 from pathlib import Path
 
 from nika_brain.federation.kernels import sandbox
-from nika_brain.state import kernels
-from tests.kit.orch import nb, orch_brain
+from nika_brain.state import authority, kernels
+from tests.kit.orch import nb
 
 from .harness import claude_binary, run_claude
 from .standin import MessagesStandin, text, tool_use
+from .test_real_claude import two_kernels
 
 REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
@@ -24,21 +25,14 @@ PY = sys.executable
 def test_real_claude_works_inside_its_kernel_sandbox_and_sees_nothing_else(tmp_path, git_env, monkeypatch):
     claude_binary()
     assert sandbox.unavailable() is None, sandbox.unavailable()
-    opdir = tmp_path / "operator"
-    monkeypatch.setenv("NIKA_OPERATOR_DIR", str(opdir))
-    brain = orch_brain(tmp_path / "b", {})
-    for kid in ("k1", "k2"):
-        folder = brain.root / "kernels" / kid
-        folder.mkdir(parents=True)
-        (folder / "kernel.yml").write_text(f"id: {kid}\ngoal: keep the {kid} ledger tidy\n")
-    (brain.root / "kernels" / "k2" / "notes.md").write_text("k2 private notes\n")
+    brain = two_kernels(tmp_path)
+    opdir = authority.operator_dir()   # the operator's own folder (this test's passwd home)
     # as spawn installs a sandboxed kernel's settings: Claude Code's own sandbox off inside ours
-    nb(brain, "claude", "install", "--kernel", "k1", "--sandbox", "off",
-       env={"NIKA_OPERATOR_DIR": str(opdir)}, check=0)
+    nb(brain, "claude", "install", "--kernel", "k1", "--sandbox", "off", check=0)
     (opdir / "canary.txt").parent.mkdir(parents=True, exist_ok=True)
     (opdir / "canary.txt").write_text("operator canary\n")
     opened = nb(brain, "claim", "open", "--workflow", "ledger", "--step", "1", "--scope", "kernels/k1/",
-                "--json", env={"NIKA_OPERATOR_DIR": str(opdir)})
+                "--json")
     cid = json.loads(opened.stdout)["id"]
     k1 = kernels.load_kernel(brain, "k1")
     script = [

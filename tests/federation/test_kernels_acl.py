@@ -26,7 +26,6 @@ def _kernel(brain, kid):
 
 
 def test_acl_matrix(brain, cli, server, tmp_path, monkeypatch):
-    monkeypatch.setenv("NIKA_OPERATOR_DIR", str(tmp_path / "operator"))  # the cli inherits it
     (brain.root / "nika-brain.yml").write_text(f"version: 1\nredis_url: {server}\nfederation: " +
                                                json.dumps({"redis_url": server}) + "\n")
     for kid in ("alpha", "beta"):

@@ -7,7 +7,7 @@ Whatever the agent or Claude Code do, from inside its sandbox a kernel sees:
 - of `.nika/` (vault, bus, embeddings cache, locks index, doors, other kernels' events), only what its
   hooks write (`sessions/`, `mutex/`, `federation/<id>/`); the rest is an empty tmpfs;
 - the brain's decision folders (`gates/`, `grants/`, `breakers/`, `proposals/`, `runs/`) read-only;
-- nothing of the operator's key folder (`~/.config/nika-brain`, NIKA_OPERATOR_DIR), of the user's Claude
+- nothing of the operator's key folder (`~/.config/nika-brain`, for HOME and the passwd home), of the user's Claude
   Code config (`~/.claude`, `~/.claude.json`) or of nika-brain's tmux server;
 - its own HOME and CLAUDE_CONFIG_DIR under `kernels/<id>/home/` (memory, transcripts of its own);
 - its door: `DOOR_SOCKET`, a unix socket bound in from `.nika/doors/<id>/`, through which it reaches
@@ -20,7 +20,6 @@ Capabilities are dropped (root inside cannot unmount what hides the rest), pid a
 from __future__ import annotations
 
 import os
-import pwd
 import shutil
 import subprocess
 from pathlib import Path
@@ -66,17 +65,14 @@ def home_dir(brain: Brain, kernel_id: str) -> Path:
 
 def operator_paths() -> list[Path]:
     """Folders and files of the operator (keys) and of the user's Claude Code that no kernel sees."""
-    homes = {Path(os.path.expanduser("~"))}
-    try:
-        homes.add(Path(pwd.getpwuid(os.getuid()).pw_dir))
-    except KeyError:
-        pass
-    out: list[Path] = []
+    from nika_brain.state import authority
+    op = authority.operator_dir()   # where the keys are: the passwd home's, whatever HOME says
+    homes = {Path(os.path.expanduser("~")), op.parent.parent}
+    out: list[Path] = [op]
     for h in sorted(homes):
         out += [h / ".config" / "nika-brain", h / ".claude", h / ".claude.json"]
-    for var, sub in (("XDG_CONFIG_HOME", "nika-brain"), ("NIKA_OPERATOR_DIR", "")):
-        if os.environ.get(var):
-            out.append(Path(os.environ[var]) / sub if sub else Path(os.environ[var]))
+    if os.environ.get("XDG_CONFIG_HOME"):
+        out.append(Path(os.environ["XDG_CONFIG_HOME"]) / "nika-brain")
     tmux = Path(os.environ.get("TMUX_TMPDIR") or "/tmp") / f"tmux-{os.getuid()}"
     out.append(tmux)   # nika-brain's tmux server: send-keys would reach every kernel's pane
     return out
