@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 from typing import Any, Callable, NamedTuple
 
@@ -178,8 +179,9 @@ def _locator(brain: Any) -> Callable[[str], Any]:
     def locate(path: str) -> Target:
         real = os.path.realpath(path)
         folder = real
-        try:
-            links = os.stat(real).st_nlink if os.path.isfile(real) else 1
+        try:  # one stat: a regular file's link count (a hard link to a state file is refused)
+            st = os.stat(real)
+            links = st.st_nlink if stat.S_ISREG(st.st_mode) else 1
         except OSError:
             links = 1
         while True:
