@@ -49,28 +49,7 @@ def kernel_action(brain: Brain, kernel_id: str, action: str, text: str, by: str)
         return (f"kernel {kid} killed; {len(out['claims_failed'])} claim(s) failed, "
                 f"{len(out['locks_released'])} lock(s) released")
     if action == "restart":
-        return restart(brain, kid, text or "restarted from the console", by)
+        k = verbs.kernel_restart(brain, kid, by=by)  # under the kernel's lifecycle mutex
+        return f"kernel {k.id} restarted ({k.status})"
     raise BrainError(f"unknown action {action!r}: one of {', '.join(KERNEL_ACTIONS)}")
 
-
-def restart(brain: Brain, kernel_id: str, reason: str, by: str) -> str:
-    """`kernel restart` where the verbs have it; else stop the process and start it again as the
-    supervisor does."""
-    from nika_brain.federation import options
-    from nika_brain.federation.kernels import health, runtimes, verbs
-    verb = getattr(verbs, "kernel_restart", None)
-    if verb is not None:
-        k = verb(brain, kernel_id, by=by)
-        return f"kernel {k.id} restarted ({k.status})"
-    k = kernels.load_kernel(brain, kernel_id)
-    if k.status == "killed":
-        raise BrainError(f"kernel {k.id} is killed ({k.status_reason}); a killed kernel is not restarted")
-    rt = runtimes.require(brain, k.runtime)
-    try:
-        rt.stop(brain, k, runtimes.load_state(brain, k.id), options.get(brain, "kill_grace"))
-    except BrainError:
-        pass  # already gone: starting it is what is asked
-    k = kernels.set_status(brain, k.id, "starting", reason=f"restart: {reason} (by {by})")
-    k = verbs._start(brain, k)  # the supervisor's own restart path
-    health.publish_event(brain, k.id, "restarted", by=by, reason=reason)
-    return f"kernel {k.id} restarted ({k.status})"

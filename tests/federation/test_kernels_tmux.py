@@ -212,3 +212,33 @@ def test_credentials_before_the_first_start_and_kernel_env(fbrain, cli, tmp_path
                  ["set", "nosuch", "A=b"]):
         r = cli("kernel", "env", *args)
         assert r.returncode == 1 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, (args, r.stderr)
+
+
+def test_a_kernel_being_killed_is_not_found_dead_and_restarted_meanwhile(fbrain):  # noqa: F811
+    """The supervisor and an operator's kill/restart race on one kernel: the supervisor saw its process
+    gone (the operator is stopping it), and must not mark it dead nor start it again once the
+    operator's verb, holding the kernel's lifecycle mutex, has decided."""
+    import threading
+
+    from nika_brain.federation.kernels import verbs
+    brain = fbrain
+    verbs.kernel_spawn(brain, "Client missions", kernel_id="zeta", restart="on-failure",
+                       max_restarts=3, install_settings=True)
+    until(lambda: health.last_heartbeat(brain, "zeta"))
+    seen = kernels.load_kernel(brain, "zeta")
+    state = runtimes.load_state(brain, "zeta")
+    done: dict = {}
+    with verbs.lifecycle(brain, "zeta"):  # the operator's verb, in the middle of its stop
+        os.kill(state["pid"], 9)
+        until(lambda: not runtimes.get("tmux").alive(brain, seen, state).alive)
+        t = threading.Thread(target=lambda: done.update(what=supervisor.check_once(brain)))
+        t.start()
+        t.join(0.5)
+        assert t.is_alive(), "the supervisor waits for the operator's verb"
+        kernels.set_status(brain, "zeta", "killed", reason="mission over (by test)")
+    t.join(60)
+    assert not t.is_alive() and "zeta" not in done["what"], done
+    k = kernels.load_kernel(brain, "zeta")
+    assert (k.status, k.restarts) == ("killed", 0)
+    events, _ = health.read_events(brain, "zeta")
+    assert not any(e["event"] == "run-exit" for e in events), "no death recorded for a kill"

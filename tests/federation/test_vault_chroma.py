@@ -161,3 +161,35 @@ def test_a_long_lived_process_sees_and_keeps_another_process_writes(tmp_path, gi
     assert texts == {"first", "second, from another process"}
     write.add(vb, "alpha", [Chunk("third")], [axis(2)])
     assert other("count") == "3"
+
+
+OPENERS = textwrap.dedent("""
+    import sys, threading
+    from nika_brain.brain import Brain
+    from nika_brain.federation.vault import chroma
+    brain = Brain.at(sys.argv[1])
+    gate, got, errors = threading.Barrier(6), [], []
+    def one():
+        gate.wait()
+        try:
+            st = chroma.open_store(brain)
+            st.names()
+            got.append(id(st))
+        except Exception as exc:
+            errors.append(f"{type(exc).__name__}: {exc}")
+    threads = [threading.Thread(target=one) for _ in range(6)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    print(len(set(got)), len(got), errors)
+""")
+
+
+def test_threads_opening_the_store_at_once_share_one_client(tmp_path, git_env):
+    """The console opens the store from worker threads (two pages at once): chromadb's client cache
+    is not thread-safe, so two threads building the first client must not collide."""
+    brain = make_brain(tmp_path / "b", "version: 1\n")
+    for _ in range(3):  # the collision needs the threads' timing: a few fresh processes
+        out = subprocess.run([sys.executable, "-c", OPENERS, str(brain.root)], capture_output=True,
+                             text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert out.stdout.split("\n")[0] == "1 6 []", out.stdout

@@ -62,13 +62,34 @@ def check_kernel(brain: Brain, k: kernels.Kernel, *, ttl: float, beat_every: flo
     if live.alive and k.runtime == "kubernetes" and last and now.timestamp() - last.get("t", 0) > ttl:
         live = runtimes.Liveness(False, None, None, f"no heartbeat for more than {ttl:g}s")
     if not live.alive:
+        return _found_dead(brain, k, state, live)
+    if last is None or now.timestamp() - last.get("t", 0) >= beat_every:
+        health.publish_heartbeat(brain, k.id, "alive", source="supervisor", pid=live.pid)
+    if queue.pending(brain, k.id):
+        try:
+            verbs.drain_queue(brain, k.id)
+        except BrainError:
+            pass
+    return "heartbeat"
+
+
+def _found_dead(brain: Brain, k: kernels.Kernel, state: dict, live: runtimes.Liveness) -> str | None:
+    """A kernel whose process is gone: marked dead, what it held released, restarted when its record
+    says so. Under the kernel's lifecycle mutex, and only if its record and process are still the ones
+    seen gone: an operator's kill or restart that held the mutex meanwhile has decided already."""
+    from nika_brain.federation.kernels import verbs
+    with verbs.lifecycle(brain, k.id):
+        now = kernels.load_kernel(brain, k.id)
+        if (now.status, now.status_reason) != (k.status, k.status_reason) or \
+                runtimes.load_state(brain, k.id).get("started_at") != state.get("started_at"):
+            return None
         reason = _death_reason(k, state, live)
         health.record_event(brain, k.id, "run-exit", reason=reason,
                             status=live.exit_status if live.exit_status is not None else "died")
         k = kernels.set_status(brain, k.id, "dead", reason=reason)
         verbs.release_held(brain, k.id, f"dead: {reason}")
         try:
-            rt.stop(brain, k, state, 0.5)  # what is left of it (a tmux pane kept for its status)
+            runtimes.get(k.runtime).stop(brain, k, state, 0.5)  # what is left (a pane kept for its status)
         except BrainError:
             pass
         limits.remove_groups(limits.group_name(brain.root, k.id), options.get(brain, "cgroup_root"))
@@ -85,14 +106,6 @@ def check_kernel(brain: Brain, k: kernels.Kernel, *, ttl: float, beat_every: flo
                 kernels.set_status(brain, k.id, "failed", reason=f"restart failed: {exc}")
                 health.publish_event(brain, k.id, "failed", reason=str(exc))
         return "dead"
-    if last is None or now.timestamp() - last.get("t", 0) >= beat_every:
-        health.publish_heartbeat(brain, k.id, "alive", source="supervisor", pid=live.pid)
-    if queue.pending(brain, k.id):
-        try:
-            verbs.drain_queue(brain, k.id)
-        except BrainError:
-            pass
-    return "heartbeat"
 
 
 def check_once(brain: Brain) -> dict[str, str]:

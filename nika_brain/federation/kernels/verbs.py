@@ -587,6 +587,11 @@ def kernel_kill(brain: Brain, kernel_id: str, reason: str, *, by: str = "") -> d
     remove its goal (published), release its locks and fail its open claims with the reason."""
     if not isinstance(reason, str) or not reason.strip():
         raise BrainError("kill needs a reason (--reason)")
+    with lifecycle(brain, kernels.check_id(kernel_id)):
+        return _kill(brain, kernel_id, reason, by)
+
+
+def _kill(brain: Brain, kernel_id: str, reason: str, by: str) -> dict:
     k = kernels.load_kernel(brain, kernel_id)
     if k.status == "killed":
         raise BrainError(f"kernel {k.id} is already killed ({k.status_reason})")
@@ -623,22 +628,31 @@ def _stop(brain: Brain, k: Kernel) -> str | None:
 def kernel_start(brain: Brain, kernel_id: str, *, by: str = "") -> Kernel:
     """Start a dead, killed or failed kernel again: same id, folder, memory, queue and history. Its
     goal is registered again; prompts queued meanwhile are delivered once its session has started."""
-    k = kernels.load_kernel(brain, kernel_id)
-    if k.status == "handed-over":
-        raise BrainError(f"kernel {k.id} was handed over ({k.status_reason}); its successor does its work")
-    if k.live and runtimes.get(k.runtime).alive(brain, k, runtimes.load_state(brain, k.id)).alive:
-        raise BrainError(f"kernel {k.id} is running already (nika-brain kernel restart {k.id})")
-    return _start_again(brain, k, f"started by {by}" if by else "started")
+    with lifecycle(brain, kernels.check_id(kernel_id)):
+        k = kernels.load_kernel(brain, kernel_id)
+        if k.status == "handed-over":
+            raise BrainError(f"kernel {k.id} was handed over ({k.status_reason}); its successor does its work")
+        if k.live and runtimes.get(k.runtime).alive(brain, k, runtimes.load_state(brain, k.id)).alive:
+            raise BrainError(f"kernel {k.id} is running already (nika-brain kernel restart {k.id})")
+        return _start_again(brain, k, f"started by {by}" if by else "started")
 
 
 def kernel_restart(brain: Brain, kernel_id: str, *, by: str = "") -> Kernel:
     """Stop the kernel's agent (asked, then signals) and start it again (same id, history kept)."""
-    k = kernels.load_kernel(brain, kernel_id)
-    if k.status == "handed-over":
-        raise BrainError(f"kernel {k.id} was handed over ({k.status_reason}); its successor does its work")
-    if k.live:
-        _stop(brain, k)
-    return _start_again(brain, k, f"restarted by {by}" if by else "restarted")
+    with lifecycle(brain, kernels.check_id(kernel_id)):
+        k = kernels.load_kernel(brain, kernel_id)
+        if k.status == "handed-over":
+            raise BrainError(f"kernel {k.id} was handed over ({k.status_reason}); its successor does its work")
+        if k.live:
+            _stop(brain, k)
+        return _start_again(brain, k, f"restarted by {by}" if by else "restarted")
+
+
+def lifecycle(brain: Brain, kernel_id: str):
+    """The mutex one kernel's stop and start hold (kill, start, restart, the supervisor's dead-or-
+    restart): a process the operator is stopping is not found dead and restarted by the supervisor
+    meanwhile. Not reentrant (flock): nothing that holds it calls another holder."""
+    return brain.mutex(f"lifecycle-{kernel_id}")
 
 
 def _start_again(brain: Brain, k: Kernel, why: str) -> Kernel:

@@ -296,6 +296,7 @@ def _is_not_found(exc: Exception) -> bool:
 
 
 _STORES: dict[tuple[str, str], VectorStore] = {}
+_OPENING = threading.Lock()
 
 
 def open_store(brain: Brain) -> VectorStore:
@@ -305,6 +306,14 @@ def open_store(brain: Brain) -> VectorStore:
     store = _STORES.get(key)
     if store is not None:
         return store
+    with _OPENING:  # chromadb's client cache is not thread-safe: two threads building one collide
+        store = _STORES.get(key)
+        if store is None:
+            store = _STORES[key] = _open(brain, url)
+    return store
+
+
+def _open(brain: Brain, url: str | None) -> VectorStore:
     try:
         import chromadb
     except ImportError as exc:
@@ -327,7 +336,6 @@ def open_store(brain: Brain) -> VectorStore:
             def make() -> Any:
                 return chromadb.PersistentClient(path=str(folder), settings=settings)
             store = VectorStore(make(), "embedded", str(folder), lock, make)
-    _STORES[key] = store
     return store
 
 
