@@ -102,7 +102,11 @@ def _correct(args: list[str], kernel: str | None, none: bool, prompt: str | None
     if kernel is not None:
         corrections.check_kernel(brain, kernel)
     ask = args[0] if args else None
-    text = prompt if prompt is not None else corrections.ask_prompt(brain, ask or "")
+    if prompt is None:
+        from nika_brain.federation.asking import record
+        text = record.load_ask(brain, ask or "")["prompt"]   # `nika-brain ask` recorded it
+    else:
+        text = prompt
     c = corrections.record(brain, text, kernel, ask=ask)
     if as_json:
         print(json.dumps({"id": c.id, "prompt": c.prompt, "kernel": c.kernel, "ask": c.ask, "at": c.at},

@@ -1,8 +1,8 @@
 """Every `nika-brain ask`, recorded: `.nika/asks/<id>.json` (runtime state, written only by nika-brain).
 
-A record holds the prompt, the triage's decision (kernel | split | fallback, its reason) and one route
-per kernel the prompt (or a part of it) went to: kernel, prompt, prompt_id (the kernel queue's id),
-status (taken | queued | answered | failed), the reason of a failure. Answers are kept by reference,
+A record holds the prompt, the triage's decision (kernel | split | fallback, its reason, its highest
+scores) and one route per kernel the prompt (or a part of it) went to: kernel, prompt, prompt_id (the
+kernel queue's id), status (taken | queued | answered | failed), the reason of a failure. Answers are kept by reference,
 never copied: the route names the kernel, its session and the time of the `answered` event in
 `.nika/federation/<kernel>/events.jsonl` (the agent's Stop hook, or the headless result), and
 `load_ask` resolves them.

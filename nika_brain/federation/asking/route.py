@@ -38,11 +38,23 @@ def routes_of(d: dict, prompt: str) -> list[dict]:
             for k, text in pairs]
 
 
+SCORES_KEPT = 5
+
+
+def top_scores(d: dict) -> list[dict]:
+    """The triage's highest calibrated scores (kernel, score, threshold, passes, why_not): what the
+    console's Asks page shows beside the decision, and what an operator's correction is judged on."""
+    keep = ("kernel", "score", "threshold", "passes", "allowed", "why_not")
+    return [{k: s[k] for k in keep if k in s} for s in (d.get("scores") or [])[:SCORES_KEPT]
+            if isinstance(s, dict) and "kernel" in s]
+
+
 def ask(brain: Brain, prompt: str, *, wait: bool = False, timeout: float = 600.0, by: str = "") -> dict:
     queue.check(prompt)
     d = decide(brain, prompt)
     rec = {"ask": record.new_id(), "at": clock.iso(clock.now()), "by": by, "prompt": prompt,
-           "decision": d["decision"], "reason": d.get("reason"), "routes": routes_of(d, prompt)}
+           "decision": d["decision"], "reason": d.get("reason"), "scores": top_scores(d),
+           "routes": routes_of(d, prompt)}
     record.save(brain, rec)
     taken: list[tuple[dict, dict]] = []
     for r in rec["routes"]:

@@ -38,14 +38,6 @@ def correction_id(prompt: str) -> str:
     return "c-" + hashlib.sha256(" ".join(prompt.split()).encode()).hexdigest()[:12]
 
 
-def ask_prompt(brain: Brain, ask_id: str) -> str:
-    """The prompt of a recorded ask. The asks are recorded by `nika-brain ask` (the federation
-    daemon, issue 19); until that store exists, corrections name their prompt with --prompt."""
-    del brain
-    raise Invalid(f"cannot find ask {ask_id!r}: no ask store in this brain yet "
-                  "(pass the prompt itself: nika-brain triage correct --prompt \"...\" --kernel ID)")
-
-
 def record(brain: Brain, prompt: str, kernel: str | None, *, ask: str | None = None) -> Correction:
     from nika_brain.support.clock import now
     from nika_brain.support.fsio import atomic_write
