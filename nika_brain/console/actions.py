@@ -3,7 +3,8 @@
 The console process is the operator: a gate is decided by `engine.service.decide_gate` (as `gate
 approve|reject`: signed with the operator key by `state.gates.decide`, journaled, the waiting run
 takes its next step at once); a spawn proposal by `federation.spawning.proposals.decide` (as `kernel
-approve|reject`); the kernel verbs by `federation.kernels.verbs`. Each returns one line for the page.
+approve|reject`); the kernel verbs by `federation.kernels.verbs`; a triage correction by `federation.triage.corrections`
+(as `triage correct <ask-id>`). Each returns one line for the page.
 """
 from __future__ import annotations
 
@@ -53,3 +54,22 @@ def kernel_action(brain: Brain, kernel_id: str, action: str, text: str, by: str)
         return f"kernel {k.id} restarted ({k.status})"
     raise BrainError(f"unknown action {action!r}: one of {', '.join(KERNEL_ACTIONS)}")
 
+
+
+def correct_ask(brain: Brain, ask_id: str, kernel: str) -> str:
+    """The operator says where a recorded ask belongs (a kernel id, or `asks.NO_KERNEL`): recorded as
+    `nika-brain triage correct <ask-id> --kernel ID | --none` records it; the next triage learns it."""
+    from nika_brain.federation.asking import record
+    from nika_brain.federation.triage import corrections
+
+    from .asks import NO_KERNEL
+    kernel = kernel.strip()
+    if not kernel:
+        raise BrainError("a correction names the kernel the prompt belongs to, or none")
+    target = None if kernel == NO_KERNEL else kernel
+    prompt = record.load_ask(brain, ask_id)["prompt"]
+    if target is not None:
+        corrections.check_kernel(brain, target)
+    c = corrections.record(brain, prompt, target, ask=ask_id)
+    return (f"correction {c.id}: ask {ask_id} belongs to {c.kernel or 'no kernel (the generalist)'}; "
+            "the next triage learns it")

@@ -4,6 +4,7 @@
     GET  /kernels/<id>/vault                                    the kernel's vault stats (loaded after)
     GET  /events                                                server-sent events from the bus
     POST /gates/<id>/approve|reject   /proposals/<id>/approve|reject   /kernels/<id>/<action>
+    POST /asks/<id>/correct                                     a triage correction (`triage correct`)
 
 Every request needs the session token (401 otherwise); every POST the CSRF token too (403).
 """
@@ -30,7 +31,7 @@ from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
 
 from . import actions, auth, views
-from .asks import recent as recent_asks
+from .asks import page as asks_page
 from .live import Feed
 from .records import Records
 
@@ -180,10 +181,10 @@ async def workflows(request: Request, c: Console) -> Response:
 
 
 async def asks(request: Request, c: Console) -> Response:
-    data = await _run(recent_asks, c.brain)
+    data = await _run(asks_page, c.brain)
     if _wants_json(request):
         return JSONResponse(data)
-    return c.render("asks.html", request, asks=data)
+    return c.render("asks.html", request, **data)
 
 
 async def kernel(request: Request, c: Console) -> Response:
@@ -265,6 +266,12 @@ async def kernel_action(request: Request, c: Console) -> Response:
                       f"/kernels/{quote(kid)}")
 
 
+async def ask_correction(request: Request, c: Console) -> Response:
+    aid = request.path_params["aid"]
+    kernel = request.state.form.get("kernel", "")
+    return await _act(request, lambda: actions.correct_ask(c.brain, aid, kernel), "/asks")
+
+
 def build(console: Console) -> Starlette:
     def page(path: str, fn: Handler) -> Route:
         return Route(path, guarded(fn, console), methods=["GET"])
@@ -276,7 +283,7 @@ def build(console: Console) -> Starlette:
         page("/", overview), page("/decisions", decisions), page("/workflows", workflows), page("/asks", asks),
         page("/kernels/{kid}", kernel), page("/kernels/{kid}/vault", vault), page("/events", events),
         act("/gates/{gid}/{decision:str}", gate_decision), act("/proposals/{pid}/{decision:str}", proposal_decision),
-        act("/kernels/{kid}/{action:str}", kernel_action),
+        act("/kernels/{kid}/{action:str}", kernel_action), act("/asks/{aid}/correct", ask_correction),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
 

@@ -1,9 +1,13 @@
-"""The Asks page's adapter: each prompt given to a kernel, where it stands and its answer.
+"""The Asks page's adapter: each ask with its triage decision, scores, routes and answers, and each
+prompt given to a kernel directly.
 
-Read from what the federation records today: every kernel's queue (`kernels/<id>/queue.jsonl`: the
-prompt, who gave it, when) and the agent's own hook events (`taken` with the prompt's hash and its
-session, then `answered` with the text). `recent()` is the one function the page calls, so a richer
-store of asks (a triage decision and its scores per prompt) plugs in here.
+- `page()`: every `nika-brain ask` recorded (`federation.asking.record`: the prompt, the triage's
+  decision, reason and highest scores, one route per kernel with its status and answer), each with the
+  operator's correction when one names it (`federation.triage.corrections`); then the prompts given to
+  a kernel directly (`kernel invoke`, the kernel page), those no ask's route stands for.
+- `for_kernel()`: a kernel's prompts from its queue (`kernels/<id>/queue.jsonl`: the prompt, who gave
+  it, when) and the agent's own hook events (`taken` with the prompt's hash and its session, then
+  `answered` with the text).
 """
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ import os
 from typing import Any
 
 from nika_brain.brain import Brain
+from nika_brain.errors import BrainError
 from nika_brain.federation.kernels import health
 from nika_brain.state import prompts
 from nika_brain.support import fsio
@@ -64,3 +69,38 @@ def recent(brain: Brain, kernel_id: str | None = None, limit: int = 100) -> list
     for kid in ids:
         out += for_kernel(brain, kid)
     return sorted(out, key=lambda i: i["at"], reverse=True)[:limit]
+
+
+NO_KERNEL = "-"   # the correction form's "no kernel: out of scope" (never a kernel id)
+
+
+def page(brain: Brain, limit: int = 100) -> dict[str, Any]:
+    """The Asks page: recorded asks (newest first, each with its correction), the prompts given to
+    kernels directly, the kernel ids a correction may name, and what could not be read."""
+    from nika_brain.federation.asking import record
+    from nika_brain.federation.triage import corrections
+    bad: list[str] = []
+    try:
+        fixes = corrections.load_all(brain)
+    except BrainError as exc:
+        fixes, bad = [], [f"corrections: {exc}"]
+    by_ask = {c.ask: c for c in fixes if c.ask}
+    by_prompt = {c.id: c for c in fixes}
+    asks = []
+    for rec in record.list_asks(brain)[:limit]:
+        fix = by_ask.get(rec.get("ask")) or by_prompt.get(corrections.correction_id(str(rec.get("prompt", ""))))
+        asks.append({"id": rec.get("ask", ""), "at": rec.get("at", ""), "by": rec.get("by", ""),
+                     "prompt": rec.get("prompt", ""), "decision": rec.get("decision", ""),
+                     "reason": rec.get("reason") or "", "scores": rec.get("scores") or [],
+                     "routes": [{"kernel": r.get("kernel", ""), "prompt": r.get("prompt", ""),
+                                 "status": r.get("status", ""), "prompt_id": r.get("prompt_id"),
+                                 "answer": r.get("answer"), "reason": r.get("reason") or ""}
+                                for r in rec.get("routes", [])],
+                     "correction": None if fix is None else {"id": fix.id, "kernel": fix.kernel, "at": fix.at}})
+    routed = {(r["kernel"], r["prompt_id"]) for a in asks for r in a["routes"] if r["prompt_id"]}
+    direct = [p for p in recent(brain, limit=limit) if (p["kernel"], p["id"]) not in routed]
+    try:
+        ids = sorted(d for d in os.listdir(brain.kernels_dir) if (brain.kernels_dir / d / "kernel.yml").is_file())
+    except (FileNotFoundError, NotADirectoryError):
+        ids = []
+    return {"asks": asks, "prompts": direct, "kernels": ids, "no_kernel": NO_KERNEL, "bad": bad}
