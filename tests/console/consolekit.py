@@ -105,6 +105,26 @@ def run_to_gate(run, root: Path) -> str:
     return gate
 
 
+TEST_GREET = ('from src.greeting import greet\n\n\ndef test_greet():\n'
+              '    assert greet("Ada") == "Hello, Ada!"\n')
+
+
+def finish_run(run, root: Path) -> None:
+    """The example's steps 2 and 3 done by hand (as the README's Quick start does) once its gate is
+    decided: the run reaches DONE with its report."""
+    worktree = Path(run("workflow", "status", "example", "--worktree", cwd=root).stdout.strip())
+    for folder, name, text, summary in (("tests/greeting", "test_greet.py", TEST_GREET, "tests"),
+                                        ("docs", "greeting.md", "# greet\n\n`greet(\"Ada\")`.\n", "documented")):
+        claim = run("workflow", "status", "example", "--claim", cwd=root).stdout.strip()
+        if not claim:
+            assert run("workflow", "resume", "example", cwd=root).returncode == 0
+            claim = run("workflow", "status", "example", "--claim", cwd=root).stdout.strip()
+        (worktree / folder).mkdir(parents=True, exist_ok=True)
+        (worktree / folder / name).write_text(text)
+        closed = run("claim", "close", claim, "--status", "ok", "--summary", summary, cwd=root)
+        assert closed.returncode == 0, closed.stdout + closed.stderr
+
+
 def stop_kernels(root: Path, tmp: Path) -> None:
     subprocess.run(["tmux", "-S", str(tmp / "tmux.sock"), "kill-server"], capture_output=True)
     from nika_brain.federation.kernels import limits

@@ -14,6 +14,7 @@ from .consolekit import (  # noqa: F401
     ConsoleProcess,
     browser,
     console_brain,
+    finish_run,
     new_page,
     run_to_gate,
     stop_kernels,
@@ -78,6 +79,14 @@ def test_overview_live_heartbeat_and_signed_approval(federation, browser, cli): 
     assert chain.count() == 3
     assert "done" in chain.nth(0).get_attribute("class")
     assert "cursor" in chain.nth(1).get_attribute("class")
+    # The run's last two steps done on the CLI: the page shows DONE and its report, without a reload.
+    page.evaluate("window.__sameDocument = 2")
+    finish_run(cli, brain.root)
+    assert runs.load_run(brain, "example").status == "done"
+    page.wait_for_selector('[data-run="example"][data-status="done"] details.report', timeout=BOUND)
+    report = page.inner_text('[data-run="example"] details.report pre')
+    assert '"delivered"' in report and '"2"' in report and '"3"' in report and gate_id in report, report
+    assert page.evaluate("window.__sameDocument") == 2, "updated in place, not reloaded"
 
 
 def test_a_spawn_proposal_approved_on_the_page_spawns_the_kernel(federation, browser, cli):  # noqa: F811
@@ -123,6 +132,12 @@ def test_kernel_page_steers_behind_a_confirmation(federation, browser):  # noqa:
     page.click("form.invoke button")
     page.wait_for_selector("#flash", timeout=BOUND)
     assert "taken by alpha" in page.inner_text("#flash"), page.inner_text("#flash")
+    # The kernel's heartbeats (its hooks publish them as it takes and answers) draw its chart, and
+    # its vault stats come after the page.
+    page.wait_for_selector("#chart polyline.queue", timeout=BOUND)
+    vault = page.locator("#vault-stats:not(:has-text('loading'))")
+    vault.wait_for(timeout=BOUND)
+    assert "records" in vault.inner_text(), vault.inner_text()
     # Restart: a new process for the same kernel.
     pid = runtimes.load_state(brain, "alpha").get("pid")
     page.once("dialog", lambda d: d.accept())
