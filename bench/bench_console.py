@@ -21,6 +21,7 @@ kernels leave, without 58 agents on a 2-core machine.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import http.client
 import json
 import os
@@ -44,6 +45,7 @@ from nika_brain.state import prompts as queue  # noqa: E402
 from nika_brain.support import clock  # noqa: E402
 from tests.console.consolekit import CHROMIUM, CHROMIUM_ARGS, ConsoleProcess  # noqa: E402
 
+MACHINES = ("ops-1", "ops-2", "edge-lyon")
 GOALS = ["Operate the IT of BCUB3", "Watch public tenders", "Keep the backups honest", "Answer the support inbox",
          "Review pull requests", "Track the cloud bill", "Draft the release notes", "Audit access rights"]
 
@@ -63,6 +65,8 @@ def populate(root: Path, n_kernels: int, n_claims: int) -> Brain:
         kid = f"k{i:02d}"
         k = kernels.new_kernel(kid, f"{GOALS[i % len(GOALS)]} ({kid})", tags=("ops",), memory="1G", cpu="50%",
                                status="active", runtime=("tmux", "headless")[i % 2])
+        # a federation of three machines; the operator's --no-sandbox on a few
+        k = dataclasses.replace(k, machine=MACHINES[i % len(MACHINES)], sandbox="off" if i % 7 == 3 else "bwrap")
         kernels.save_kernel(brain, k)
         kernels.set_status(brain, kid, "active", enforcement=("cgroup-v2", "prlimit")[i % 2])
         for j in range(30 if i == 1 else 1):   # k01 has a history: the kernel page's chart

@@ -88,7 +88,7 @@ def page(brain: Brain, limit: int = 100) -> dict[str, Any]:
     by_prompt = {c.id: c for c in fixes}
     asks = []
     for rec in record.list_asks(brain)[:limit]:
-        fix = by_ask.get(rec.get("ask")) or by_prompt.get(corrections.correction_id(str(rec.get("prompt", ""))))
+        fix = by_ask.get(str(rec.get("ask"))) or by_prompt.get(corrections.correction_id(str(rec.get("prompt", ""))))
         asks.append({"id": rec.get("ask", ""), "at": rec.get("at", ""), "by": rec.get("by", ""),
                      "prompt": rec.get("prompt", ""), "decision": rec.get("decision", ""),
                      "reason": rec.get("reason") or "", "scores": rec.get("scores") or [],
