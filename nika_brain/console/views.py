@@ -121,11 +121,16 @@ def _workflow_map(brain: Brain, rec: Records) -> dict[str, workflows.Workflow]:
     return {wf.name: wf for wf in wfs}
 
 
-def run_rows(brain: Brain, rec: Records, *, active_only: bool) -> list[dict[str, Any]]:
+def run_rows(brain: Brain, rec: Records, *, active_only: bool, cs: list | None = None,
+             ls: list | None = None) -> list[dict[str, Any]]:
     rs, _ = rec.folder(runs.runs_dir(brain), runs.load_path)
+    if active_only and not any(r.active for r in rs):
+        return []
     wfs = _workflow_map(brain, rec)
-    cs, _ = rec.folder(brain.claims_dir, claims.load_path)
-    ls, _ = rec.folder(brain.locks_dir, locks.load_lock)
+    if cs is None:
+        cs, _ = rec.folder(brain.claims_dir, claims.load_path)
+    if ls is None:
+        ls, _ = rec.folder(brain.locks_dir, locks.load_lock)
     out = []
     for r in sorted(rs, key=lambda r: r.started, reverse=True):
         if active_only and not r.active:
@@ -173,7 +178,8 @@ def overview(brain: Brain, rec: Records, signals: list[dict]) -> dict[str, Any]:
     for r in krows:
         by_state[r["state"]] = by_state.get(r["state"], 0) + 1
     dec = decisions(brain, rec)
-    return {"kernels": krows, "by_state": by_state, "decisions": dec, "runs": run_rows(brain, rec, active_only=True),
+    return {"kernels": krows, "by_state": by_state, "decisions": dec,
+            "runs": run_rows(brain, rec, active_only=True, cs=cs, ls=ls),
             "open_claims": sum(1 for c in cs if c.is_open), "locks": len(ls), "signals": signals,
             "bad": bad + dec["bad"], "bus": bus.backend_name(brain), "host": HOST}
 
