@@ -58,8 +58,28 @@ def test_operator_corrections_route_the_prompt_and_its_neighbours(tmp_path, git_
     assert [c.id for c in corrections.load_all(brain)] == sorted(c["id"] for c in listed)
 
 
+def test_a_correction_names_a_recorded_ask(tmp_path, git_env, capsys):
+    """`triage correct <ask-id>`: the prompt comes from the ask `nika-brain ask` recorded."""
+    from nika_brain.federation.asking import record
+    brain = make_brain(tmp_path / "b", CONFIG)
+    seed_kernels(brain)
+    prompt = "fais le point sur les congés payés de l'équipe pour juillet"
+    ask_id = record.new_id()
+    record.save(brain, {"ask": ask_id, "at": "", "by": "", "prompt": prompt, "decision": "fallback",
+                        "reason": "", "routes": []})
+    code, out, err = _cli(brain, ["triage", "correct", ask_id, "--kernel", GAMMA, "--json"], capsys)
+    assert code == 0, err
+    rec = json.loads(out)
+    assert (rec["prompt"], rec["kernel"], rec["ask"]) == (prompt, GAMMA, ask_id)
+    d = triage(brain, prompt)
+    assert (d.decision, d.kernels) == ("kernel", (GAMMA,)) and f"operator correction {rec['id']}" in d.reason
+    code, out, _ = _cli(brain, ["triage", "corrections"], capsys)
+    assert code == 0 and rec["id"] in out and prompt in out
+
+
 @pytest.mark.parametrize("args, message", [
-    (["triage", "correct", "ask-123", "--kernel", GAMMA], "no ask store"),
+    (["triage", "correct", "ask-123", "--kernel", GAMMA], "not an ask id: 'ask-123'"),
+    (["triage", "correct", "a-20261201T063000-1a2b3c", "--kernel", GAMMA], "no ask a-20261201T063000-1a2b3c"),
     (["triage", "correct", "--prompt", "x y z"], "exactly one of --kernel ID or --none"),
     (["triage", "correct", "--prompt", "x y z", "--kernel", GAMMA, "--none"], "exactly one of"),
     (["triage", "correct", "--kernel", GAMMA], "an ask id or --prompt"),

@@ -39,11 +39,14 @@ def correction_id(prompt: str) -> str:
 
 
 def ask_prompt(brain: Brain, ask_id: str) -> str:
-    """The prompt of a recorded ask. The asks are recorded by `nika-brain ask` (the federation
-    daemon, issue 19); until that store exists, corrections name their prompt with --prompt."""
-    del brain
-    raise Invalid(f"cannot find ask {ask_id!r}: no ask store in this brain yet "
-                  "(pass the prompt itself: nika-brain triage correct --prompt \"...\" --kernel ID)")
+    """The prompt of an ask recorded by `nika-brain ask` (.nika/asks/<id>.json); one clear error
+    when the id is malformed or unknown."""
+    from nika_brain.federation.asking.record import load_ask
+    rec = load_ask(brain, ask_id)
+    prompt = rec.get("prompt")
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise BrainError(f"ask {ask_id} has no prompt to correct")
+    return prompt
 
 
 def record(brain: Brain, prompt: str, kernel: str | None, *, ask: str | None = None) -> Correction:
