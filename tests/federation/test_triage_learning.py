@@ -108,6 +108,21 @@ def test_the_policy_holds_on_the_fallback_too(tmp_path, git_env):
     assert (d.decision, d.kernels) == ("fallback", (GENERALIST,))
 
 
+def test_an_ask_no_allowed_kernel_can_take_is_refused_in_one_line_and_recorded(tmp_path, git_env, capsys):
+    """`nika-brain ask` follows the policy on the fallback too: refused (exit 6), the reason in one
+    line, the ask recorded with no route (so the operator can see it and correct it)."""
+    from nika_brain.federation.asking import record
+    from nika_brain.state import prompts
+    brain = make_brain(tmp_path / "b", POLICY)
+    seed_kernels(brain)                       # the generalist has no region
+    code, out, err = _cli(brain, ["ask", "quel est mon salaire ?"], capsys)
+    assert code == 6 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert "refused" in err and f"generalist {GENERALIST}: region unset" in err
+    (rec,) = record.list_asks(brain)
+    assert rec["decision"] == "refused" and rec["routes"] == [] and rec["ask"] in err
+    assert not prompts.path(brain, GENERALIST).exists()     # delivered nowhere
+
+
 def test_single_clause_hybrid_is_split_and_each_part_stands_alone(tmp_path, git_env):
     brain = make_brain(tmp_path / "b", CONFIG)
     seed_kernels(brain)
