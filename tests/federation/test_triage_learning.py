@@ -58,6 +58,25 @@ def test_operator_corrections_route_the_prompt_and_its_neighbours(tmp_path, git_
     assert [c.id for c in corrections.load_all(brain)] == sorted(c["id"] for c in listed)
 
 
+def test_a_correction_names_a_recorded_ask(tmp_path, git_env, capsys):
+    """`triage correct <ask-id>`: the prompt comes from the ask `nika-brain ask` recorded."""
+    from nika_brain.federation.asking import record
+    brain = make_brain(tmp_path / "b", CONFIG)
+    seed_kernels(brain)
+    prompt = "fais le point sur les congés payés de l'équipe pour juillet"
+    ask_id = record.new_id()
+    record.save(brain, {"ask": ask_id, "at": "", "by": "", "prompt": prompt, "decision": "fallback",
+                        "reason": "", "routes": []})
+    code, out, err = _cli(brain, ["triage", "correct", ask_id, "--kernel", GAMMA, "--json"], capsys)
+    assert code == 0, err
+    rec = json.loads(out)
+    assert (rec["prompt"], rec["kernel"], rec["ask"]) == (prompt, GAMMA, ask_id)
+    d = triage(brain, prompt)
+    assert (d.decision, d.kernels) == ("kernel", (GAMMA,)) and f"operator correction {rec['id']}" in d.reason
+    code, out, _ = _cli(brain, ["triage", "corrections"], capsys)
+    assert code == 0 and rec["id"] in out and prompt in out
+
+
 @pytest.mark.parametrize("args, message", [
     (["triage", "correct", "ask-123", "--kernel", GAMMA], "not an ask id: 'ask-123'"),
     (["triage", "correct", "a-20260101T000000-abcdef", "--kernel", GAMMA], "no ask a-20260101T000000-abcdef"),
@@ -87,6 +106,21 @@ def test_the_policy_holds_on_the_fallback_too(tmp_path, git_env):
     seed_kernels(brain, **{GENERALIST: {"region": "fr"}})
     d = triage(brain, "quel est mon salaire ?")
     assert (d.decision, d.kernels) == ("fallback", (GENERALIST,))
+
+
+def test_an_ask_no_allowed_kernel_can_take_is_refused_in_one_line_and_recorded(tmp_path, git_env, capsys):
+    """`nika-brain ask` follows the policy on the fallback too: refused (exit 6), the reason in one
+    line, the ask recorded with no route (so the operator can see it and correct it)."""
+    from nika_brain.federation.asking import record
+    from nika_brain.state import prompts
+    brain = make_brain(tmp_path / "b", POLICY)
+    seed_kernels(brain)                       # the generalist has no region
+    code, out, err = _cli(brain, ["ask", "quel est mon salaire ?"], capsys)
+    assert code == 6 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert "refused" in err and f"generalist {GENERALIST}: region unset" in err
+    (rec,) = record.list_asks(brain)
+    assert rec["decision"] == "refused" and rec["routes"] == [] and rec["ask"] in err
+    assert not prompts.path(brain, GENERALIST).exists()     # delivered nowhere
 
 
 def test_single_clause_hybrid_is_split_and_each_part_stands_alone(tmp_path, git_env):

@@ -3,7 +3,9 @@
 The decision comes from the triage (through the federation daemon's resident embedder and goals
 index when a daemon runs, in this process otherwise): `kernel` -> one route; `split` -> one route per
 part, each to its kernel; `fallback` -> one route to the generalist kernel the triage names
-(`federation.triage.default`). Each route is delivered with kernel_invoke (queued first, so nothing
+(`federation.triage.default`); `refused` (the data policy lets no kernel take it, the generalist
+included) -> recorded with no route, and Refused (exit 6) with the triage's reason. Each route is
+delivered with kernel_invoke (queued first, so nothing
 is lost: a kernel not ready yet gets it when it is); with `wait`, each route's answer is the kernel's
 reply to that prompt. Statuses: taken, queued (it waits in the kernel's queue), answered, failed.
 """
@@ -12,7 +14,7 @@ from __future__ import annotations
 import time
 
 from nika_brain.brain import Brain
-from nika_brain.errors import BrainError
+from nika_brain.errors import BrainError, Refused
 from nika_brain.federation import resident
 from nika_brain.federation.asking import record
 from nika_brain.federation.kernels import runtimes, verbs
@@ -52,10 +54,13 @@ def top_scores(d: dict) -> list[dict]:
 def ask(brain: Brain, prompt: str, *, wait: bool = False, timeout: float = 600.0, by: str = "") -> dict:
     queue.check(prompt)
     d = decide(brain, prompt)
+    refused = d["decision"] == "refused" or not d.get("kernels")
     rec = {"ask": record.new_id(), "at": clock.iso(clock.now()), "by": by, "prompt": prompt,
            "decision": d["decision"], "reason": d.get("reason"), "scores": top_scores(d),
-           "routes": routes_of(d, prompt)}
+           "routes": [] if refused else routes_of(d, prompt)}
     record.save(brain, rec)
+    if refused:  # the data policy holds on every route: no allowed kernel, the generalist included
+        raise Refused(f"ask {rec['ask']} refused: {d.get('reason') or 'no kernel may take it'}")
     taken: list[tuple[dict, dict]] = []
     for r in rec["routes"]:
         try:
