@@ -167,18 +167,3 @@ def test_a_kernel_coming_or_going_moves_no_other_threshold():
         assert part.model.thresholds[k] == full.model.thresholds[j]
         assert np.isclose(part.model.loc[k], full.model.loc[j]) and np.isclose(part.model.scale[k], full.model.scale[j])
 
-
-def test_a_correction_names_a_recorded_ask(tmp_path, git_env, capsys):
-    """`triage correct <ask-id>`: the prompt is the one `nika-brain ask` recorded, the ask is named."""
-    from nika_brain.federation.asking import record
-    brain = make_brain(tmp_path / "b", CONFIG)
-    seed_kernels(brain)
-    prompt = "prépare les fiches de paie du mois pour les salariés"
-    rec = {"ask": record.new_id(), "at": "2026-12-01T08:00:00Z", "by": "op", "prompt": prompt,
-           "decision": "fallback", "reason": "below every threshold", "scores": [], "routes": []}
-    record.save(brain, rec)
-    code, out, err = _cli(brain, ["triage", "correct", rec["ask"], "--kernel", GAMMA, "--json"], capsys)
-    assert code == 0, err
-    got = json.loads(out)
-    assert (got["prompt"], got["kernel"], got["ask"]) == (prompt, GAMMA, rec["ask"])
-    assert [(c.prompt, c.ask) for c in corrections.load_all(brain)] == [(prompt, rec["ask"])]
