@@ -46,6 +46,28 @@ EDGES = "tests/federation/test_edges.py"
 
 MUTANTS: list[Mutant] = [
     # ---- issue 25 §1: the survivors of the last check ------------------------------------------
+    Mutant("authority: the record's id not signed (a signature replayed onto another id)",
+           "nika_brain/state/authority.py",
+           '"fields": {k: v for k, v in fields.items() if k != "signature"}}',
+           '"fields": {k: v for k, v in fields.items() if k not in ("signature", "id")}}',
+           ("tests/state/test_agent_attacks.py::"
+            "test_a_signature_replayed_onto_another_id_is_refused_for_every_signed_kind",)),
+    Mutant("authority: a lock's scope not signed (an operator release replayed onto another scope)",
+           "nika_brain/state/authority.py",
+           '"fields": {k: v for k, v in fields.items() if k != "signature"}}',
+           '"fields": {k: v for k, v in fields.items() if k not in ("signature", "scope")}}',
+           ("tests/state/test_agent_attacks.py::"
+            "test_a_signature_replayed_onto_another_id_is_refused_for_every_signed_kind",)),
+    Mutant("spawning: an approval not bound to the proposal's content",
+           "nika_brain/federation/spawning/proposals.py",
+           'if g.status == "approved" and f"[proposal {digest(p)}]" not in g.message:',
+           'if False:',
+           ("tests/state/test_agent_attacks.py::"
+            "test_a_proposal_pointing_at_another_gate_or_edited_after_it_is_never_spawned",)),
+    Mutant("inbox: a signed message obeyed whatever its signature", "nika_brain/engine/inbox.py",
+           "if authority.verify(brain, SIGNED_KIND, body, signature):", "if True:",
+           ("tests/state/test_agent_attacks.py::"
+            "test_forged_inbox_messages_are_ignored_and_a_malformed_one_does_not_stop_the_batch",)),
     Mutant("vault: expired grants still honoured", "nika_brain/state/grants.py",
            'return self.until is None or clock.parse(self.until, what="until") > now', "return True",
            (f"{EDGES}::test_an_expired_grant_is_refused",)),
@@ -101,7 +123,10 @@ MUTANTS: list[Mutant] = [
            "                    found.append(rec)",
            (f"{EDGES}::test_records_chroma_returns_outside_the_readers_scope_are_dropped",)),
     Mutant("vault: dedup > becomes >= (in a batch)", "nika_brain/federation/vault/write.py",
-           "if float(sims[j]) > threshold:", "if float(sims[j]) >= threshold:",
+           "if float(sims[j]) > threshold", "if float(sims[j]) >= threshold",
+           (f"{EDGES}::test_a_dedup_threshold_of_one_drops_nothing",)),
+    Mutant("vault: dedup > becomes >= (against the kernel's records)", "nika_brain/federation/vault/write.py",
+           "if sim <= threshold or kernel_of(hid) != kernel_id:", "if sim < threshold or kernel_of(hid) != kernel_id:",
            (f"{EDGES}::test_a_dedup_threshold_of_one_drops_nothing",)),
     Mutant("locks: index ancestor lookup", "nika_brain/state/locks.py",
            "for i in range(1, len(parts) + 1):", "for i in range(len(parts), len(parts) + 1):",

@@ -36,6 +36,15 @@ def launch(brain: Brain, ref: str, *, mode: str | None = None, wait: bool = Fals
                       f"`nika-brain workflow resume {wf.name}` or stop it with `nika-brain workflow abort {wf.name}`")
     if step is not None:
         orchestrator.effective(wf, before if before is not None and before.active else None).step(step)
+    if before is not None and before.status == "done" and not restart and step is None:
+        # A finished run is said once, with the way to run it again: nothing starts, nothing triggers.
+        # (An aborted one already says so: its next-step line names --restart.)
+        out = orchestrator.step_once(brain, wf.name)
+        out = replace(out, message=f"{out.message} — already done; "
+                                   f"`nika-brain workflow-launch {wf.name} --restart` runs it again")
+        if on_event:
+            on_event(out)
+        return out
     orchestrator.start_run(brain, wf, mode=mode, step=step, context=context, restart=restart)
     out = drive(brain, wf.name, wait=wait, poll=poll, timeout=timeout, on_event=on_event)
     done = runs.load_run(brain, wf.name) if out.status == "done" else None

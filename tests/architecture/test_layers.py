@@ -201,3 +201,17 @@ def test_the_policy_and_the_git_hook_guard_every_state_folder_of_the_layout(tmp_
         assert is_state_path(f"{folder}/x.yml")
     assert not is_state_path("src/claims/x.py")
     assert [f.path for f in LAYOUT if f.kept] == ["claims", "locks", "gates"]
+
+
+def test_every_federation_room_is_a_row_of_the_architecture_table():
+    """docs/ARCHITECTURE.md's federation table names every room and loose module, at its rank."""
+    doc = (PACKAGE.parent / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    section = doc.split("### The federation", 1)[1].split("\n### ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 2 and cells[0].lstrip("-").isdigit():
+            for name in cells[1].replace("(loose)", "").split(","):
+                rows[name.strip().strip("`").rstrip("/")] = int(cells[0])
+    assert rows == ROOMS, {k: (rows.get(k), ROOMS.get(k)) for k in set(rows) | set(ROOMS)
+                           if rows.get(k) != ROOMS.get(k)}

@@ -135,3 +135,15 @@ def test_registry_link_to_an_unknown_session_or_kernel_is_refused(brain):
     one_line_failure(run(brain, "registry", "link", "sess-1", "--kernel", "ghost"), "no such kernel")
     ok = run(brain, "registry", "link", "sess-1", "--kernel", "alpha")
     assert ok.returncode == 0, ok.stderr
+
+
+def test_a_proposal_file_without_its_gate_field_is_listed_and_decided_without_a_traceback(brain, cli):
+    made = cli("kernel", "propose", "Lab work: benchmarks")
+    assert made.returncode == 0, made.stderr
+    (path,) = (brain.root / "proposals").glob("*.yml")
+    path.write_text("".join(x for x in path.read_text().splitlines(True) if not x.startswith("gate:")))
+    listed = cli("kernel", "proposals")
+    assert listed.returncode == 0 and path.stem in listed.stdout and "Traceback" not in listed.stderr
+    rejected = cli("kernel", "reject", path.stem)
+    assert rejected.returncode == 0 and "Traceback" not in rejected.stderr, rejected.stderr
+    assert "rejected" in cli("kernel", "proposals").stdout

@@ -69,3 +69,26 @@ def test_without_the_federation_extra_a_federation_command_prints_one_line_namin
     assert out.returncode == 1, out.stdout + out.stderr
     assert out.stderr.strip().splitlines() == [out.stderr.strip()], out.stderr
     assert "pip install 'nika-brain[federation]'" in out.stderr and "Traceback" not in out.stderr
+
+
+ONE = """name: one
+branch: theme/one
+chain:
+  - step: 1
+    type: search
+    scope: notes/
+    story_angle: "result=ok"
+"""
+
+
+def test_launching_a_finished_workflow_says_done_once_and_names_restart(tmp_path, git_env):
+    from tests.kit.orch import claims_of, nb, orch_brain, satellite_config
+    brain = orch_brain(tmp_path / "b", {"one": ONE}, config=satellite_config())
+    nb(brain, "workflow-launch", "one", "--mode", "swarm", check=0)
+    again = nb(brain, "workflow-launch", "one", "--mode", "swarm", check=0)
+    assert again.stdout.count("DONE") == 1, again.stdout
+    assert "already done" in again.stdout and "workflow-launch one --restart" in again.stdout
+    assert len(claims_of(brain, "one")) == 1          # nothing ran again
+    rerun = nb(brain, "workflow-launch", "one", "--mode", "swarm", "--restart", check=0)
+    assert "DONE" in rerun.stdout and "already done" not in rerun.stdout
+    assert len(claims_of(brain, "one")) == 2

@@ -59,9 +59,16 @@ def test_records_chroma_returns_outside_the_readers_scope_are_dropped(vb):
 
 
 def test_a_dedup_threshold_of_one_drops_nothing(vb):
-    res = write.add(vb, "alpha", [Chunk("first wording"), Chunk("second wording")], [axis(0), axis(0)],
-                    threshold=1.0)
+    # Two chunks that say the same thing (same words, other case and punctuation: two record ids) on
+    # one vector: below 1.0 the second is a duplicate; at 1.0 (dedup off) both are kept, in one batch
+    # and against what the kernel already holds.
+    same = [Chunk("The backup runs nightly."), Chunk("the backup runs nightly")]
+    assert len(write.add(vb, "alpha", same, [axis(0), axis(0)], threshold=0.99).dropped) == 1
+    res = write.add(vb, "beta", same, [axis(0), axis(0)], threshold=1.0)
     assert len(res.added) == 2 and res.dropped == []
+    write.add(vb, "gamma", same[:1], [axis(0)], threshold=1.0)
+    later = write.add(vb, "gamma", same[1:], [axis(0)], threshold=1.0)
+    assert len(later.added) == 1 and later.dropped == []
 
 
 # ---- handover --------------------------------------------------------------------------------------
