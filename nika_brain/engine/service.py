@@ -185,14 +185,25 @@ def _said(c: claims.Claim) -> str:
 
 
 def _context(brain: Brain, c: claims.Claim):
+    """The claim's run, its workflow as adapted, and its step. A close validates what it reads before
+    it changes anything: when the active run of the claim's workflow, or that workflow's own file,
+    cannot be read, the close is refused and the claim stays open (closing it would leave the work
+    uncommitted and the result unrouted, the run wedged half-way)."""
     try:
         run = runs.load_run(brain, c.workflow)
-    except BrainError:
-        return None, None, None
+    except BrainError as exc:
+        raise Invalid(f"claim {c.id} stays open: the run of {c.workflow} cannot be read ({exc}); "
+                      "fix that file, then close again") from exc
     if run is None:
         return None, None, None
     try:
         wf = orchestrator.effective(find_workflow(brain, c.workflow), run)
+    except BrainError as exc:
+        if not run.active:
+            return run, None, None
+        raise Invalid(f"claim {c.id} stays open: workflow {c.workflow} cannot be read ({exc}); "
+                      "fix that file (`nika-brain validate` lists what is wrong), then close again") from exc
+    try:
         return run, wf, wf.step(c.step)
     except BrainError:
         return run, None, None

@@ -164,6 +164,25 @@ def test_3_an_invalid_unrelated_workflow_or_gate_file_breaks_nothing(tmp_path, g
     assert bad.returncode != 0 and "workflows/typo.yml" in bad.stdout + bad.stderr
 
 
+def test_3_the_runs_own_workflow_made_invalid_mid_run_refuses_the_close_before_anything_changes(tmp_path,
+                                                                                                 git_env):
+    brain = orch_brain(tmp_path / "b", {"good": GOOD})
+    nb(brain, "workflow-launch", "good", check=0)
+    c1 = open_claim_id(brain, "good")
+    _write(brain, "theme/good", "notes/n.md")
+    path = brain.root / "workflows" / "good.yml"
+    path.write_text("name: good\nchain: 5\n")   # hand-edited while the step runs
+    refused = nb(brain, "claim", "close", c1, "--status", "ok")
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr, refused.stderr
+    assert "stays open" in refused.stderr and "workflows/good.yml" in refused.stderr, refused.stderr
+    assert load_file(brain.root / "claims" / f"{c1}.yml")["status"] == "open"
+    assert "STEP_DONE" not in _types(brain, "good") and run_file(brain, "good")["claim"] == c1
+    # Fixed, the same close goes through: the step's work is committed and merged.
+    path.write_text(GOOD)
+    done = nb(brain, "claim", "close", c1, "--status", "ok", check=0)
+    assert "DONE" in done.stdout and _in_main(brain, "notes/n.md")
+
+
 # ---- 4. ADAPT while a gate is pending --------------------------------------------------------------
 
 ADAPTED = """name: ad
