@@ -272,10 +272,13 @@ def report(brain: Brain, claim_id: str, status: str, summary: str = "", *, tests
         # committing, routing and merging are left to the orchestrator that launched it.
         return Closed(c, None, tuple(warnings))
     if run is not None and run.claim == c.id:
-        out = orchestrator.step_once(brain, c.workflow)  # routes the result, releases the locks
-        after = runs.load_run(brain, c.workflow)
-        if out.status == "progress" and after is not None and after.cursor == runs.END and not after.claim:
-            out = orchestrator.step_once(brain, c.workflow)  # the last step's result is final: finish
+        # The claim is closed now: a commit refused from here on (state, merge) is redone by a resume,
+        # never by this close again (it would be refused as already closed).
+        with git.rerun_as(f"nika-brain workflow resume {c.workflow}"):
+            out = orchestrator.step_once(brain, c.workflow)  # routes the result, releases the locks
+            after = runs.load_run(brain, c.workflow)
+            if out.status == "progress" and after is not None and after.cursor == runs.END and not after.claim:
+                out = orchestrator.step_once(brain, c.workflow)  # the last step's result is final: finish
     else:
         locks.release_all(brain, c.id)
         orchestrator.reindex(brain)

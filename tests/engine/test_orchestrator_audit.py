@@ -501,6 +501,39 @@ def test_9_a_commit_refused_by_the_hook_names_the_path_and_an_override_for_that_
     assert load_file(brain.root / "claims" / f"{c1}.yml")["status"] == "open"
 
 
+def test_9_a_hook_refusal_after_the_close_or_in_a_merge_names_the_command_that_redoes_it(tmp_path, git_env):
+    from nika_brain.gitrepo import githooks
+    brain = orch_brain(tmp_path / "b", {"good": GOOD})
+    githooks.install(brain.root)
+    nb(brain, "workflow-launch", "good", check=0)
+    c1 = open_claim_id(brain, "good")
+    _write(brain, "theme/good", "notes/n.md")
+    bad = brain.root / "gates" / "handmade.yml"
+    bad.parent.mkdir(exist_ok=True)
+    bad.write_text("id: handmade\nstatus: maybe\n")   # hand-made: the hook refuses to commit it
+    # The claim is closed before the state commit is refused: what redoes it is a resume, not the close.
+    closed = nb(brain, "claim", "close", c1, "--status", "ok", "--summary", "done", check=0)
+    assert "gates/handmade.yml" in closed.stdout, closed.stdout
+    assert "run `nika-brain workflow resume good` again" in closed.stdout, closed.stdout
+    assert "claim close" not in closed.stdout and run_file(brain, "good")["status"] == "blocked"
+    # theme-branch-merge.sh: the command to run again is the one that failed, its options included.
+    merge = nb(brain, "branch", "merge", "theme/good", "--no-tests")
+    assert merge.returncode != 0 and "gates/handmade.yml" in merge.stderr, merge.stderr
+    assert "run `nika-brain branch merge theme/good --no-tests` again" in merge.stderr, merge.stderr
+    bad.unlink()
+    again = nb(brain, "branch", "merge", "theme/good", "--no-tests", check=0)
+    assert "DONE" in again.stdout and run_file(brain, "good")["status"] == "done"
+
+
+def test_9_a_satellite_is_not_handed_the_orchestrators_command_to_rerun(tmp_path, git_env):
+    seen = tmp_path / "seen"   # what a refusing hook would name to the satellite's own git commit
+    config = (f'satellite_command: ["/bin/sh", "-c", "(printenv NIKA_COMMAND || echo unset) >> {seen}; '
+              f'exec \\"$0\\" \\"$@\\"", "{sys.executable}", "{SATELLITE}", "{{claim}}", "{{brief_file}}"]\n')
+    brain = orch_brain(tmp_path / "b", {"told": TOLD}, config=config)
+    nb(brain, "workflow-launch", "told", "--mode", "swarm", check=0)
+    assert seen.read_text().split() == ["unset", "unset"]
+
+
 def test_9_gate_messages_an_agent_refusal_names_its_variable(tmp_path, git_env):
     brain = orch_brain(tmp_path / "b", {"told": TOLD})
     opened = nb(brain, "gate", "open", "g-hand", "first message", check=0)
