@@ -51,6 +51,15 @@ def _state_clean(brain) -> bool:
                "BRAIN-INDEX.md").strip() == ""
 
 
+def _gone(pid: int) -> bool:
+    """The process has exited (no longer in /proc, or a zombie nobody reaped yet)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[-1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
+
+
 def _types(brain, wf):
     return [r["type"] for r in journal(brain, wf)]
 
@@ -353,6 +362,31 @@ def test_6_resume_after_a_killed_orchestrator_waits_for_the_live_satellite(tmp_p
     assert len(launches.read_text().split()) == 1
     [c1] = claims_of(brain, "slow")
     assert c1["result"]["status"] == "ok" and "satellite wrote notes/" in c1["result"]["summary"]
+
+
+def test_6_resume_adopts_the_result_of_a_satellite_that_finished_while_no_orchestrator_ran(tmp_path, git_env):
+    meet = tmp_path / "meet"
+    meet.mkdir()
+    launches = tmp_path / "launches"
+    config = (f'satellite_command: ["/bin/sh", "-c", "echo $$ >> {launches}; exec \\"$0\\" \\"$@\\"", '
+              f'"{sys.executable}", "{SATELLITE}", "{{claim}}", "{{brief_file}}"]\n')
+    brain = orch_brain(tmp_path / "b", {"slow": SLOW}, config=config)
+    env = {**os.environ, "SATELLITE_RENDEZVOUS": str(meet)}
+    first = subprocess.Popen([sys.executable, "-m", "nika_brain", "workflow-launch", "slow", "--mode", "swarm"],
+                             cwd=brain.root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_until(lambda: (meet / "started").exists(), what="the satellite started")
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    c1 = open_claim_id(brain, "slow")
+    (meet / "go").write_text("")   # the orphan reports while no orchestrator runs, and exits
+    [pid] = launches.read_text().split()
+    wait_until(lambda: _gone(int(pid)), what="the orphan satellite ended")
+    resumed = nb(brain, "workflow", "resume", "slow", env={"SATELLITE_RENDEZVOUS": str(meet)}, check=0)
+    assert "DONE" in resumed.stdout
+    assert len(launches.read_text().split()) == 1     # adopted, not run a second time
+    [claim] = claims_of(brain, "slow")
+    assert claim["result"]["status"] == "ok" and "satellite wrote notes/" in claim["result"]["summary"]
+    assert _in_main(brain, f"notes/{c1}.txt")
 
 
 def test_6_a_relaunch_of_a_dead_satellites_claim_runs_preflight(tmp_path, git_env):
