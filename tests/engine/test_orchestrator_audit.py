@@ -638,13 +638,24 @@ def test_9_a_trigger_starts_the_other_workflow_when_the_run_is_driven(tmp_path, 
     assert run_file(brain, "w1")["status"] == run_file(brain, "w2")["status"] == "done"
 
 
-def test_9_the_template_card_carries_the_whole_card():
-    from pathlib import Path
-    card = (Path(__file__).resolve().parents[2] / "nika_brain" / "templates" / "brain" / "agents"
-            / "kernel-orchestrator.md").read_text()
-    for part in ("## Tiered close", "## Scripts", "scripts/brain-index-regen.sh", "Mode 1", "Mode 3",
-                 "zone:kernel", "Validated", "Orchestrated", "Atomic"):
+def test_9_the_template_card_carries_the_whole_card(tmp_path, git_env):
+    root = tmp_path / "fresh"   # the card as `nika-brain init` lays it in a new brain
+    subprocess.run([sys.executable, "-m", "nika_brain", "init", str(root), "--no-hooks"], cwd=tmp_path,
+                   check=True, capture_output=True, text=True, timeout=300)
+    card = (root / "agents" / "kernel-orchestrator.md").read_text()
+    sections = ("## Boot summary", "## Role", "## Activation", "## Execution loop", "## Exit triggers",
+                "## Tiered close", "## Scripts", "## Circuit breaker", "## Interface with brain-hypervisor",
+                "## Mode 1 (manual) vs mode 3 (swarm)", "## Sources to load")
+    scripts = ("preflight-check.sh", "file-lock.sh acquire/release", "human-gate-ack.sh gate/approve/reject",
+               "workflow-launch.sh", "theme-branch-open.sh", "theme-branch-merge.sh", "brain-index-regen.sh")
+    actions = ("trigger:<step>", "trigger:next", "signal:<TYPE>", "gate:human", "notify:<msg>", "abort")
+    tiers = ("| Atomic |", "| Validated |", "| Orchestrated |")
+    signals_ = ("ORCHESTRATE", "ADAPT", "ABORT", "STEP_DONE", "GATE_PENDING", "BLOCKED_ON", "DONE",
+                "CIRCUIT_BREAK", "ESCALATE")
+    for part in (*sections, *scripts, *actions, *tiers, *signals_, "zone:kernel", "partial results"):
         assert part in card, part
+    loop = card[card.index("## Execution loop"):card.index("## Exit triggers")]
+    assert [n for n in range(1, 13) if f"\n{n}. " not in loop] == []   # the loop's 12 steps
 
 
 def test_9_no_usable_satellite_is_said_and_not_counted_toward_the_breaker(tmp_path, git_env):
