@@ -479,6 +479,29 @@ def test_8_a_failed_attempt_is_set_aside_and_out_of_scope_changes_are_left_out(t
     assert not _in_main(brain, "notes/attempt-1.txt") and not _in_main(brain, "flag/green")
 
 
+def test_8_a_failed_attempt_that_committed_on_the_branch_itself_is_set_aside_too(tmp_path, git_env):
+    brain = orch_brain(tmp_path / "b", {"rt": RETRY})
+    nb(brain, "workflow-launch", "rt", check=0)
+    c1 = open_claim_id(brain, "rt")
+    wt = worktree(brain, "theme/rt")
+    tip = git(wt, "rev-parse", "HEAD").strip()
+    _write(brain, "theme/rt", "notes/committed-attempt.txt")   # a satellite that commits its own work
+    git(wt, "add", "notes/committed-attempt.txt")
+    git(wt, "commit", "-q", "-m", "attempt")
+    _write(brain, "theme/rt", "notes/loose-attempt.txt")
+    failed = nb(brain, "claim", "close", c1, "--status", "failed", check=0)
+    ref = f"refs/nika/attempts/{c1}"
+    assert ref in failed.stdout and "notes/committed-attempt.txt" in failed.stdout, failed.stdout
+    kept = git(brain.root, "ls-tree", "-r", "--name-only", ref)
+    assert "notes/committed-attempt.txt" in kept and "notes/loose-attempt.txt" in kept
+    assert git(wt, "rev-parse", "HEAD").strip() == tip and git(wt, "status", "--porcelain").strip() == ""
+    nb(brain, "workflow", "resume", "rt", "--retry", check=0)
+    _write(brain, "theme/rt", "notes/good.txt")
+    nb(brain, "claim", "close", open_claim_id(brain, "rt"), "--status", "ok", check=0)
+    assert _in_main(brain, "notes/good.txt") and not _in_main(brain, "notes/committed-attempt.txt")
+    assert git(brain.root, "for-each-ref", "refs/nika/claim-base/").strip() == ""   # tidied at each close
+
+
 # ---- 9. what the operator is told ------------------------------------------------------------------------
 
 TOLD = """name: told
