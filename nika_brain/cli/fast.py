@@ -260,10 +260,10 @@ def claim_close(claim_id: str, status: str, summary: str = "", tests_passed: int
     """Close a claim; the orchestrator routes its exit action at once, and one line says what follows."""
     from nika_brain.brain import Brain
     from nika_brain.engine import nextstep, service
+    from nika_brain.gitrepo import git
     from nika_brain.state.claims import id_from_argument
     brain = Brain.find()
-    # What the git hooks name as the command to run again (or to override) when they refuse a commit.
-    os.environ.setdefault("NIKA_COMMAND", f"nika-brain claim close {claim_id} --status {status}")
+    git.rerun_is_this_command()  # what the git hooks name when they refuse this close's commit
     done = service.report(brain, id_from_argument(claim_id), status, summary, tests_passed=tests_passed,
                           tests_failed=tests_failed, empty=empty)
     nxt = nextstep.line(brain, done.outcome) if done.outcome else \

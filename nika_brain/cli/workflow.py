@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
 from typing import Optional
 
 import typer
@@ -12,6 +11,7 @@ from nika_brain.cli import app, json_object, operator_only
 from nika_brain.engine import nextstep, orchestrator, preflight, signals
 from nika_brain.engine import service as launch
 from nika_brain.errors import EXIT_BLOCKED, Invalid
+from nika_brain.gitrepo import git
 from nika_brain.state import runs
 from nika_brain.state.workflows import find_workflow
 from nika_brain.support.yamlsafe import loads
@@ -77,6 +77,7 @@ def workflow_launch(workflow: str = typer.Argument(..., help="workflows/<name>.y
     """Run a workflow: INIT, then each step (preflight, locks, claim, brief or satellite, routing)."""
     if mode is not None and mode not in runs.MODES:
         raise Invalid(f"--mode must be one of {', '.join(runs.MODES)}")
+    git.rerun_is_this_command()  # what the git hooks name when they refuse a commit of this run
     out = launch.launch(Brain.find(), workflow, mode=mode, wait=wait, restart=restart, step=step,
                         context=_context(context), poll=poll, timeout=timeout, on_event=_printer(as_json))
     _finish(out, as_json)
@@ -91,6 +92,7 @@ def workflow_resume(name: str,
                     poll: float = 1.0, timeout: Optional[float] = None,
                     as_json: bool = typer.Option(False, "--json", help="one JSON object for scripts")):
     """Go on from the files after a report, a gate decision, a halt or a crash."""
+    git.rerun_is_this_command()
     _finish(launch.resume(Brain.find(), name, retry=retry, skip=skip, wait=wait, poll=poll, timeout=timeout,
                           on_event=_printer(as_json)), as_json)
 
@@ -144,6 +146,7 @@ def workflow_orchestrate(name: str, step: Optional[str] = None, context: Optiona
                          mode: str = typer.Option("swarm"), wait: bool = typer.Option(False, "--wait"),
                          rerun: bool = typer.Option(False, "--rerun", help="run a finished workflow again")):
     """ORCHESTRATE {workflow, step, context}: what brain-hypervisor sends."""
+    git.rerun_is_this_command()
     out = launch.launch(Brain.find(), name, mode=mode, step=step, context=_context(context), wait=wait,
                         restart=rerun, on_event=_print)
     _finish(out)
@@ -232,7 +235,7 @@ def branch_merge(branch: str, base: Optional[str] = None,
     """theme-branch-merge.sh <branch>: --no-ff merge, only when the branch's run owes nothing (no failed
     or unresolved step) and its tests are green."""
     brain = Brain.find()
-    os.environ.setdefault("NIKA_COMMAND", f"scripts/theme-branch-merge.sh {branch}")  # named by the git hooks
+    git.rerun_is_this_command()  # what the git hooks name when they refuse a commit of this merge
     res, finished = launch.merge_branch(brain, branch, base=base, test=test, no_tests=no_tests,
                                         force_human=force_human, note=note)
     print(f"{res.reason} ({res.commit})")

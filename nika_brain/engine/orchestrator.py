@@ -18,7 +18,7 @@ from nika_brain.brain import Brain
 from nika_brain.engine import breakerreset, gatebackends, merging, preflight, satellites, signals
 from nika_brain.engine.merging import base_checkout, commit_state, merge_into_base  # noqa: F401 (re-exported)
 from nika_brain.errors import EXIT_BLOCKED, EXIT_GATE_PENDING, EXIT_REFUSED, BrainError
-from nika_brain.gitrepo import branches
+from nika_brain.gitrepo import branches, git
 from nika_brain.state import breakers, claims, gates, locks, runs
 from nika_brain.state import zones as zones_mod
 from nika_brain.state.runs import END, Run
@@ -373,6 +373,7 @@ def _start_step(brain: Brain, wf: Workflow, run: Run, step: Step, now: datetime)
             return _block(brain, run, step.id, f"lock: {exc.message}")
         raise
     faults.point("after-claim-open")
+    mark_claim_base(worktree, c.id)
     run = runs.update(brain, run, claim=c.id, status="running")
     emit(brain, "CLAIM_OPEN", run, step.id, c.id, f"step {step.id} claimed ({', '.join(step.scope)})",
           payload={"scope": list(step.scope), "mode": run.mode})
@@ -382,6 +383,12 @@ def _start_step(brain: Brain, wf: Workflow, run: Run, step: Step, now: datetime)
     brain.write(brief_file, brief)
     return Outcome(wf.name, "satellite" if run.mode == "swarm" else "waiting",
                    f"step {step.id} claimed", claim=c.id, brief=brief, step=step.id)
+
+
+def mark_claim_base(worktree: Path, claim_id: str) -> None:
+    """Where the theme branch stands as the claim opens: a failed attempt that committed on the branch
+    itself is set aside back to here (service.settle_work)."""
+    git.run(worktree, "update-ref", f"refs/nika/claim-base/{claim_id}", "HEAD", check=False)
 
 
 def _pre_gate(brain: Brain, wf: Workflow, run: Run, step: Step) -> Outcome | None:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
+from nika_brain.gitrepo import git
 from nika_brain.state import agents
 from nika_brain.state.claims import Claim
 from nika_brain.state.workflows import Step, Workflow
@@ -202,8 +203,8 @@ def launch(brain: Brain, claim: Claim, brief: str, brief_file: Path, cwd: Path, 
                                 "and {{ }} for a literal brace")
     if not brain.config.satellite_command and kernel_settings is not None:
         argv += ["--settings", str(kernel_settings)]
-    env = {**os.environ, "NIKA_BRAIN_DIR": str(brain.root), "NIKA_CLAIM": claim.id,
-           "NIKA_WORKTREE": str(cwd), "NIKA_AGENT": "1"}
+    env = {**{k: v for k, v in os.environ.items() if k != git.RERUN}, "NIKA_BRAIN_DIR": str(brain.root),
+           "NIKA_CLAIM": claim.id, "NIKA_WORKTREE": str(cwd), "NIKA_AGENT": "1"}
     out_path, err_path = _files(brain, claim.id)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     # Its output goes to files, not pipes, and its pid and start time are recorded: an orchestrator

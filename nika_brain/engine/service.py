@@ -194,14 +194,25 @@ def _said(c: claims.Claim) -> str:
 
 
 def _context(brain: Brain, c: claims.Claim):
+    """The claim's run, its workflow as adapted, and its step. A close validates what it reads before
+    it changes anything: when the active run of the claim's workflow, or that workflow's own file,
+    cannot be read, the close is refused and the claim stays open (closing it would leave the work
+    uncommitted and the result unrouted, the run wedged half-way)."""
     try:
         run = runs.load_run(brain, c.workflow)
-    except BrainError:
-        return None, None, None
+    except BrainError as exc:
+        raise Invalid(f"claim {c.id} stays open: the run of {c.workflow} cannot be read ({exc}); "
+                      "fix that file, then close again") from exc
     if run is None:
         return None, None, None
     try:
         wf = orchestrator.effective(find_workflow(brain, c.workflow), run)
+    except BrainError as exc:
+        if not run.active:
+            return run, None, None
+        raise Invalid(f"claim {c.id} stays open: workflow {c.workflow} cannot be read ({exc}); "
+                      "fix that file (`nika-brain validate` lists what is wrong), then close again") from exc
+    try:
         return run, wf, wf.step(c.step)
     except BrainError:
         return run, None, None
@@ -270,10 +281,13 @@ def report(brain: Brain, claim_id: str, status: str, summary: str = "", *, tests
         # committing, routing and merging are left to the orchestrator that launched it.
         return Closed(c, None, tuple(warnings))
     if run is not None and run.claim == c.id:
-        out = orchestrator.step_once(brain, c.workflow)  # routes the result, releases the locks
-        after = runs.load_run(brain, c.workflow)
-        if out.status == "progress" and after is not None and after.cursor == runs.END and not after.claim:
-            out = orchestrator.step_once(brain, c.workflow)  # the last step's result is final: finish
+        # The claim is closed now: a commit refused from here on (state, merge) is redone by a resume,
+        # never by this close again (it would be refused as already closed).
+        with git.rerun_as(f"nika-brain workflow resume {c.workflow}"):
+            out = orchestrator.step_once(brain, c.workflow)  # routes the result, releases the locks
+            after = runs.load_run(brain, c.workflow)
+            if out.status == "progress" and after is not None and after.cursor == runs.END and not after.claim:
+                out = orchestrator.step_once(brain, c.workflow)  # the last step's result is final: finish
     else:
         locks.release_all(brain, c.id)
         orchestrator.reindex(brain)
@@ -339,6 +353,23 @@ def attempt_ref(claim_id: str) -> str:
     return f"refs/nika/attempts/{claim_id}"
 
 
+def base_ref(claim_id: str) -> str:
+    """Where the theme branch stood when the claim was opened (orchestrator.mark_claim_base)."""
+    return f"refs/nika/claim-base/{claim_id}"
+
+
+def _attempt_commits(worktree, c: claims.Claim) -> tuple[str | None, list[str]]:
+    """A failed attempt that committed on the theme branch itself: the branch tip at the claim's opening
+    and the paths its commits changed since (none when the tip has not moved, or moved elsewhere)."""
+    base = git.run(worktree, "rev-parse", "-q", "--verify", base_ref(c.id) + "^{commit}", check=False).stdout.strip()
+    if not base:
+        return None, []
+    head = git.out(worktree, "rev-parse", "HEAD")
+    if head == base or git.run(worktree, "merge-base", "--is-ancestor", base, head, check=False).returncode:
+        return None, []
+    return base, [p for p in git.out(worktree, "diff", "--name-only", "-z", base, head).split("\0") if p]
+
+
 def settle_work(worktree, c: claims.Claim, status: str, summary: str, dirty: list[str] | None = None) -> list[str]:
     """A claim's work in its theme worktree once its result is known: an accepted result commits the
     paths inside the claim's scope (and only those); a failed attempt's changes there are set aside
@@ -351,14 +382,20 @@ def settle_work(worktree, c: claims.Claim, status: str, summary: str, dirty: lis
     said = []
     if status == "failed":
         ref = attempt_ref(c.id)
+        base, committed = _attempt_commits(worktree, c)
+        if base is not None:  # its own commits are the attempt too: the branch goes back to the opening
+            git.run(worktree, "reset", "-q", "--soft", base)
+            mine = sorted(set(mine) | set(committed))
         aside = changes.set_aside(worktree, ref, f"{c.workflow} step {c.step}: failed attempt\n\nClaim: {c.id}",
                                   paths=mine)
+        git.run(worktree, "update-ref", "-d", base_ref(c.id), check=False)
         if aside:
             said.append(f"the failed attempt's changes are set aside on {ref} ({', '.join(aside[:5])}"
                         f"{', ...' if len(aside) > 5 else ''}): `git show {ref}`")
         return said
     msg = f"{c.workflow} step {c.step}: {summary or c.story_angle or 'work'}\n\nClaim: {c.id}"
     changes.commit_paths(worktree, mine, msg, env={"NIKA_CLAIM": c.id})
+    git.run(worktree, "update-ref", "-d", base_ref(c.id), check=False)
     if others:
         said.append(f"not committed under {c.id} (outside its scope {', '.join(c.scope)}): "
                     f"{', '.join(others[:5])}{', ...' if len(others) > 5 else ''}")

@@ -5,11 +5,40 @@ hook path, and every failure becomes a BrainError with git's own message.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 from pathlib import Path
 
 from nika_brain.errors import BrainError
+
+# The nika-brain command that is committing: the git hooks name it as the command to run again (or to
+# override) when they refuse a commit. Set by the commands that commit (this very command line, options
+# included, never one inherited from the process that started this one), moved on by a command whose
+# later commits another command redoes (a close whose claim is closed: `workflow resume`). Only a
+# message: no hook takes any decision from it. Satellites are started without it.
+RERUN = "NIKA_COMMAND"
+
+
+def rerun_is_this_command() -> None:
+    """The hooks name this process's own command line as the one to run again."""
+    import shlex
+    import sys
+    os.environ[RERUN] = shlex.join(["nika-brain", *sys.argv[1:]])
+
+
+@contextlib.contextmanager
+def rerun_as(command: str):
+    """Commits made inside are redone by `command`: that is what a refusing hook names."""
+    before = os.environ.get(RERUN)
+    os.environ[RERUN] = command
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(RERUN, None)
+        else:
+            os.environ[RERUN] = before
 
 FALLBACK_IDENTITY = {"GIT_AUTHOR_NAME": "nika-brain", "GIT_AUTHOR_EMAIL": "nika-brain@localhost",
                      "GIT_COMMITTER_NAME": "nika-brain", "GIT_COMMITTER_EMAIL": "nika-brain@localhost"}

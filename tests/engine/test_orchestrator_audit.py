@@ -51,6 +51,15 @@ def _state_clean(brain) -> bool:
                "BRAIN-INDEX.md").strip() == ""
 
 
+def _gone(pid: int) -> bool:
+    """The process has exited (no longer in /proc, or a zombie nobody reaped yet)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[-1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
+
+
 def _types(brain, wf):
     return [r["type"] for r in journal(brain, wf)]
 
@@ -162,6 +171,25 @@ def test_3_an_invalid_unrelated_workflow_or_gate_file_breaks_nothing(tmp_path, g
     assert "DONE" in closed.stdout and run_file(brain, "good")["status"] == "done"
     bad = nb(brain, "validate")
     assert bad.returncode != 0 and "workflows/typo.yml" in bad.stdout + bad.stderr
+
+
+def test_3_the_runs_own_workflow_made_invalid_mid_run_refuses_the_close_before_anything_changes(tmp_path,
+                                                                                                 git_env):
+    brain = orch_brain(tmp_path / "b", {"good": GOOD})
+    nb(brain, "workflow-launch", "good", check=0)
+    c1 = open_claim_id(brain, "good")
+    _write(brain, "theme/good", "notes/n.md")
+    path = brain.root / "workflows" / "good.yml"
+    path.write_text("name: good\nchain: 5\n")   # hand-edited while the step runs
+    refused = nb(brain, "claim", "close", c1, "--status", "ok")
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr, refused.stderr
+    assert "stays open" in refused.stderr and "workflows/good.yml" in refused.stderr, refused.stderr
+    assert load_file(brain.root / "claims" / f"{c1}.yml")["status"] == "open"
+    assert "STEP_DONE" not in _types(brain, "good") and run_file(brain, "good")["claim"] == c1
+    # Fixed, the same close goes through: the step's work is committed and merged.
+    path.write_text(GOOD)
+    done = nb(brain, "claim", "close", c1, "--status", "ok", check=0)
+    assert "DONE" in done.stdout and _in_main(brain, "notes/n.md")
 
 
 # ---- 4. ADAPT while a gate is pending --------------------------------------------------------------
@@ -336,6 +364,31 @@ def test_6_resume_after_a_killed_orchestrator_waits_for_the_live_satellite(tmp_p
     assert c1["result"]["status"] == "ok" and "satellite wrote notes/" in c1["result"]["summary"]
 
 
+def test_6_resume_adopts_the_result_of_a_satellite_that_finished_while_no_orchestrator_ran(tmp_path, git_env):
+    meet = tmp_path / "meet"
+    meet.mkdir()
+    launches = tmp_path / "launches"
+    config = (f'satellite_command: ["/bin/sh", "-c", "echo $$ >> {launches}; exec \\"$0\\" \\"$@\\"", '
+              f'"{sys.executable}", "{SATELLITE}", "{{claim}}", "{{brief_file}}"]\n')
+    brain = orch_brain(tmp_path / "b", {"slow": SLOW}, config=config)
+    env = {**os.environ, "SATELLITE_RENDEZVOUS": str(meet)}
+    first = subprocess.Popen([sys.executable, "-m", "nika_brain", "workflow-launch", "slow", "--mode", "swarm"],
+                             cwd=brain.root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_until(lambda: (meet / "started").exists(), what="the satellite started")
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    c1 = open_claim_id(brain, "slow")
+    (meet / "go").write_text("")   # the orphan reports while no orchestrator runs, and exits
+    [pid] = launches.read_text().split()
+    wait_until(lambda: _gone(int(pid)), what="the orphan satellite ended")
+    resumed = nb(brain, "workflow", "resume", "slow", env={"SATELLITE_RENDEZVOUS": str(meet)}, check=0)
+    assert "DONE" in resumed.stdout
+    assert len(launches.read_text().split()) == 1     # adopted, not run a second time
+    [claim] = claims_of(brain, "slow")
+    assert claim["result"]["status"] == "ok" and "satellite wrote notes/" in claim["result"]["summary"]
+    assert _in_main(brain, f"notes/{c1}.txt")
+
+
 def test_6_a_relaunch_of_a_dead_satellites_claim_runs_preflight(tmp_path, git_env):
     brain = orch_brain(tmp_path / "b", {"slow": SLOW.replace("signal=started await=go ", "")},
                        config=satellite_config())
@@ -426,6 +479,29 @@ def test_8_a_failed_attempt_is_set_aside_and_out_of_scope_changes_are_left_out(t
     assert not _in_main(brain, "notes/attempt-1.txt") and not _in_main(brain, "flag/green")
 
 
+def test_8_a_failed_attempt_that_committed_on_the_branch_itself_is_set_aside_too(tmp_path, git_env):
+    brain = orch_brain(tmp_path / "b", {"rt": RETRY})
+    nb(brain, "workflow-launch", "rt", check=0)
+    c1 = open_claim_id(brain, "rt")
+    wt = worktree(brain, "theme/rt")
+    tip = git(wt, "rev-parse", "HEAD").strip()
+    _write(brain, "theme/rt", "notes/committed-attempt.txt")   # a satellite that commits its own work
+    git(wt, "add", "notes/committed-attempt.txt")
+    git(wt, "commit", "-q", "-m", "attempt")
+    _write(brain, "theme/rt", "notes/loose-attempt.txt")
+    failed = nb(brain, "claim", "close", c1, "--status", "failed", check=0)
+    ref = f"refs/nika/attempts/{c1}"
+    assert ref in failed.stdout and "notes/committed-attempt.txt" in failed.stdout, failed.stdout
+    kept = git(brain.root, "ls-tree", "-r", "--name-only", ref)
+    assert "notes/committed-attempt.txt" in kept and "notes/loose-attempt.txt" in kept
+    assert git(wt, "rev-parse", "HEAD").strip() == tip and git(wt, "status", "--porcelain").strip() == ""
+    nb(brain, "workflow", "resume", "rt", "--retry", check=0)
+    _write(brain, "theme/rt", "notes/good.txt")
+    nb(brain, "claim", "close", open_claim_id(brain, "rt"), "--status", "ok", check=0)
+    assert _in_main(brain, "notes/good.txt") and not _in_main(brain, "notes/committed-attempt.txt")
+    assert git(brain.root, "for-each-ref", "refs/nika/claim-base/").strip() == ""   # tidied at each close
+
+
 # ---- 9. what the operator is told ------------------------------------------------------------------------
 
 TOLD = """name: told
@@ -480,6 +556,39 @@ def test_9_a_commit_refused_by_the_hook_names_the_path_and_an_override_for_that_
     assert refused.returncode != 0 and "workflows/broken.yml" in refused.stderr, refused.stderr
     assert f"nika-brain claim close {c1}" in refused.stderr and "--no-verify" not in refused.stderr
     assert load_file(brain.root / "claims" / f"{c1}.yml")["status"] == "open"
+
+
+def test_9_a_hook_refusal_after_the_close_or_in_a_merge_names_the_command_that_redoes_it(tmp_path, git_env):
+    from nika_brain.gitrepo import githooks
+    brain = orch_brain(tmp_path / "b", {"good": GOOD})
+    githooks.install(brain.root)
+    nb(brain, "workflow-launch", "good", check=0)
+    c1 = open_claim_id(brain, "good")
+    _write(brain, "theme/good", "notes/n.md")
+    bad = brain.root / "gates" / "handmade.yml"
+    bad.parent.mkdir(exist_ok=True)
+    bad.write_text("id: handmade\nstatus: maybe\n")   # hand-made: the hook refuses to commit it
+    # The claim is closed before the state commit is refused: what redoes it is a resume, not the close.
+    closed = nb(brain, "claim", "close", c1, "--status", "ok", "--summary", "done", check=0)
+    assert "gates/handmade.yml" in closed.stdout, closed.stdout
+    assert "run `nika-brain workflow resume good` again" in closed.stdout, closed.stdout
+    assert "claim close" not in closed.stdout and run_file(brain, "good")["status"] == "blocked"
+    # theme-branch-merge.sh: the command to run again is the one that failed, its options included.
+    merge = nb(brain, "branch", "merge", "theme/good", "--no-tests")
+    assert merge.returncode != 0 and "gates/handmade.yml" in merge.stderr, merge.stderr
+    assert "run `nika-brain branch merge theme/good --no-tests` again" in merge.stderr, merge.stderr
+    bad.unlink()
+    again = nb(brain, "branch", "merge", "theme/good", "--no-tests", check=0)
+    assert "DONE" in again.stdout and run_file(brain, "good")["status"] == "done"
+
+
+def test_9_a_satellite_is_not_handed_the_orchestrators_command_to_rerun(tmp_path, git_env):
+    seen = tmp_path / "seen"   # what a refusing hook would name to the satellite's own git commit
+    config = (f'satellite_command: ["/bin/sh", "-c", "(printenv NIKA_COMMAND || echo unset) >> {seen}; '
+              f'exec \\"$0\\" \\"$@\\"", "{sys.executable}", "{SATELLITE}", "{{claim}}", "{{brief_file}}"]\n')
+    brain = orch_brain(tmp_path / "b", {"told": TOLD}, config=config)
+    nb(brain, "workflow-launch", "told", "--mode", "swarm", check=0)
+    assert seen.read_text().split() == ["unset", "unset"]
 
 
 def test_9_gate_messages_an_agent_refusal_names_its_variable(tmp_path, git_env):
@@ -552,13 +661,24 @@ def test_9_a_trigger_starts_the_other_workflow_when_the_run_is_driven(tmp_path, 
     assert run_file(brain, "w1")["status"] == run_file(brain, "w2")["status"] == "done"
 
 
-def test_9_the_template_card_carries_the_whole_card():
-    from pathlib import Path
-    card = (Path(__file__).resolve().parents[2] / "nika_brain" / "templates" / "brain" / "agents"
-            / "kernel-orchestrator.md").read_text()
-    for part in ("## Tiered close", "## Scripts", "scripts/brain-index-regen.sh", "Mode 1", "Mode 3",
-                 "zone:kernel", "Validated", "Orchestrated", "Atomic"):
+def test_9_the_template_card_carries_the_whole_card(tmp_path, git_env):
+    root = tmp_path / "fresh"   # the card as `nika-brain init` lays it in a new brain
+    subprocess.run([sys.executable, "-m", "nika_brain", "init", str(root), "--no-hooks"], cwd=tmp_path,
+                   check=True, capture_output=True, text=True, timeout=300)
+    card = (root / "agents" / "kernel-orchestrator.md").read_text()
+    sections = ("## Boot summary", "## Role", "## Activation", "## Execution loop", "## Exit triggers",
+                "## Tiered close", "## Scripts", "## Circuit breaker", "## Interface with brain-hypervisor",
+                "## Mode 1 (manual) vs mode 3 (swarm)", "## Sources to load")
+    scripts = ("preflight-check.sh", "file-lock.sh acquire/release", "human-gate-ack.sh gate/approve/reject",
+               "workflow-launch.sh", "theme-branch-open.sh", "theme-branch-merge.sh", "brain-index-regen.sh")
+    actions = ("trigger:<step>", "trigger:next", "signal:<TYPE>", "gate:human", "notify:<msg>", "abort")
+    tiers = ("| Atomic |", "| Validated |", "| Orchestrated |")
+    signals_ = ("ORCHESTRATE", "ADAPT", "ABORT", "STEP_DONE", "GATE_PENDING", "BLOCKED_ON", "DONE",
+                "CIRCUIT_BREAK", "ESCALATE")
+    for part in (*sections, *scripts, *actions, *tiers, *signals_, "zone:kernel", "partial results"):
         assert part in card, part
+    loop = card[card.index("## Execution loop"):card.index("## Exit triggers")]
+    assert [n for n in range(1, 13) if f"\n{n}. " not in loop] == []   # the loop's 12 steps
 
 
 def test_9_no_usable_satellite_is_said_and_not_counted_toward_the_breaker(tmp_path, git_env):
