@@ -111,7 +111,8 @@ def prepare(brain: Brain, kernel: Kernel) -> None:
 
 
 def ensure_doors(brain: Brain, kernel_id: str, timeout: float = 60.0) -> None:
-    """Start the door service in the background unless it runs (until the federation daemon hosts it),
+    """Start a standalone door service in the background unless one runs (the federation daemon hosts
+    the doors under `federation up`: daemon/doors.py),
     and wait until this kernel's door is open."""
     import sys
     import time
