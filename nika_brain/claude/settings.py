@@ -34,7 +34,8 @@ HOOKS: dict[str, tuple[str | None, int]] = {
     "UserPromptSubmit": (None, 10),
     # Monitor and PowerShell run shell commands: the Bash checks apply to them. LS and NotebookRead
     # are gone from current builds; Grep and Glob remain in builds that still ship them.
-    "PreToolUse": (FILE_TOOLS + "|Read|Grep|Glob|Bash|Monitor|PowerShell", 10),
+    # WebFetch and WebSearch: a kernel's doctrine may say no network (federation/kernels/doctrine.py).
+    "PreToolUse": (FILE_TOOLS + "|Read|Grep|Glob|Bash|Monitor|PowerShell|WebFetch|WebSearch", 10),
     "PostToolUse": (FILE_TOOLS, 10),
     "Stop": (None, 15),
     "PreCompact": (None, 15),
@@ -208,7 +209,7 @@ def _strip_ours(data: dict[str, Any], mine: dict[str, Any]) -> None:
 
 
 def install(target_dir: Path, *, command: str | None = None, kernel_id: str | None = None,
-            brain_dir: Path | None = None, sandbox: str = "auto") -> Path:
+            brain_dir: Path | None = None, sandbox: str = "auto", tools: tuple[str, ...] = ()) -> Path:
     """Merge nika-brain's hooks, deny rules and sandbox (and, for a kernel folder, its isolation
     and env) into `target_dir/.claude/settings.json`; return the settings path.
 
@@ -216,6 +217,7 @@ def install(target_dir: Path, *, command: str | None = None, kernel_id: str | No
     A kernel install is recognised from `kernels/<id>/` under a brain, or named explicitly.
     `sandbox`: auto (enabled; Claude Code runs commands unsandboxed where it cannot sandbox),
     required (failIfUnavailable: Claude Code refuses to start without it), off (no block).
+    `tools`: more tool names the PreToolUse hook sees (those a kernel's doctrine refuses).
     """
     if sandbox not in SANDBOX_MODES:
         raise BrainError(f"sandbox must be one of {', '.join(SANDBOX_MODES)}, not {sandbox!r}")
@@ -237,7 +239,8 @@ def install(target_dir: Path, *, command: str | None = None, kernel_id: str | No
         group: dict[str, Any] = {"hooks": [{"type": "command", "command": f"{command} hook {event}",
                                             "timeout": timeout, "onFailure": "block"}]}
         if matcher:
-            group = {"matcher": matcher, **group}
+            extra = [t for t in tools if re.fullmatch(r"[A-Za-z0-9_]+", t) and t not in matcher.split("|")]
+            group = {"matcher": "|".join([matcher, *extra]) if event == "PreToolUse" else matcher, **group}
         groups = hooks.setdefault(event, [])
         if not isinstance(groups, list):
             raise BrainError("expected a list of matcher groups", file=str(settings_path),

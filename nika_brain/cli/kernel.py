@@ -126,6 +126,13 @@ def kernel_spawn(goal: str,
     print(f"spawned {k.id} ({k.runtime}, limits {k.limits} [{k.enforcement}], sandbox {k.sandbox or '-'})"
           + (f"; credentials: {', '.join(sorted(env))}" if env else ""))
     _say_trust(runtimes.load_state(brain, k.id))
+    from nika_brain.federation.kernels import doctrine as doctrines
+    doc = doctrines.for_hook(brain, k.id)
+    if doc is not None and (doc.text or doc.enforced):
+        print(f"doctrine ({', '.join(doc.sources)}): given to its session at start; enforced: "
+              + (doc.policy_line() if doc.enforced or set(doc.sources) != {"kernel.yml"} else
+                 "nothing (free text states no policy: name a doctrines/<id>.yml with invariants "
+                 "external_writes, network, tools_denied)"))
 
 
 def _say_trust(state: dict) -> None:

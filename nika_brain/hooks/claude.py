@@ -59,6 +59,7 @@ class Reply(NamedTuple):  # a NamedTuple: a frozen dataclass costs ~0.7 ms to cr
     block: str | None = None      # decision "block" with this reason (Stop, PreCompact, ...)
     message: str | None = None    # systemMessage shown to the user
     stop: str | None = None       # `continue: false` with this stopReason: the session stops
+    ask: str | None = None        # PreToolUse: Claude Code asks the human, with this reason
 
 
 class Hook:
@@ -264,6 +265,27 @@ def _operator_dir() -> str:
     return os.path.realpath(str(operator_dir()))
 
 
+def _doctrine(hook: Hook, tool: str, tool_input: dict) -> Reply | None:
+    """What the kernel's doctrine says of this call (kernels/doctrine.py): deny, ask, or nothing."""
+    kernel_id = os.environ.get("NIKA_KERNEL_ID") or hook.kernel_from_cwd()
+    if not kernel_id or hook.brain is None:
+        return None
+    from nika_brain.errors import BrainError
+    from nika_brain.federation.kernels import doctrine
+    from nika_brain.state import kernels
+    try:
+        doc = doctrine.for_hook(hook.brain, kernel_id)
+        if doc is None or not doc.enforced:
+            return None
+        kernel = kernels.load_kernel(hook.brain, kernel_id)
+    except (BrainError, OSError) as exc:
+        return Reply(deny=f"kernel {kernel_id}'s doctrine cannot be read ({exc}); refused until it can")
+    got = doctrine.check(doc, tool, tool_input, hook.cwd, hook.brain, kernel)
+    if got is None:
+        return None
+    return Reply(deny=got[1]) if got[0] == "deny" else Reply(ask=got[1])
+
+
 def on_pre_tool_use(hook: Hook) -> Reply | None:
     from nika_brain.claude.policy import decide, kind_of
     tool, tool_input = hook.data.get("tool_name"), hook.data.get("tool_input")
@@ -271,7 +293,7 @@ def on_pre_tool_use(hook: Hook) -> Reply | None:
         return None
     kind = kind_of(tool)
     if kind == "other":
-        return None
+        return _doctrine(hook, tool, tool_input)
     try:
         if hook.brain is None and hook.brain_error and kind in ("write", "bash"):
             return Reply(deny=f"nika-brain cannot check this call: {hook.brain_error}. Refused until "
@@ -282,7 +304,9 @@ def on_pre_tool_use(hook: Hook) -> Reply | None:
             raise
         return Reply(deny=f"nika-brain could not check this {tool} call ({type(exc).__name__}: {exc}); "
                           "refused to stay safe. Report BLOCKED_ON to the orchestrator.")
-    return Reply(deny=reason) if reason else None
+    if reason:
+        return Reply(deny=reason)
+    return _doctrine(hook, tool, tool_input)   # after the policy: a doctrine only adds refusals
 
 
 # ---- SessionStart / UserPromptSubmit: what the session must know ---------------------------
@@ -330,6 +354,18 @@ def _brief(brain: Any, claim: Any) -> str:
     return "Brief:\n" + text
 
 
+def _doctrine_brief(brain: Any, kernel: Any) -> list[str]:
+    """The kernel's doctrine as its session is told it at start: its text and what the hooks enforce."""
+    from nika_brain.federation.kernels import doctrine
+    doc = doctrine.for_hook(brain, kernel.id)
+    if doc is None or not (doc.text or doc.enforced):
+        return []
+    head = f"Your doctrine ({', '.join(doc.sources)}):"
+    lines = [head, doc.text] if doc.text else [head]
+    lines.append(f"Enforced by nika-brain's hooks: {doc.policy_line()}.")
+    return ["\n".join(lines)]
+
+
 def on_session_start(hook: Hook) -> Reply | None:
     from nika_brain.errors import BrainError
     from nika_brain.state import kernels, sessions
@@ -360,6 +396,8 @@ def on_session_start(hook: Hook) -> Reply | None:
         tags = f" (tags: {', '.join(kernel.tags)})" if kernel.tags else ""
         parts.append(f"You are kernel {kernel.id}. Goal: {kernel.goal}{tags}. Work only toward this "
                      f"goal; your folder is kernels/{kernel.id}/, other kernels' folders are off limits.")
+    if kernel:
+        parts += _doctrine_brief(brain, kernel)
     if chain:
         names = " <- ".join(k.id for k in chain)
         parts.append(f"You are the successor of {names} after a handover (nearest first); you may "
@@ -498,9 +536,13 @@ def output(event: str, replies: list[Reply]) -> dict[str, Any] | None:
     out: dict[str, Any] = {}
     specific: dict[str, Any] = {}
     deny = next((r.deny for r in replies if r.deny), None)
+    ask = next((r.ask for r in replies if r.ask), None)
     if deny and event == "PreToolUse":
         specific["permissionDecision"] = "deny"
         specific["permissionDecisionReason"] = deny
+    elif ask and event == "PreToolUse":
+        specific["permissionDecision"] = "ask"
+        specific["permissionDecisionReason"] = ask
     context = "\n\n".join(r.context for r in replies if r.context)
     if context and event in _CONTEXT_EVENTS:
         if len(context) > CONTEXT_CAP:

@@ -519,3 +519,30 @@ def test_cli_tail_follow_prints_new_messages(h):
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=60)
     assert proc.returncode == 130
+
+
+def test_every_redis_key_nika_brain_writes_expires(brain, redis_server):
+    """Issue 20, item 5: nothing nika-brain writes to Redis lives forever — keyed state written with
+    or without a ttl, channels' streams (also those a consumer group creates), the work-stealing
+    queue's keys, the path leases and their fencing counter."""
+    import redis
+
+    from nika_brain.federation.kernels.leases import Leases
+    from nika_brain.federation.stealing import protocol
+    admin = redis.Redis.from_url(redis_server)
+    admin.flushdb()
+    b = bus.RedisBus(redis_server)
+    b.set("kernel:alpha:state", {"v": 1})
+    b.set("kernel:alpha:beat", {"v": 1}, ttl=60)
+    assert b.set_if_absent("kernel:alpha:once", {"v": 1})
+    b.publish(bus.HEALTH, {"kernel": "alpha"})
+    b.group_read("nika:federation:queue:alpha", "kernel", "c1")
+    protocol.enqueue(b, "alpha", "reboot the VPN", prompt="reboot the VPN at 2 am")
+    leases = Leases(redis_server, "nika:lease:")
+    assert leases.try_acquire("src/", "alpha", "exclusive", 60)[0] is not None
+    keys = sorted(k.decode() for k in admin.scan_iter("*"))
+    assert len(keys) >= 8, keys
+    forever = [k for k in keys if admin.pttl(k) < 0]
+    assert not forever, f"keys without a TTL: {forever}"
+    b.close()
+    leases.close()

@@ -21,7 +21,8 @@ EVENTS = ("PreToolUse", "PostToolUse", "UserPromptSubmit", "SessionStart", "Stop
           "SessionEnd")
 # Tool names of current Claude Code builds (2.1.3xx); LS and NotebookRead are gone, Monitor and
 # PowerShell run shell commands.
-TOOLS = {"Edit", "Write", "MultiEdit", "NotebookEdit", "Read", "Grep", "Glob", "Bash", "Monitor", "PowerShell"}
+TOOLS = {"Edit", "Write", "MultiEdit", "NotebookEdit", "Read", "Grep", "Glob", "Bash", "Monitor", "PowerShell",
+         "WebFetch", "WebSearch"}   # the network tools: a kernel's doctrine may refuse them
 
 USER_SETTINGS = {
     "model": "opus",

@@ -51,15 +51,45 @@ def test_one_daemon_per_brain_up_status_down(dbrain, cli):
     assert again.returncode == 1 and "runs already" in again.stderr and again.stderr.count("\n") == 1
     fg = cli("federation", "up")  # a foreground one is refused by the lock too
     assert fg.returncode == 1 and "runs already" in fg.stderr
-    until(lambda: set(host.status(dbrain)["services"]) >= {"embedder", "supervisor", "stealing",
+    until(lambda: set(host.status(dbrain)["services"]) >= {"embedder", "doors", "supervisor", "stealing",
                                                           "triggers", "daily", "retention"})
     st = json.loads(cli("federation", "status", "--json").stdout)["daemon"]
     assert st["running"] and st["pid"] == pid
+    # the kernels' doors are the daemon's: it answers each socket as the kernel it belongs to
+    from nika_brain.federation.doors import service as doorsvc
+    kid = kernels.list_kernels(dbrain)[0].id
+    until(lambda: doorsvc.socket_path(dbrain, kid).exists())
+    assert doorsvc.ask(doorsvc.socket_path(dbrain, kid), "ping")["result"] == kid
+    assert (dbrain.state_dir / "doors" / "server.pid").read_text().split() == [str(pid)]
     down = cli("federation", "down")
     assert down.returncode == 0 and f"stopped (pid {pid})" in down.stdout
+    assert not doorsvc.socket_path(dbrain, kid).exists()
     assert resident.daemon_pid(dbrain.state_dir) is None
     assert not resident.socket_path(dbrain.state_dir).exists()
     assert cli("federation", "down").stdout.strip() == "no federation daemon was running"
+
+
+def test_the_daemon_takes_the_doors_over_from_a_standalone_door_server(dbrain):
+    from nika_brain.federation.daemon.doors import DoorsService
+    from nika_brain.federation.doors import service as doorsvc
+    (dbrain.state_dir / "doors").mkdir(parents=True, exist_ok=True)
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        (dbrain.state_dir / "doors" / "server.pid").write_text(f"{other.pid}\n")
+        svc = DoorsService(dbrain)
+        svc.start()
+        assert svc.doors is None   # a live door server hosts them: the daemon leaves it be
+    finally:
+        other.kill()
+        other.wait()
+    svc.tick()
+    try:
+        kid = kernels.list_kernels(dbrain)[0].id
+        assert doorsvc.ask(doorsvc.socket_path(dbrain, kid), "ping")["result"] == kid
+        assert (dbrain.state_dir / "doors" / "server.pid").read_text().split() == [str(os.getpid())]
+    finally:
+        svc.stop()
+    assert not (dbrain.state_dir / "doors" / "server.pid").exists()
 
 
 def test_services_are_plugged_in_by_name_and_a_broken_one_is_reported(dbrain, tmp_path):

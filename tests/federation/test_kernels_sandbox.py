@@ -43,6 +43,19 @@ def _door(op: str, **args) -> str:
     return f"{PY} -c \"{call}\""
 
 
+def _layer(out: str) -> str:
+    """Which wall refused an attack, from what the attacker's shell saw."""
+    if "refused by the kernel's door" in out:
+        return "door"
+    if "Read-only file system" in out:
+        return "sandbox (read-only mount)"
+    if re.search(r"No such file|cannot access|unable to open|not found", out, re.I):
+        return "sandbox (mount namespace: not there)"
+    if re.search(r"operator", out, re.I):
+        return "operator-only check (CLI)"
+    return f"unknown: {out[:160]}"
+
+
 @pytest.fixture
 def walled(fbrain, cli, tmp_path, monkeypatch):  # noqa: F811
     """Kernel beta (credentials, notes, its Claude transcript, a vault file) then alpha; the operator's
@@ -84,7 +97,7 @@ def test_a_kernels_shell_reaches_nothing_of_the_others(walled, cli):
         "open the vault's SQLite": f"{PY} -c \"import sqlite3; print(sqlite3.connect("
                                    f"'file:{brain.state_dir}/chroma/chroma.sqlite3?mode=ro', uri=True)"
                                    f".execute('select doc from canary_rows').fetchall())\"",
-        "grep the vault for the canary": f"grep -r Pulsa {brain.state_dir}",
+        "grep the vault for the canary": f"grep -r Pulsa {brain.state_dir} {brain.state_dir}/chroma",
         "list the operator's key folder": f"ls {home}/.config/nika-brain/private",
         "read the user's Claude config": f"cat {home}/.claude/projects/beta.jsonl",
         "read another kernel's Claude config": f"cat {beta}/home/.claude/projects/t.jsonl",
@@ -97,6 +110,8 @@ def test_a_kernels_shell_reaches_nothing_of_the_others(walled, cli):
         "publish content on the bus": _door("publish", channel="nika:federation:health",
                                             message={"kernel": "alpha", "text": "x" * 400}),
         "write a grant by hand": f"echo 'owner: beta' > {brain.root}/grants/beta--alpha.yml",
+        "loosen the doctrines": f"echo 'id: x' > {brain.root}/doctrines/x.yml",
+        "rewrite its doctrine's snapshot": f"echo '{{}}' > {brain.state_dir}/doctrines/alpha/doctrine.json",
     }
     layers = {}
     for what, cmd in attacks.items():
@@ -105,11 +120,13 @@ def test_a_kernels_shell_reaches_nothing_of_the_others(walled, cli):
         for canary in (CANARY_CRED, "bravo-very-secret", CANARY_VAULT, CANARY_KEY, CANARY_CLAUDE,
                        "beta private notes"):
             assert canary not in out, f"{what}: leaked: {out}"
-        layers[what] = "door" if "refused by the kernel's door" in out else "sandbox (mount namespace)"
+        layers[what] = _layer(out)
     print(json.dumps(layers, indent=1))
-    assert layers["read another kernel's records through the door"] == "door"
-    assert layers["spawn through the door"] == "door"
-    assert layers["cat another kernel's credentials"].startswith("sandbox")
+    hidden, ro, door, op = ("sandbox (mount namespace: not there)", "sandbox (read-only mount)", "door",
+                            "operator-only check (CLI)")
+    assert layers == {**dict.fromkeys(list(attacks)[:7], hidden), "kill another kernel": op,
+                      "spawn a kernel": op, **dict.fromkeys(list(attacks)[9:13], door),
+                      **dict.fromkeys(list(attacks)[13:], ro)}, layers
     journal = [json.loads(x) for x in doors.refusals_path(brain).read_text().splitlines()]
     assert {(j["kernel"], j["op"]) for j in journal} >= {("alpha", "records"), ("alpha", "spawn"),
                                                          ("alpha", "publish")}

@@ -173,6 +173,9 @@ def test_idle_kernel_steals_and_owner_restart_does_not_grant_twice(tmp_path, git
         enqueue(bus, "alpha", f"task {i}", task_id=f"t{i}")
     spin(a, b, until=lambda: len(bus.keys("ws:done:")) == 3)
     assert sorted(t for _, t in ran) == ["t0", "t1", "t2"]
+    offers = [m for _, m in bus.read(busmod.WORK_STEALING) if m.get("type") == "task_available"]
+    assert offers and all("summary" not in m and m["sha"] == stealing._sha(f"task {m['task'][1:]}")
+                          for m in offers), offers   # signals on the bus: the text stays in ws:task
     stolen = [t for k, t in ran if k == "beta"]
     assert stolen and all(grants(bus, t)[-1]["to"] == "beta" for t in stolen)
     # A second incarnation of the owner decides again on a stolen task: it loses the SET NX and

@@ -212,3 +212,21 @@ def test_a_bad_where_or_k_is_one_line_and_records_gives_vectors(vb):
     ids, vecs = query.records(vb, "alpha")
     assert len(ids) == 2 and vecs.shape == (2, 384)
     assert query.records(vb, "beta")[0] == []
+
+
+def test_summaries_quote_no_record_of_a_restricted_class(tmp_path):
+    """Summaries are read by every kernel: a sensitive kernel's records, and a record whose text
+    matches a restricted class's pattern, are counted by class and never quoted (issue 20, item 6)."""
+    from datetime import datetime, timezone
+    extra = ("federation:\n  triage:\n    data_classes: [public, {name: client, patterns: ['(?i)confidentiel'], "
+             "regions: [fr]}, sensitive]\n")
+    vb = vault_brain(tmp_path / "b", kernels=("pub", "client"), extra=extra)
+    (vb.kernels_dir / "client" / "kernel.yml").write_text("id: client\ngoal: Client Pulsa\ndata_class: sensitive\n")
+    day, t = "2026-11-30", datetime(2026, 11, 30, 10, tzinfo=timezone.utc)
+    write.add(vb, "client", [Chunk("Client Pulsa: the contract is worth 480 000 euros.")], [axis(0)], now=t)
+    write.add(vb, "pub", [Chunk("The VPN is rebooted on Sundays."),
+                          Chunk("Dossier Pulsa confidentiel: marge de 12 %.")], [axis(0), axis(1)], now=t)
+    client = summaries.summarize(vb, "client", day, now=t).text
+    assert "480 000" not in client and "Pulsa" not in client and "1 sensitive" in client, client
+    pub = summaries.summarize(vb, "pub", day, now=t).text
+    assert "VPN is rebooted" in pub and "marge" not in pub and "1 client" in pub, pub

@@ -16,6 +16,7 @@ from nika_brain.errors import BrainError
 # The built-in services, in start order. Another room's service is one more line here.
 SERVICES: tuple[str, ...] = (
     "nika_brain.federation.daemon.embedder:service",
+    "nika_brain.federation.daemon.doors:service",      # the kernels' sockets (federation/doors)
     "nika_brain.federation.daemon.supervise:service",
     "nika_brain.federation.daemon.stealing:service",
     "nika_brain.federation.daemon.schedule:triggers",

@@ -6,7 +6,8 @@ Whatever the agent or Claude Code do, from inside its sandbox a kernel sees:
   kernels spawned later are hidden too;
 - of `.nika/` (vault, bus, embeddings cache, locks index, doors, other kernels' events), only what its
   hooks write (`sessions/`, `mutex/`, `federation/<id>/`); the rest is an empty tmpfs;
-- the brain's decision folders (`gates/`, `grants/`, `breakers/`, `proposals/`, `runs/`) read-only;
+- the brain's decision folders (`gates/`, `grants/`, `breakers/`, `proposals/`, `runs/`, `doctrines/`)
+  read-only, and its doctrine's snapshot (`.nika/doctrines/<id>/`, what its hooks enforce) read-only;
 - nothing of the operator's key folder (`~/.config/nika-brain`, for HOME and the passwd home), of the user's Claude
   Code config (`~/.claude`, `~/.claude.json`) or of nika-brain's tmux server;
 - its own HOME and CLAUDE_CONFIG_DIR under `kernels/<id>/home/` (memory, transcripts of its own);
@@ -30,7 +31,7 @@ from nika_brain.state.kernels import Kernel, kernel_dir
 
 DOOR_DIR = os.path.dirname(door.SOCKET)      # fixed place inside every sandbox
 DOOR_SOCKET = door.SOCKET
-READ_ONLY = ("gates", "grants", "breakers", "proposals", "runs")   # operator decisions, run records
+READ_ONLY = ("gates", "grants", "breakers", "proposals", "runs", "doctrines")   # operator decisions, run records
 STATE_RW = ("sessions", "mutex")             # .nika/ folders the hooks write (plus federation/<id>)
 BASE = ["--dev", "/dev", "--proc", "/proc", "--unshare-pid", "--unshare-ipc", "--die-with-parent",
         "--cap-drop", "ALL"]
@@ -101,15 +102,17 @@ def own_env(brain: Brain, kernel: Kernel) -> dict[str, str]:
 
 def prepare(brain: Brain, kernel: Kernel) -> None:
     """Create what the sandbox binds (its home, its door folder, its hooks' state folders)."""
+    from nika_brain.federation.kernels import doctrine
     for d in (home_dir(brain, kernel.id) / ".claude", door_dir(brain, kernel.id),
-              brain.state_dir / "federation" / kernel.id,
+              brain.state_dir / "federation" / kernel.id, doctrine.snapshot_dir(brain, kernel.id),
               *(brain.state_dir / s for s in STATE_RW), *(brain.root / s for s in READ_ONLY)):
         d.mkdir(parents=True, exist_ok=True)
     door_dir(brain, kernel.id).chmod(0o700)
 
 
 def ensure_doors(brain: Brain, kernel_id: str, timeout: float = 60.0) -> None:
-    """Start the door service in the background unless it runs (until the federation daemon hosts it),
+    """Start a standalone door service in the background unless one runs (the federation daemon hosts
+    the doors under `federation up`: daemon/doors.py),
     and wait until this kernel's door is open."""
     import sys
     import time
@@ -149,6 +152,9 @@ def wrap(brain: Brain, kernel: Kernel, tmux_socket: str | None = None) -> list[s
         argv += ["--bind", str(state / sub), str(state / sub)]
     for sub in READ_ONLY:
         argv += ["--ro-bind", str(root / sub), str(root / sub)]
+    from nika_brain.federation.kernels import doctrine
+    snap = str(doctrine.snapshot_dir(brain, kernel.id))
+    argv += ["--ro-bind", snap, snap]
     hidden = operator_paths()
     if tmux_socket:
         hidden.append(Path(tmux_socket))

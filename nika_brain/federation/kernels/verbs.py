@@ -99,6 +99,8 @@ def _start(brain: Brain, k: Kernel) -> Kernel:
     plan = limits.plan(k, options.get(brain, "cgroup_root"), group) if k.runtime != "kubernetes" \
         else limits.Plan("kubernetes")
     queue.reset_sent(brain, k.id)  # a new process: what the old one had not taken goes again
+    from nika_brain.federation.kernels import doctrine
+    doctrine.snapshot(brain, k)     # what its hooks enforce until the next start (read-only inside)
     launch = _launch(brain, k, plan)
     recorded = prepare_agent(brain, k, launch)
     offset = health.events_size(brain, k.id)
@@ -243,7 +245,9 @@ def kernel_spawn(brain: Brain, goal: str, scope=(), resource_limits: Mapping[str
     try:
         if install_settings:
             from nika_brain.claude import settings as claude_settings
+            from nika_brain.federation.kernels import doctrine
             claude_settings.install(folder, kernel_id=kid, brain_dir=brain.root,
+                                    tools=doctrine.resolve(brain, k).tools_denied,
                                     **sandbox.claude_sandbox(k))
         k = _start(brain, k)
     except (BrainError, OSError) as exc:

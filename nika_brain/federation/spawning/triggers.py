@@ -318,26 +318,9 @@ def check_diversity(brain: Brain, kernel_id: str, vectors: Any = None) -> dict |
 
 
 def doctrines(brain: Brain) -> list[dict]:
-    from nika_brain.support.yamlsafe import load_doc
-
-    folder = brain.root / "doctrines"
-    out = []
-    for path in brain.iter_yaml(folder):
-        doc = load_doc(path)
-        d = doc.data
-        if not isinstance(d, dict):
-            raise doc.error("a doctrine is a mapping {id, title, status, kernels, invariants}")
-        if d.get("id") != path.stem:
-            raise doc.error(f"id does not match the file name ({path.stem})", "id")
-        if not isinstance(d.get("invariants"), dict) or not d["invariants"]:
-            raise doc.error("a doctrine needs invariants: {name: value, ...}", "invariants")
-        if d.get("status", "active") not in ("active", "inactive"):
-            raise doc.error("status must be active or inactive", "status")
-        ks = d.get("kernels", [])
-        if not isinstance(ks, list) or not all(isinstance(x, str) for x in ks):
-            raise doc.error('kernels must be a list of kernel ids (or ["*"])', "kernels")
-        out.append(d)
-    return out
+    """Every doctrine file of `doctrines/` (the kernels room reads them too: kernels/doctrine.py)."""
+    from nika_brain.federation.kernels.doctrine import load_all
+    return load_all(brain)
 
 
 def conflicts(brain: Brain, kernel_id: str) -> list[dict]:

@@ -1,7 +1,8 @@
 """Work stealing between kernels: per-kernel queues, task_available / task_claim, one atomic grant.
 
 The seed's protocol, on `nika:federation:work_stealing`:
-1. A kernel with waiting work (its owner) publishes `task_available` (task id, summary, priority).
+1. A kernel with waiting work (its owner) publishes `task_available` (task id, its summary's hash,
+   priority: a signal; claimants read the summary from the task's record `ws:task:<id>`).
 2. Idle kernels (nothing running, nothing waiting) answer `task_claim` with their aptitude: the cosine
    of their /goal and the task summary (aptitude.py).
 3. The owner decides (`decide`): no claim at or above the threshold -> it keeps the task; one -> that
@@ -161,6 +162,11 @@ def decide(owner: str, claims: Iterable[Claim], threshold: float, grant: str = "
 
 
 # ---- keys and reading the state ---------------------------------------------------------------
+
+
+def _sha(text: str) -> str:
+    import hashlib
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
 def _k_task(tid: str) -> str:
@@ -479,6 +485,14 @@ class Worker:
                 del self.claimed[tid]
         return bool(msgs)
 
+    def _summary(self, offer: dict) -> str:
+        """What a claimant scores: the offered task's summary, read from its record (the offer carries
+        only its id and hash)."""
+        if isinstance(offer.get("summary"), str):   # an offer published before offers were signals
+            return offer["summary"]
+        task = self.bus.get(_k_task(str(offer["task"]))) or {}
+        return str(task.get("summary") or "")
+
     def _claim(self, offers: list[dict]) -> None:
         """Answer fresh offers while idle, scoring them in one batch (one embedding call)."""
         if not offers or not self.idle:
@@ -492,7 +506,7 @@ class Worker:
         ]
         if not fresh:
             return
-        scores = self.aptitude([str(m.get("summary") or "") for m in fresh])
+        scores = self.aptitude([self._summary(m) for m in fresh])
         for msg, score in zip(fresh, scores):
             tid = msg["task"]
             self.stats["claims"] += 1
@@ -546,7 +560,7 @@ class Worker:
                     "type": "task_available",
                     "task": tid,
                     "owner": self.kernel,
-                    "summary": task["summary"],
+                    "sha": _sha(task["summary"]),   # a signal: the text stays in the task's record
                     "priority": task["priority"],
                     "at": time.time(),
                 },

@@ -5,14 +5,17 @@ the id is `<kernel>:<key>`, so a rerun replaces the summary instead of adding a 
 `summarize()` builds the day's summary of one kernel, extractively, from that kernel's own records of
 the day (the most central, not redundant ones), its journal signals and its claims, and never from
 another kernel's data. Summaries are readable by every kernel: they are how kernels learn what the
-others do without reading their transcripts.
+others do without reading their transcripts. So a record is quoted only when its data class is the
+least sensitive one with no region rule (`federation.triage.data_classes`, least sensitive first: the
+record's class is the strictest of its kernel's `data_class` and of the classes whose patterns match
+its text); any other record is counted by class, never quoted.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from nika_brain.engine import signals
 from nika_brain.errors import BrainError
@@ -114,6 +117,47 @@ def _first_sentences(text: str, limit: int = 240) -> str:
     return cut[:stop + 1] if stop > limit // 3 else cut.rstrip() + "…"
 
 
+def _classes(brain: Brain) -> list[tuple[str, list[str], bool]]:
+    """(name, patterns, has a region rule) of the configured data classes, least sensitive first (the
+    triage validates them; the defaults are public, internal, sensitive)."""
+    raw = ((brain.config.federation.get("triage") or {}).get("data_classes")
+           if isinstance(brain.config.federation.get("triage"), dict) else None)
+    if not isinstance(raw, list) or not raw:
+        return [("public", [], False), ("internal", [], False), ("sensitive", [], False)]
+    out = []
+    for item in raw:
+        d = {"name": item} if isinstance(item, str) else item if isinstance(item, dict) else {}
+        pats = d.get("patterns") if isinstance(d.get("patterns"), list) else []
+        out.append((str(d.get("name")), [p for p in pats if isinstance(p, str)], d.get("regions") is not None))
+    return out
+
+
+def classifier(brain: Brain, kernel_id: str) -> Callable[[str], tuple[str, bool]]:
+    """text -> (the record's data class, whether a summary may quote it), for one kernel's records."""
+    from nika_brain.state import kernels
+    classes = _classes(brain)
+    names = [c[0] for c in classes]
+    try:
+        own = kernels.load_kernel(brain, kernel_id).data_class
+    except BrainError:
+        own = None
+    floor = 0 if own is None else names.index(own) if own in names else len(names)
+
+    def classify(text: str) -> tuple[str, bool]:
+        rank = floor
+        for i, (_, pats, _) in enumerate(classes):
+            for p in pats:
+                try:
+                    if re.search(p, text):
+                        rank = max(rank, i)
+                except re.error:
+                    rank = len(names)
+        if rank >= len(names):
+            return (own or "unknown"), False
+        return names[rank], rank == 0 and not classes[0][2]
+    return classify
+
+
 def _central(ids: list[str], docs: list[str], vecs: Any, n: int) -> list[str]:
     """Up to n texts, most central first, skipping ones too close to those already taken."""
     import numpy as np
@@ -143,9 +187,18 @@ def summarize(brain: Brain, kernel_id: str, day: str | None = None, *,
     keep = [got["ids"].index(i) for i in ids]
     docs = [got["documents"][i] for i in keep]
     vecs = [got["embeddings"][i] for i in keep]
-    lines = []
-    for text in _central(ids, docs, vecs, 5):
-        lines.append(f"- {_first_sentences(text)}")
+    lines: list[str] = []
+    held: dict[str, int] = {}
+    classify = classifier(brain, kernel)
+    for text in _central(ids, docs, vecs, min(len(docs), 200)):
+        cls, quotable = classify(text)
+        if not quotable:
+            held[cls] = held.get(cls, 0) + 1
+        elif len(lines) < 5:
+            lines.append(f"- {_first_sentences(text)}")
+    if held:
+        lines.append("- not quoted (records of a restricted data class): "
+                     + ", ".join(f"{n} {c}" for c, n in sorted(held.items())))
     sigs = [s for s in signals.read(brain) if str(s.get("time", ""))[:10] == day
             and _about(s, kernel)]
     claims = _claims_of_day(brain, kernel, day)
