@@ -152,12 +152,16 @@ def rag_revoke(owner: str, reader: str):
 def rag_grants(as_json: bool = typer.Option(False, "--json")):
     """List the grants."""
     from nika_brain.federation.vault import grants
-    gs = grants.list_grants(Brain.find())
+    from nika_brain.state.grants import authentic
+    brain = Brain.find()
+    gs = [(g, authentic(brain, g)) for g in grants.list_grants(brain)]
     if as_json:
-        print(json.dumps([g.__dict__ | {"levels": list(g.levels)} for g in gs]))
+        print(json.dumps([g.__dict__ | {"levels": list(g.levels), "authentic": why is None,
+                                        "ignored": why} for g, why in gs]))
         return
-    for g in gs:
-        print(f"{g.owner} -> {g.reader}\t{','.join(g.levels) or 'all'}\tuntil {g.until or '-'}\tby {g.by}")
+    for g, why in gs:
+        print(f"{g.owner} -> {g.reader}\t{','.join(g.levels) or 'all'}\tuntil {g.until or '-'}\tby {g.by}"
+              + (f"\tIGNORED: {why}" if why else ""))
 
 
 @rag_app.command("tree")

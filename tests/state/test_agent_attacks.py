@@ -303,3 +303,34 @@ def test_the_pinned_key_is_shown_and_committed_by_init(tmp_path, git_env):
     shown = subprocess.run([sys.executable, "-m", "nika_brain", "operator", "show"], cwd=brain.root,
                            capture_output=True, text=True, check=True).stdout
     assert f"pinned: {pin}" in shown and "can_sign: True" in shown
+
+
+# ---- hole 10: a grant written by hand ------------------------------------------------------------
+
+def test_a_grant_written_by_hand_gives_no_access_and_is_reported(tmp_path, git_env):
+    import pytest
+
+    from nika_brain.errors import Refused
+    from nika_brain.federation.vault import query, write
+    from nika_brain.federation.vault.write import Chunk
+    from tests.federation.vaultkit import axis, vault_brain
+    brain = vault_brain(tmp_path / "vb")
+    write.add(brain, "beta", [Chunk("beta's canary 480000 euros")], [axis(0)])
+    # what `python -c "open('grants/beta--alpha.yml', 'w').write(...)"` leaves, and a copy of a real
+    # grant's signature onto other levels
+    (brain.root / "grants").mkdir(exist_ok=True)
+    (brain.root / "grants" / "beta--alpha.yml").write_text("owner: beta\nreader: alpha\n")
+    with pytest.raises(Refused):
+        query.search(brain, embedding=axis(0), kernel="alpha", owners=["beta"])
+    listed = nb(brain, "rag", "grants").stdout
+    assert "beta -> alpha" in listed and "IGNORED: not signed by the operator" in listed, listed
+    out = nb(brain, "validate")
+    assert out.returncode != 0 and "not an authentic grant" in out.stdout + out.stderr, out.stdout
+    # the operator's own grant works, and an edit of it (all levels instead of one) does not
+    nb(brain, "rag", "grant", "beta", "alpha", "--level", "task", check=0)
+    doc = load_file(brain.root / "grants" / "beta--alpha.yml")
+    assert doc["signature"] and query.search(brain, embedding=axis(0), kernel="alpha", owners=["beta"],
+                                             levels=["task"]) == []
+    (brain.root / "grants" / "beta--alpha.yml").write_text(dumps({**doc, "levels": []}))
+    with pytest.raises(Refused):
+        query.search(brain, embedding=axis(0), kernel="alpha", owners=["beta"])
