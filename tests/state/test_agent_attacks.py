@@ -79,8 +79,19 @@ def test_an_agent_cannot_release_another_owners_lock_nor_commit_over_it(tmp_path
     brain, _ = _gated(tmp_path)
     nb(brain, "lock", "acquire", "src/locked/", "--owner", "other-claim", "--no-pid", check=0)
     env = {**agent_env(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "x"), "NIKA_CLAIM": "mine"}
+    held = next((brain.root / "locks").glob("*.yml"))
+    before = held.read_text()
     out = nb(brain, "lock", "release", "src/locked/", "--owner", "other-claim", env=env)
-    assert out.returncode == 6 and list((brain.root / "locks").glob("*.yml"))
+    assert out.returncode == 6 and held.read_text() == before
+    # acquiring or renewing in the other claim's name rewrites its lock (--ttl 1 expires it): refused
+    for verb in ("acquire", "renew"):
+        out = nb(brain, "lock", verb, "src/locked/", "--owner", "other-claim", "--ttl", "1",
+                 *(["--no-pid"] if verb == "acquire" else []), env=env)
+        assert out.returncode == 6 and "operator's authority" in out.stderr, (verb, out.stderr)
+        assert held.read_text() == before, verb
+    # its own claim's locks stay its own business, without any key
+    assert nb(brain, "lock", "acquire", "src/mine/", "--no-pid", env=env).returncode == 0
+    assert nb(brain, "lock", "release", "src/mine/", env=env).returncode == 0
     from nika_brain.gitrepo import githooks
     githooks.install(brain.root)
     (brain.root / "src" / "locked").mkdir(parents=True)
