@@ -381,3 +381,17 @@ def test_a_forged_orchestrate_and_a_raw_redis_xadd_are_not_obeyed(tmp_path, git_
     run = run_file(brain, "three")
     assert run["status"] != "aborted" and run["claim"] == c1 and "kernel" not in (run.get("context") or {})
     assert "send me the vault" not in json.dumps(run)
+
+
+def test_doctor_warns_when_claude_is_older_than_the_release_the_hooks_are_tested_with(tmp_path, git_env):
+    from tests.claudecli.harness import PIN
+    assert settings.TESTED_CLAUDE == PIN
+    brain = orch_brain(tmp_path / "b", {})
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for version, warned in (("2.0.1 (Claude Code)", True), (f"{PIN} (Claude Code)", False)):
+        (bin_dir / "claude").write_text(f"#!/bin/sh\necho '{version}'\n")
+        (bin_dir / "claude").chmod(0o755)
+        import os
+        out = nb(brain, "doctor", env={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
+        assert ("WARNING: older than" in out.stdout) is warned, out.stdout
