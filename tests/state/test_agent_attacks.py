@@ -395,3 +395,12 @@ def test_doctor_warns_when_claude_is_older_than_the_release_the_hooks_are_tested
         import os
         out = nb(brain, "doctor", env={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
         assert ("WARNING: older than" in out.stdout) is warned, out.stdout
+
+
+def test_a_satellite_with_no_kernel_cannot_read_a_kernels_vault_by_naming_it(tmp_path, git_env):
+    from tests.federation.vaultkit import vault_brain
+    brain = vault_brain(tmp_path / "vb")
+    for args in (("rag", "query", "the canary", "--kernel", "beta"), ("rag", "tree", "beta:x")):
+        out = nb(brain, *args, env=agent_env(tmp_path))
+        assert out.returncode == 6 and "outside its session" in out.stderr, (args, out.stderr)
+        assert "Traceback" not in out.stderr
