@@ -47,6 +47,21 @@ SANDBOX_MODES = ("auto", "required", "off")
 # Brain files an agent's own nika-brain commands never write: its guard (.claude), git's hooks and
 # config (a core.hooksPath would switch the pre-commit lock check off), the zones, cards, workflows
 # and config that decide what the agent may do.
+# The Claude Code release the hooks' `onFailure: "block"` is tested with (tests/claudecli/harness.PIN,
+# .ci/run): `doctor` says when the installed `claude` is older, since a release that ignores the key
+# lets a tool call through when a hook times out or fails (issue 24, hole 9).
+TESTED_CLAUDE = "2.1.332"
+
+
+def older_than_tested(version_text: str) -> bool | None:
+    """Whether `claude --version`'s text names a release older than TESTED_CLAUDE (None: unreadable)."""
+    import re
+    m = re.match(r"\s*(\d+)\.(\d+)\.(\d+)", version_text)
+    if not m:
+        return None
+    return tuple(map(int, m.groups())) < tuple(map(int, TESTED_CLAUDE.split(".")))
+
+
 _NO_AGENT_WRITE = (".claude", ".git/hooks", ".git/config", "nika-brain.yml", "operator.pub", "brain", "agents",
                    "workflows", "hooks")
 

@@ -99,12 +99,21 @@ def _lock_dict(lk) -> dict:
 
 # ---- command bodies (also called by the typer commands) -------------------------------------------------
 
+def _for_another(brain, verb: str, scope: str, owner: str) -> None:
+    """Acting on a lock in the name of another owner than the calling session's claim ($NIKA_CLAIM)
+    rewrites that owner's lock (`--ttl 1` expires it): the operator's decision, as a release is."""
+    if owner != os.environ.get("NIKA_CLAIM"):
+        from nika_brain.state import authority
+        authority.require(brain, f"{verb} a lock on {scope} for {owner} (not this session's claim)")
+
+
 def lock_acquire(scope: str, owner: str, ttl: float | None = None, wait: float = 0.0, shared: bool = False,
                  pid: int | None = None, no_pid: bool = False, as_json: bool = False) -> int:
     from nika_brain.brain import Brain
     from nika_brain.federation.kernels import leases  # a Redis lease too when federation.redis_url is set
     from nika_brain.support import clock
     brain = Brain.find()
+    _for_another(brain, "acquiring", scope, owner)
     holder = None if no_pid else (pid if pid is not None else os.getppid())
     lk = leases.lock_acquire(brain, scope, owner, mode="shared" if shared else "exclusive", ttl=ttl,
                              wait=wait, pid=holder)
@@ -139,7 +148,9 @@ def lock_renew(scope: str, owner: str, ttl: float | None = None) -> int:
     from nika_brain.brain import Brain
     from nika_brain.federation.kernels import leases
     from nika_brain.support import clock
-    lk = leases.lock_renew(Brain.find(), scope, owner, ttl=ttl)
+    brain = Brain.find()
+    _for_another(brain, "renewing", scope, owner)
+    lk = leases.lock_renew(brain, scope, owner, ttl=ttl)
     print(f"renewed {lk.scope} until {clock.iso(lk.expires)}")
     return 0
 

@@ -59,5 +59,12 @@ def doctor():
         except (OSError, subprocess.TimeoutExpired):
             version = "?"
     print(f"claude: {exe or 'not on PATH'} {version if exe else ''}".rstrip())
+    if exe:
+        from nika_brain.claude.settings import TESTED_CLAUDE, older_than_tested
+        old = older_than_tested(version)
+        if old or old is None:
+            print(f"claude: WARNING: {'older than' if old else 'cannot tell if it is at least'} "
+                  f"{TESTED_CLAUDE}, the release nika-brain's hooks (onFailure: block) are tested with; "
+                  "an older one may let a tool call through when a hook times out. Upgrade Claude Code")
     if brain.config.sandbox == "required" and not box.effective:
         raise typer.Exit(1)

@@ -4,6 +4,7 @@ stats, purge). Thin: each command parses, calls one function of nika_brain.feder
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import typer
@@ -113,6 +114,7 @@ def rag_query(text: str, kernel: str | None = typer.Option(None, "--kernel"),
     brain = Brain.find()
     for known in (caller_kernel(kernel), *owners):   # an unknown kernel is an error, not an empty answer
         _known_kernel(brain, known)
+    _reading_as(brain, caller_kernel(kernel))
     recs = search(brain, text, kernel=kernel, k=k, levels=level, owners=owners, where=extra,
                   include_superseded=include_superseded)
     if as_json:
@@ -120,6 +122,15 @@ def rag_query(text: str, kernel: str | None = typer.Option(None, "--kernel"),
         return
     for r in recs:
         print(_rec_line(r))
+
+
+def _reading_as(brain: Brain, kernel: str) -> None:
+    """Reading a kernel's records from outside any kernel's session (no door, no NIKA_KERNEL_ID: a
+    satellite, a script) is the operator's act: a kernel reads as itself through its door or its
+    own session (issue 24, hole 3)."""
+    if not os.environ.get("NIKA_KERNEL_ID"):
+        from nika_brain.state import authority
+        authority.require(brain, f"reading kernel {kernel}'s vault records outside its session")
 
 
 @rag_app.command("grant")
@@ -152,20 +163,27 @@ def rag_revoke(owner: str, reader: str):
 def rag_grants(as_json: bool = typer.Option(False, "--json")):
     """List the grants."""
     from nika_brain.federation.vault import grants
-    gs = grants.list_grants(Brain.find())
+    from nika_brain.state.grants import authentic
+    brain = Brain.find()
+    gs = [(g, authentic(brain, g)) for g in grants.list_grants(brain)]
     if as_json:
-        print(json.dumps([g.__dict__ | {"levels": list(g.levels)} for g in gs]))
+        print(json.dumps([g.__dict__ | {"levels": list(g.levels), "authentic": why is None,
+                                        "ignored": why} for g, why in gs]))
         return
-    for g in gs:
-        print(f"{g.owner} -> {g.reader}\t{','.join(g.levels) or 'all'}\tuntil {g.until or '-'}\tby {g.by}")
+    for g, why in gs:
+        print(f"{g.owner} -> {g.reader}\t{','.join(g.levels) or 'all'}\tuntil {g.until or '-'}\tby {g.by}"
+              + (f"\tIGNORED: {why}" if why else ""))
 
 
 @rag_app.command("tree")
 def rag_tree(record: str, kernel: str | None = typer.Option(None, "--kernel"),
              as_json: bool = typer.Option(False, "--json")):
     """A record's ancestors (strategy → atomic) and children."""
-    from nika_brain.federation.vault.query import tree
-    t = tree(Brain.find(), record, kernel=kernel or record.split(":", 1)[0])
+    from nika_brain.federation.vault.query import caller_kernel, tree
+    brain = Brain.find()
+    reader = kernel or record.split(":", 1)[0]
+    _reading_as(brain, caller_kernel(reader))
+    t = tree(brain, record, kernel=reader)
     if as_json:
         print(json.dumps({"record": t["record"].to_json(),
                           "ancestors": [r.to_json() for r in t["ancestors"]],

@@ -2,6 +2,10 @@
 vault records, for some levels (all when the list is empty) and until some time (forever when null).
 
 The record only; granting, revoking and journaling are nika_brain.federation.vault.grants.
+A grant is the operator's decision: `rag grant` signs the record with the operator's key (kind
+"grant", over every field but the signature), and a grant is in force only when `authentic()` says
+so. A file written by hand (or by an agent's script) is ignored where grants are applied (the vault's
+reads) and reported by `rag grants` and `validate`.
 """
 from __future__ import annotations
 
@@ -28,6 +32,12 @@ class Grant:
     until: str | None = None     # ISO time; None = no end
     by: str = ""
     at: str = ""
+    signature: str | None = None
+
+    def fields(self) -> dict:
+        """What the operator signs (every field but the signature)."""
+        return {"owner": self.owner, "reader": self.reader, "levels": list(self.levels),
+                "until": self.until, "by": self.by, "at": self.at}
 
     def active(self, now: datetime) -> bool:
         return self.until is None or clock.parse(self.until, what="until") > now
@@ -44,7 +54,20 @@ _SPEC = {
     "until": F(str),
     "by": F(str, default=""),
     "at": F(str, default=""),
+    "signature": F(str),
 }
+
+SIGNED_KIND = "grant"
+
+
+def authentic(brain: Brain, g: Grant) -> str | None:
+    """Why this grant is not in force as the operator's decision, or None when it is."""
+    from nika_brain.state import authority
+    if authority.verify(brain, SIGNED_KIND, g.fields(), g.signature):
+        return None
+    if not g.signature:
+        return "not signed by the operator (written by hand?); ignored"
+    return "its signature is not the operator's over this grant (forged, or edited after it); ignored"
 
 
 def grants_dir(brain: Brain) -> Path:
@@ -71,7 +94,7 @@ def load_path(path: Path) -> Grant:
         except BrainError as exc:
             raise doc.error(exc.message, "until") from exc
     return Grant(owner=v["owner"], reader=v["reader"], levels=tuple(v["levels"]), until=v["until"],
-                 by=v["by"], at=v["at"])
+                 by=v["by"], at=v["at"], signature=v["signature"])
 
 
 def list_grants(brain: Brain) -> list[Grant]:

@@ -203,6 +203,12 @@ class _Checker:
                 why = self._gate_forged(obj)
                 if why:
                     found.append(Problem(display, _line(path, ("status",)), "status", why))
+            elif kind == "grant":
+                from nika_brain.state.grants import authentic as grant_authentic
+                why = grant_authentic(_RootOnly(self.root), obj)  # type: ignore[arg-type]
+                if why:
+                    found.append(Problem(display, _line(path, ("owner",)), "signature",
+                                         f"not an authentic grant: {why}"))
             for keypath, what, value in refs:
                 if what == "zone":
                     if zone_names is None or value in zone_names:

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-PIN = "2.1.332"          # keep in step with .ci/run
+PIN = "2.1.332"          # keep in step with .ci/run and nika_brain.claude.settings.TESTED_CLAUDE
 INSTALL = f"npm install -g @anthropic-ai/claude-code@{PIN}"
 TIMEOUT = 120.0
 

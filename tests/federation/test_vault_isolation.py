@@ -117,6 +117,9 @@ def canaries(text: str) -> set[str]:
     return set(CANARY.findall(text))
 
 
+_OPERATOR_FILES: dict[str, bytes] = {}   # the module brain's key pair, made under the first test's home
+
+
 @pytest.fixture(scope="module")
 def vbrain(tmp_path_factory):
     mp = pytest.MonkeyPatch()
@@ -127,8 +130,20 @@ def vbrain(tmp_path_factory):
                         "GIT_COMMITTER_NAME": "T", "GIT_COMMITTER_EMAIL": "t@example.invalid"}.items():
         mp.setenv(name, value)
     brain = vault_brain(tmp_path_factory.mktemp("iso") / "brain", KERNELS)
+    from nika_brain.state import authority
+    _OPERATOR_FILES.update({p.name: p.read_bytes() for p in authority.key_paths(brain.root)})
     yield brain
     mp.undo()
+
+
+@pytest.fixture
+def vbrain_here(vbrain):
+    """The module's brain with its operator key in this test's passwd home (grants are signed)."""
+    from nika_brain.state import authority
+    for path in authority.key_paths(vbrain.root):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(_OPERATOR_FILES[path.name])
+    return vbrain
 
 
 def _reset(brain) -> None:
@@ -140,8 +155,8 @@ def _reset(brain) -> None:
 @settings(max_examples=50, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(ops=st.lists(op, min_size=1, max_size=40), finish=st.booleans())
-def test_no_kernel_reads_another_without_a_grant(vbrain, ops, finish):
-    brain = vbrain
+def test_no_kernel_reads_another_without_a_grant(vbrain_here, ops, finish):
+    brain = vbrain_here
     _reset(brain)
     m = Model()
     for o in ops:

@@ -8,6 +8,9 @@ Whatever the agent or Claude Code do, from inside its sandbox a kernel sees:
   hooks write (`sessions/`, `mutex/`, `federation/<id>/`); the rest is an empty tmpfs;
 - the brain's decision folders (`gates/`, `grants/`, `breakers/`, `proposals/`, `runs/`, `doctrines/`)
   read-only, and its doctrine's snapshot (`.nika/doctrines/<id>/`, what its hooks enforce) read-only;
+  so are `locks/`, `claims/`, `operator.pub` and `.git` (a kernel's shell cannot release, expire,
+  unlink or widen another claim's lock or claim, rewrite the operator's pin, nor move or commit on the
+  operator's branch; a hard link into them from its own folder crosses a mount and fails);
 - nothing of the operator's key folder (`~/.config/nika-brain`, for HOME and the passwd home), of the user's Claude
   Code config (`~/.claude`, `~/.claude.json`) or of nika-brain's tmux server;
 - its own HOME and CLAUDE_CONFIG_DIR under `kernels/<id>/home/` (memory, transcripts of its own);
@@ -32,6 +35,14 @@ from nika_brain.state.kernels import Kernel, kernel_dir
 DOOR_DIR = os.path.dirname(door.SOCKET)      # fixed place inside every sandbox
 DOOR_SOCKET = door.SOCKET
 READ_ONLY = ("gates", "grants", "breakers", "proposals", "runs", "doctrines")   # operator decisions, run records
+# Other claims' locks and the claims themselves: a kernel's shell could release, rewrite (`--ttl 1`),
+# unlink or widen them as plain files (issue 24, holes 2, 3, 10); the pin every decision is checked
+# against (issue 24, hole 1: a rewritten operator.pub makes nothing authentic on the operator's machine),
+# and git's folder (`git reset --hard HEAD~2` moved the operator's branch back to older locks, claims
+# and gates; a commit made with git's plumbing would change the operator.pub that machines without the
+# operator's own pin trust). nika-brain never commits from inside a kernel.
+READ_ONLY_STATE = ("locks", "claims")
+READ_ONLY_PATHS = ("operator.pub", ".git")
 STATE_RW = ("sessions", "mutex")             # .nika/ folders the hooks write (plus federation/<id>)
 BASE = ["--dev", "/dev", "--proc", "/proc", "--unshare-pid", "--unshare-ipc", "--die-with-parent",
         "--cap-drop", "ALL"]
@@ -105,7 +116,7 @@ def prepare(brain: Brain, kernel: Kernel) -> None:
     from nika_brain.federation.kernels import doctrine
     for d in (home_dir(brain, kernel.id) / ".claude", door_dir(brain, kernel.id),
               brain.state_dir / "federation" / kernel.id, doctrine.snapshot_dir(brain, kernel.id),
-              *(brain.state_dir / s for s in STATE_RW), *(brain.root / s for s in READ_ONLY)):
+              *(brain.state_dir / s for s in STATE_RW), *(brain.root / s for s in (*READ_ONLY, *READ_ONLY_STATE))):
         d.mkdir(parents=True, exist_ok=True)
     door_dir(brain, kernel.id).chmod(0o700)
 
@@ -150,11 +161,14 @@ def wrap(brain: Brain, kernel: Kernel, tmux_socket: str | None = None) -> list[s
             "--tmpfs", str(state)]
     for sub in (*STATE_RW, f"federation/{kernel.id}"):
         argv += ["--bind", str(state / sub), str(state / sub)]
-    for sub in READ_ONLY:
+    for sub in (*READ_ONLY, *READ_ONLY_STATE):
         argv += ["--ro-bind", str(root / sub), str(root / sub)]
     from nika_brain.federation.kernels import doctrine
     snap = str(doctrine.snapshot_dir(brain, kernel.id))
     argv += ["--ro-bind", snap, snap]
+    for name in READ_ONLY_PATHS:
+        if (root / name).exists():
+            argv += ["--ro-bind", str(root / name), str(root / name)]
     hidden = operator_paths()
     if tmux_socket:
         hidden.append(Path(tmux_socket))

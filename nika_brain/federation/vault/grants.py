@@ -3,8 +3,8 @@
 `grants/<owner>--<reader>.yml` says that kernel <reader> may read kernel <owner>'s records, for some
 levels (all when the list is empty) and until some time (forever when null). The file is the record:
 it is reviewed in git, listed in BRAIN-INDEX.md, and every grant and revoke is journaled
-(VAULT_GRANT / VAULT_REVOKE in journal/signals.jsonl). A kernel session (NIKA_KERNEL_ID set) may only
-grant or revoke its own records; an expired grant counts as absent.
+(VAULT_GRANT / VAULT_REVOKE in journal/signals.jsonl). A grant is signed with the operator's key; an
+unsigned or forged one (a file an agent wrote) counts as absent, as an expired one does (issue 24).
 """
 from __future__ import annotations
 
@@ -22,8 +22,10 @@ from nika_brain.support.yamlsafe import dumps
 
 def active_for(brain: Brain, reader: str, *, now: datetime | None = None) -> dict[str, Grant]:
     """owner -> grant, for the grants that let `reader` read now."""
+    from nika_brain.state.grants import authentic
     now = now or clock.now()
-    return {g.owner: g for g in list_grants(brain) if g.reader == reader and g.active(now)}
+    return {g.owner: g for g in list_grants(brain)
+            if g.reader == reader and g.active(now) and authentic(brain, g) is None}
 
 
 def _check_actor(owner: str, verb: str) -> str:
@@ -48,9 +50,11 @@ def grant(brain: Brain, owner: str, reader: str, *, levels: list[str] | tuple[st
             raise BrainError(f"--until {until} is not in the future")
         until = clock.iso(end)
     by = _check_actor(owner, "grant")
+    from nika_brain.state import authority
+    from nika_brain.state.grants import SIGNED_KIND
     g = Grant(owner, reader, tuple(dict.fromkeys(levels)), until, by, clock.iso(now))
-    data = {"owner": g.owner, "reader": g.reader, "levels": list(g.levels), "until": g.until,
-            "by": g.by, "at": g.at}
+    data = g.fields()
+    data["signature"] = authority.sign(brain, SIGNED_KIND, data, what="granting vault access")
     with brain.mutex("grants"):
         brain.write(grant_path(brain, owner, reader), dumps(data))
     signals.emit(brain, "VAULT_GRANT", reason=f"{reader} may read {owner}'s vault records",
