@@ -58,7 +58,9 @@ def call(op: str, path: str = SOCKET, **args: Any) -> Any:
         raise BrainError("the kernel's door gave a malformed answer") from None
     if not isinstance(answer, dict) or not answer.get("ok"):
         why = answer.get("refused", "no answer") if isinstance(answer, dict) else "no answer"
-        raise BrainError(f"refused by the kernel's door: {why}")
+        code = answer.get("exit") if isinstance(answer, dict) else None
+        raise BrainError(f"refused by the kernel's door: {why}",
+                         exit_code=code if isinstance(code, int) and 0 < code < 126 else None)
     return answer.get("result")
 
 

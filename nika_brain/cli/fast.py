@@ -269,6 +269,18 @@ def index(check: bool = False, stdout: bool = False) -> int:
 def claim_close(claim_id: str, status: str, summary: str = "", tests_passed: int | None = None,
                 tests_failed: int | None = None, empty: bool = False, as_json: bool = False) -> int:
     """Close a claim; the orchestrator routes its exit action at once, and one line says what follows."""
+    from nika_brain.bus import door
+    if door.present():   # inside a kernel's sandbox claims/ is read-only: its door closes it, on the host
+        r = door.call("claim_close", claim=claim_id, status=status, summary=summary, tests_passed=tests_passed,
+                      tests_failed=tests_failed, empty=empty)
+        if as_json:
+            print(json.dumps({**r, "outcome": None}))
+        else:
+            print(f"closed {r['claim']}: {r['result']}")
+            for w in r.get("warnings") or ():
+                print(f"warning: {w}")
+            print(r["next"])
+        return 0
     from nika_brain.brain import Brain
     from nika_brain.engine import nextstep, service
     from nika_brain.gitrepo import git

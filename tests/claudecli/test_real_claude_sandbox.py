@@ -2,7 +2,9 @@
 the Messages API STAND-IN (tests/claudecli/standin.py: scripted tool calls, not Claude).
 
 Claude runs behind `kernels/sandbox.wrap` (the argv the kernel launcher uses): its hooks still fire, its
-claim still closes through the CLI, and its shell sees neither the other kernel nor the operator's keys.
+claim still closes through the CLI (claims/ is read-only in the sandbox: the CLI goes through the kernel's
+door, and the door service closes it on the host), and its shell sees neither the other kernel nor the
+operator's keys.
 """
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import json
 import sys
 from pathlib import Path
 
+from nika_brain.federation.doors.service import DoorService
 from nika_brain.federation.kernels import sandbox
 from nika_brain.state import authority, kernels
 from tests.kit.orch import nb
@@ -46,6 +49,8 @@ def test_real_claude_works_inside_its_kernel_sandbox_and_sees_nothing_else(tmp_p
                   description="report")],
         [text("Ledger tidied; claim closed.")],
     ]
+    doors = DoorService(brain)   # claims/ is read-only in the sandbox: the close goes through k1's door
+    doors.start()
     with MessagesStandin(script) as standin:
         run = run_claude("tidy the ledger", cwd=brain.root / "kernels" / "k1", home=tmp_path / "h",
                          base_url=standin.url, wrap=sandbox.wrap(brain, k1),
@@ -53,6 +58,7 @@ def test_real_claude_works_inside_its_kernel_sandbox_and_sees_nothing_else(tmp_p
                                "--allowedTools", "Bash"],
                          env={"PYTHONPATH": str(REPO), "NIKA_KERNEL_ID": "k1", "NIKA_CLAIM": cid,
                               "NIKA_BRAIN_DIR": str(brain.root)})
+    doors.stop()
     assert run.returncode == 0, run.explain()
     assert "SessionStart" in run.hook_events() and "PreToolUse" in run.hook_events(), run.hook_events()
     peek, keys, write, close = list(standin.tool_results().values())[:4]

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nika_brain import bus
-from nika_brain.errors import BrainError
+from nika_brain import bus, errors
 
 SIGNAL_TEXT = 256      # a signal's strings are ids, hashes, states: content goes through the vault
 SIGNAL_CHANNELS = (bus.HEALTH, bus.WORK_STEALING)
@@ -19,7 +18,7 @@ OPERATOR_OPS = ("spawn", "kill", "restart", "start", "readjust", "grant", "revok
                 "reject", "acl", "env")
 
 
-class Refused(BrainError):
+class Refused(errors.Refused):
     """A request the door does not carry for this kernel (the reason is said to the kernel)."""
 
 

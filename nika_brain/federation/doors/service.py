@@ -99,6 +99,34 @@ def _ingest(brain: Brain, kid: str, req: dict) -> Any:
     return ingest(brain, paths, kid).to_json()
 
 
+def _claim_close(brain: Brain, kid: str, req: dict) -> Any:
+    """A kernel closes a claim of its own work: claims/ and locks/ are read-only in its sandbox, so the
+    close (tiered check, commit, routing, lock release) runs here, on the host, as outside a sandbox.
+    Its own means every scope of the claim lies in the kernel's folder or in the scope its record
+    names; another claim is refused."""
+    from nika_brain.engine import service
+    from nika_brain.state import claims, scopes
+    cid, status, summary = req.get("claim"), req.get("status"), req.get("summary", "")
+    if not all(isinstance(x, str) for x in (cid, status, summary)):
+        raise Refused("claim, status and summary are strings")
+    counts = [req.get("tests_passed"), req.get("tests_failed")]
+    if not all(n is None or (isinstance(n, int) and not isinstance(n, bool) and n >= 0) for n in counts):
+        raise Refused("tests_passed and tests_failed are counts")
+    c = claims.load_claim(brain, claims.id_from_argument(cid))
+    k = kernels.load_kernel(brain, kid)
+    own = (f"kernels/{kid}/", *k.scope)
+    foreign = [s for s in c.scope if not any(scopes.covers(o, s) for o in own)]
+    if foreign:
+        raise Refused(f"claim {c.id} is not kernel {kid}'s to close (scope {', '.join(foreign)} lies outside "
+                      f"its folder and scope)")
+    done = service.report(brain, c.id, status, summary, tests_passed=counts[0], tests_failed=counts[1],
+                          empty=req.get("empty") is True)
+    nxt = "next: your step is reported — stop here; the orchestrator routes the result" if done.claim.workflow \
+        else f"next: nothing to route — claim {done.claim.id} is not the step of a workflow run"
+    return {"claim": done.claim.id, "result": done.claim.result.status if done.claim.result else status,
+            "warnings": list(done.warnings), "next": nxt}
+
+
 def _ping(_brain: Brain, kid: str, _req: dict) -> Any:
     return kid
 
@@ -112,6 +140,7 @@ def _summaries(brain: Brain, _kid: str, req: dict) -> Any:
 OPS: dict[str, Callable[[Brain, str, dict], Any]] = {
     "ping": _ping, "publish": _publish, "set": _set, "get": _get,
     "query": _query, "records": _records, "ingest": _ingest, "summaries": _summaries,
+    "claim_close": _claim_close,
 }
 
 
@@ -124,10 +153,12 @@ def answer(brain: Brain, kid: str, req: Any) -> dict:
         if op not in OPS:
             raise Refused(f"no such door operation: {op!r}")
         return {"ok": True, "result": OPS[op](brain, kid, req)}
+    except OSError as exc:   # the host failed to do what was asked (a file, git): said, never a dead socket
+        return {"ok": False, "refused": f"{op} failed on the host: {exc}", "layer": "door", "exit": 1}
     except BrainError as exc:
         if isinstance(exc, Refused):
             _journal(brain, kid, str(op), str(exc))
-        return {"ok": False, "refused": str(exc), "layer": "door"}
+        return {"ok": False, "refused": str(exc), "layer": "door", "exit": exc.exit_code}
 
 
 def _journal(brain: Brain, kid: str, op: str, why: str) -> None:
