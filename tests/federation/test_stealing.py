@@ -404,6 +404,32 @@ def test_a_kernel_with_prompts_waiting_is_not_idle(tmp_path, git_env, monkeypatc
     assert w.stats["claims"] == 0
 
 
+def test_a_kernel_in_a_turn_is_not_idle_for_the_daemons_worker(tmp_path, git_env, monkeypatch):
+    """The seed's idle: no prompt in progress (UserPromptSubmit -> Stop), not an idle worker loop.
+    The daemon's worker for a kernel whose agent took a prompt and has not answered claims nothing."""
+    from nika_brain.federation.daemon.stealing import _Runner
+    from nika_brain.federation.kernels import health
+
+    use_bus(monkeypatch, "embedded")
+    brain = fed_brain(tmp_path / "b")
+    w = _Runner(brain, "beta", 0.1).worker  # its thread is not started: the test steps it
+    offer = {"type": "task_available", "task": "x1", "owner": "alpha", "summary": "s", "at": time.time()}
+    assert w.idle and not health.turn_in_progress(brain, "beta")
+    health.record_event(brain, "beta", "session", session="s-1")
+    health.record_event(brain, "beta", "taken", sha=health.prompt_sha("a long job"))
+    w._busy_seen = (0.0, False)  # the probe is read at most once a second: look now
+    assert health.turn_in_progress(brain, "beta") and not w.idle
+    w._claim([offer])
+    assert w.stats["claims"] == 0
+    health.record_event(brain, "beta", "answered", sha=health.prompt_sha("a long job"))
+    w._busy_seen = (0.0, False)
+    assert w.idle
+    # an agent that died mid-turn is not in a turn (the supervisor deals with it)
+    health.record_event(brain, "beta", "taken", sha=health.prompt_sha("another"))
+    health.record_event(brain, "beta", "run-exit", code=3)
+    assert not health.turn_in_progress(brain, "beta")
+
+
 def test_a_handed_over_kernels_waiting_tasks_follow_its_successor(tmp_path, git_env, monkeypatch):
     use_bus(monkeypatch, "embedded")
     bus = busmod.open_bus(fed_brain(tmp_path / "b"))
