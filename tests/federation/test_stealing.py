@@ -184,6 +184,38 @@ def test_idle_kernel_steals_and_owner_restart_does_not_grant_twice(tmp_path, git
     assert len(ran) == 3
 
 
+def test_a_busy_owners_only_task_goes_to_the_idle_kernel_and_waits_for_the_turn_otherwise(
+        tmp_path, git_env, monkeypatch):
+    """The seed's case: B is in a turn, one task waits in its queue, A is idle and fit: A gets it. The
+    owner neither keeps its next task for itself nor types it into its busy agent (the real claude
+    showed both: the task went into the running turn and came back with that turn's answer)."""
+    use_bus(monkeypatch, "embedded")
+    bus = busmod.open_bus(fed_brain(tmp_path / "b"))
+    ran: list = []
+    turn = {"alpha": True}
+    a = Worker(bus, "alpha", lambda t: ran.append(("alpha", t["id"])) or {},
+               aptitude=lambda xs: [0.9] * len(xs), config=FAST, busy=lambda: turn["alpha"])
+    b = worker(bus, "beta", ran)
+    a.beat(force=True), b.beat(force=True)
+    enqueue(bus, "alpha", "write the monthly report for the client", task_id="t-one")
+    spin(a, b, until=lambda: bus.get("ws:done:t-one") is not None)
+    assert ran == [("beta", "t-one")] and grants(bus, "t-one")[-1]["to"] == "beta"
+    # no idle kernel fit for it: the owner keeps it, and runs it only once its turn has ended
+    c = Worker(bus, "alpha", lambda t: ran.append(("alpha", t["id"])) or {},
+               aptitude=lambda xs: [0.9] * len(xs), config=FAST, busy=lambda: turn["alpha"])
+    low = worker(bus, "beta", ran, score=0.1)
+    enqueue(bus, "alpha", "restore the nightly backup", task_id="t-own")
+    spin(c, low, until=lambda: grants(bus, "t-own"))
+    assert grants(bus, "t-own")[-1]["to"] == "alpha"
+    for _ in range(50):
+        c.step()
+    assert ("alpha", "t-own") not in ran and bus.get("ws:done:t-own") is None
+    turn["alpha"] = False
+    c._busy_seen = (0.0, True)  # the probe is read at most once a second: look now
+    spin(c, until=lambda: bus.get("ws:done:t-own") is not None)
+    assert ran[-1] == ("alpha", "t-own")
+
+
 def test_racing_claims_give_one_winner(tmp_path, git_env, monkeypatch):
     use_bus(monkeypatch, "embedded")
     bus = busmod.open_bus(fed_brain(tmp_path / "b"))
