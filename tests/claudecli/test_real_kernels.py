@@ -350,7 +350,7 @@ def test_two_real_kernels_and_one_stolen_task(tmp_path, daemon_down):
             state = until(lambda: (lambda st: st if st["state"] == "done" else None)(
                 stealing.task_state(b, "t-report")), timeout=240)
             assert health.prompt_sha(task) in {e.get("sha") for e in health.read_events(brain, ids["client"])[0]
-                                               if e["event"] == "taken"}
+                                               if e["event"] == "taken"}, (state, _screen(brain, ids["client"]))
             assert state["done"]["kernel"] == ids["client"], state
             assert state["done"]["result"]["answer"] == "compte rendu envoyé au client", state
             assert [g["to"] for g in stealing.grants(b, "t-report")] == [ids["client"]]
