@@ -202,3 +202,29 @@ def test_triggers_and_daily_work_are_scheduled_by_the_daemon(dbrain, monkeypatch
     calls.clear()
     schedule.daily(dbrain).tick()  # a new daemon, the same day: nothing runs again
     assert calls == []
+
+
+def test_retention_service_trims_redis_streams_too(tmp_path, git_env, monkeypatch, redis_server):  # noqa: F811
+    """On Redis (stream ids are milliseconds) the daemon's retention drops what is older than its
+    setting on every federation channel and keeps the rest."""
+    import redis as redis_py
+
+    from nika_brain import bus as busmod
+    from nika_brain.bus.redis_streams import RedisBus
+    from nika_brain.federation.daemon import retention
+    from tests.kit.brain import make_brain
+    url = redis_server.rsplit("/", 1)[0] + "/9"
+    redis_py.Redis.from_url(url).flushdb()
+    monkeypatch.setenv("NIKA_BUS", "redis")
+    monkeypatch.setenv("NIKA_REDIS_URL", url)
+    b = make_brain(tmp_path / "b", "version: 1\nfederation: {daemon: {retention: 3600}}\n")
+    assert isinstance(busmod.open_bus(b), RedisBus)
+    r = redis_py.Redis.from_url(url)
+    old = int((datetime.now(timezone.utc) - timedelta(hours=2)).timestamp() * 1000)
+    for ch in (busmod.HEALTH, busmod.GOALS):
+        r.xadd(ch, {"m": json.dumps({"kind": "old"})}, id=f"{old}-0")
+        busmod.open_bus(b).publish(ch, {"kind": "fresh"})
+    svc = retention.service(b)
+    svc.tick()
+    assert svc.trimmed[busmod.HEALTH] == 1 and svc.trimmed[busmod.GOALS] == 1
+    assert [m["kind"] for _, m in busmod.open_bus(b).read(busmod.HEALTH)] == ["fresh"]
