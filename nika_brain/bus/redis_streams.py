@@ -136,12 +136,14 @@ class RedisBus:
         return mid
 
     def trim(self, channel: str, older_than: float) -> int:
-        """Stream ids are milliseconds: XTRIM MINID drops the entries older than the cut."""
+        """Stream ids are milliseconds: XTRIM MINID drops the entries older than the cut (exact,
+        not `~`: an approximate trim drops whole radix nodes only and kept every entry of a stream
+        of fewer than ~100; retention runs once an hour)."""
         import time
         channel = codec.check_name("channel", channel)
         cut = int((time.time() - codec.check_seconds("older_than", older_than, positive=True)) * 1000)
         with self._redis() as r:
-            return int(r.xtrim(channel, minid=f"{cut}-0"))
+            return int(r.xtrim(channel, minid=f"{cut}-0", approximate=False))
 
     def read(self, channel: str, after: str | None = None, count: int = 100,
              block: float = 0) -> list[Message]:

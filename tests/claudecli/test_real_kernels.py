@@ -185,3 +185,178 @@ def test_a_prompt_queued_before_readiness_is_delivered_when_the_session_starts(t
               timeout=120)
         taken = [e for e in health.read_events(brain, "gamma")[0] if e["event"] in ("session", "taken")]
         assert [e["event"] for e in taken][:2] == ["session", "taken"]
+
+
+# ---- the federation daemon with the real CLI: handover at 41 %, one task stolen between two kernels --
+
+
+def _daemon_brain(tmp_path: Path, **daemon) -> Brain:
+    sock = tmp_path / "tmux.sock"
+    fed = {"agent_command": [claude_binary()], "tmux_socket": str(sock), "supervisor": "manual",
+           "deliver_timeout": 90, "kill_grace": 5, "daemon": daemon}
+    return make_brain(tmp_path / "brain", "version: 1\nlock_poll: 0.01\nfederation: " + json.dumps(fed) + "\n")
+
+
+def _fresh_config(tmp_path: Path, name: str) -> Path:
+    cfg = tmp_path / name
+    cfg.mkdir()
+    (cfg / ".claude.json").write_text(json.dumps({"hasCompletedOnboarding": True, "numStartups": 3}))
+    return cfg
+
+
+@pytest.fixture
+def daemon_down():
+    brains: list[Brain] = []
+    yield brains.append
+    import subprocess
+    for b in brains:
+        nb(b, "federation", "down", env=_cli_env())
+        sock = json.loads((b.root / "nika-brain.yml").read_text().split("federation: ", 1)[1])["tmux_socket"]
+        subprocess.run(["tmux", "-S", sock, "kill-server"], capture_output=True)
+
+
+def _last_user_text(body: dict) -> str:
+    from .standin import _flatten
+    msgs = [m for m in body.get("messages", []) if m.get("role") == "user"]
+    return _flatten(msgs[-1].get("content")) if msgs else ""
+
+
+def test_handover_at_41_percent_with_the_real_cli_run_by_the_daemon(tmp_path, daemon_down):
+    """The Stop hook of the real claude measures the context its transcript shows against the window
+    Claude Code reports; past 41 % it asks, the daemon's supervisor spawns the successor (a real claude
+    too, with the predecessor's credentials), which gets the lineage and summary at SessionStart; the
+    predecessor's process is stopped once the successor is ready; prompts for it follow the successor."""
+    from nika_brain.state import sessions
+    brain = _daemon_brain(tmp_path, disable=["nika_brain.federation.daemon.embedder",
+                                             "nika_brain.federation.daemon.stealing",
+                                             "nika_brain.federation.daemon.schedule",
+                                             "nika_brain.federation.daemon.retention"])
+    daemon_down(brain)
+    cfg = _fresh_config(tmp_path, "claude-config")
+    tokens = {"next": 1200}
+
+    def respond(body):
+        said = _last_user_text(body)
+        standin.usage = {**standin.usage, "input_tokens": tokens["next"]}
+        for prompt in ("open the ledger", "close the quarter", "where were we", "one more entry"):
+            if prompt in said:
+                return [text(f"answered: {prompt}")]
+        return [text("ok")]
+
+    with MessagesStandin(respond=respond) as standin:
+        spawn = nb(brain, "kernel", "spawn", "keep the ledger", "--id", "alpha",
+                   "--env-file", _env_file(tmp_path, standin.url, cfg), env=_cli_env())
+        assert spawn.returncode == 0, spawn.stderr
+        up = nb(brain, "federation", "up", "--detach", env=_cli_env())
+        assert up.returncode == 0, up.stderr
+        first = nb(brain, "kernel", "invoke", "alpha", "open the ledger", "--wait", "--timeout", "120",
+                   env=_cli_env())
+        assert first.returncode == 0, first.stderr + _screen(brain, "alpha")
+        (old,) = [s for s in sessions.list_sessions(brain) if s.kernel == "alpha"]
+        rec = sessions.load(brain, old.id)
+        window = rec.reported_window or rec.context_window
+        assert window and rec.context_used and 100 * rec.context_used / window < 41, rec
+        assert not (brain.kernels_dir / "alpha-s2").exists()
+
+        tokens["next"] = int(window * 0.45)  # the next turn's context: 45 % of what Claude Code reports
+        cross = nb(brain, "kernel", "invoke", "alpha", "close the quarter", "--wait", "--timeout", "120",
+                   env=_cli_env())
+        assert cross.returncode == 0, cross.stderr
+        tokens["next"] = 1200
+        # nobody runs anything: the daemon does the handover and starts the successor
+        until(lambda: kernels.load_kernel(brain, "alpha").status == "handed-over", timeout=180)
+        succ = kernels.load_kernel(brain, "alpha-s2")
+        assert succ.parent == "alpha" and succ.goal == "keep the ledger"
+        until(lambda: any(e["event"] == "session" for e in health.read_events(brain, "alpha-s2")[0]),
+              timeout=180)
+        old_pid = runtimes.load_state(brain, "alpha")["pid"]
+        until(lambda: any(e["event"] == "stopped" for e in health.read_events(brain, "alpha")[0]), timeout=120)
+        assert not runtimes.pid_alive(old_pid)
+        ho = sessions.raw(brain, old.id)["handover"]
+        assert ho["state"] == "done" and ho["pct"] >= 41 and ho["source"] == "claude-code", ho
+
+        # the successor's real claude put its SessionStart context (lineage, summary) before the model
+        nxt = nb(brain, "kernel", "invoke", "alpha-s2", "where were we", "--wait", "--timeout", "120",
+                 env=_cli_env())
+        assert nxt.returncode == 0 and nxt.stdout.strip() == "answered: where were we", nxt.stderr
+        sent = standin.sent_text()
+        assert f"nika-brain handover: you succeed session {old.id} of kernel alpha" in sent
+        assert "Goal: keep the ledger" in sent and "close the quarter" in sent
+        # a prompt for the handed-over kernel follows its successor
+        late = nb(brain, "kernel", "invoke", "alpha", "one more entry", "--wait", "--timeout", "120",
+                  env=_cli_env())
+        assert late.returncode == 0, late.stderr
+        assert late.stdout.strip() == "answered: one more entry"
+        assert health.prompt_sha("one more entry") in {e.get("sha") for e in health.read_events(brain, "alpha-s2")[0]
+                                                        if e["event"] == "taken"}
+
+
+def test_two_real_kernels_and_one_stolen_task(tmp_path, daemon_down):
+    """The seed's stealing, by the daemon, between two real claude kernels: IT operations is in a turn
+    (its model is still answering); a client-report task lands in its queue; the client-missions kernel
+    is idle and the only one the triage finds fit: it claims it, is granted it, and its real claude
+    answers it. Nobody started `kernel work`."""
+    import threading
+
+    from nika_brain.federation.stealing import protocol as stealing
+    from nika_brain.federation.triage import bench
+    from tests.federation.triagekit import FR_ROUTES
+
+    brain = _daemon_brain(tmp_path, stealing_poll=0.2,
+                          disable=["nika_brain.federation.daemon.schedule",
+                                   "nika_brain.federation.daemon.retention"])
+    daemon_down(brain)
+    release = threading.Event()
+
+    def respond(body):
+        said = _last_user_text(body)
+        if "inventaire complet" in said:
+            release.wait(300)  # IT operations stays in its turn until the test lets it go
+            return [text("inventaire terminé")]
+        if "compte rendu" in said:
+            return [text("compte rendu envoyé au client")]
+        return [text("ok")]
+
+    _, routes = bench.read_routes(FR_ROUTES)
+    ids = {"it": "kernel-alpha-bcub3-it", "client": "kernel-gamma-client-mission"}
+    with MessagesStandin(respond=respond) as standin:
+        try:
+            for kid in ids.values():
+                e = next(r for r in routes if r.id == kid)
+                ex = tmp_path / f"{kid}.examples"
+                ex.write_text("\n".join(e.examples) + "\n")
+                cfg = _fresh_config(tmp_path, f"config-{kid}")
+                envf = _env_file(tmp_path, standin.url, cfg).rename(tmp_path / f"{kid}.env")
+                tags = [x for d in e.domains for x in ("--tags", d)]
+                out = nb(brain, "kernel", "spawn", e.goal, "--id", kid, *tags, "--examples", ex,
+                         "--env-file", envf, env=_cli_env())
+                assert out.returncode == 0, out.stderr
+            up = nb(brain, "federation", "up", "--detach", env=_cli_env())
+            assert up.returncode == 0, up.stderr
+            for kid in ids.values():  # both sessions started, both workers serving
+                until(lambda k=kid: any(e["event"] == "session" for e in health.read_events(brain, k)[0]),
+                      timeout=180)
+            # IT operations enters a long turn
+            busy = nb(brain, "kernel", "invoke", ids["it"], "fais l'inventaire complet du parc",
+                      env=_cli_env())
+            assert busy.returncode == 0, busy.stderr
+            assert health.turn_in_progress(brain, ids["it"])
+            task = "rédige le compte rendu de la réunion d'hier et envoie-le au client"
+            enq = nb(brain, "kernel", "enqueue", ids["it"], task, "--id", "t-report", env=_cli_env())
+            assert enq.returncode == 0, enq.stderr
+
+            from nika_brain import bus
+            b = bus.open_bus(brain)
+            state = until(lambda: (lambda st: st if st["state"] == "done" else None)(
+                stealing.task_state(b, "t-report")), timeout=240)
+            assert health.prompt_sha(task) in {e.get("sha") for e in health.read_events(brain, ids["client"])[0]
+                                               if e["event"] == "taken"}, (state, _screen(brain, ids["client"]))
+            assert state["done"]["kernel"] == ids["client"], state
+            assert state["done"]["result"]["answer"] == "compte rendu envoyé au client", state
+            assert [g["to"] for g in stealing.grants(b, "t-report")] == [ids["client"]]
+            # IT operations' agent never got the task; its own turn is still in progress
+            assert health.prompt_sha(task) not in {e.get("sha") for e in health.read_events(brain, ids["it"])[0]}
+            assert health.turn_in_progress(brain, ids["it"])
+        finally:
+            release.set()
+        until(lambda: not health.turn_in_progress(brain, ids["it"]), timeout=120)

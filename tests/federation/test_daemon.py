@@ -194,3 +194,67 @@ def test_retention_trims_old_federation_messages_only(tmp_path):
     assert bus.trim("nika:federation:health", 86400) == 2
     assert [m["kind"] for _, m in bus.read("nika:federation:health")] == ["heartbeat"]
     assert len(bus.read("nika:federation:goals")) == 1
+
+
+def test_triggers_and_daily_work_are_scheduled_by_the_daemon(dbrain, monkeypatch):
+    """The scheduled services call the real entry points: the diversity/doctrine triggers for the
+    live kernels one period after start-up, and once a day each kernel's summary and super-chunk
+    merge for yesterday (a restarted daemon does not run a day twice; a kernel's failure is said)."""
+    from nika_brain.errors import BrainError
+    from nika_brain.federation.daemon import schedule
+    from nika_brain.federation.spawning import triggers
+    from nika_brain.federation.vault import summaries, superchunks
+    calls: list = []
+    monkeypatch.setattr(triggers, "run_all", lambda b, ids: calls.append(("triggers", sorted(ids))) or [])
+    t = schedule.triggers(dbrain)
+    assert t.every == 900.0
+    t.tick()
+    assert calls == []  # not at start-up
+    kernels.set_status(dbrain, GAMMA, "killed", reason="test")
+    t.tick()
+    live = sorted(k.id for k in kernels.list_kernels(dbrain) if k.live)
+    assert calls == [("triggers", live)] and GAMMA not in live
+
+    def summarize(b, kid, day):
+        if kid == ALPHA:
+            raise BrainError("vault unreachable")
+        calls.append(("summary", kid, day))
+    monkeypatch.setattr(summaries, "summarize", summarize)
+    monkeypatch.setattr(superchunks, "merge", lambda b, kid: calls.append(("merge", kid)))
+    calls.clear()
+    with pytest.raises(BrainError, match=f"{ALPHA}: vault unreachable"):
+        schedule.daily(dbrain).tick()
+    yesterday = (datetime.now(timezone.utc) - timedelta(days=1)).strftime("%Y-%m-%d")
+    ids = [k.id for k in kernels.list_kernels(dbrain)]
+    assert {c[1] for c in calls if c[0] == "summary"} == set(ids) - {ALPHA}
+    assert all(c[2] == yesterday for c in calls if c[0] == "summary")
+    assert {c[1] for c in calls if c[0] == "merge"} == set(ids) - {ALPHA}
+    calls.clear()
+    schedule.daily(dbrain).tick()  # a new daemon, the same day: nothing runs again
+    assert calls == []
+
+
+def test_retention_service_trims_redis_streams_too(tmp_path, git_env, monkeypatch, redis_server):  # noqa: F811
+    """On Redis (stream ids are milliseconds) the daemon's retention drops what is older than its
+    setting on every federation channel and keeps the rest."""
+    import redis as redis_py
+
+    from nika_brain import bus as busmod
+    from nika_brain.bus.redis_streams import RedisBus
+    from nika_brain.federation.daemon import retention
+    from tests.kit.brain import make_brain
+    url = redis_server.rsplit("/", 1)[0] + "/9"
+    redis_py.Redis.from_url(url).flushdb()
+    monkeypatch.setenv("NIKA_BUS", "redis")
+    monkeypatch.setenv("NIKA_REDIS_URL", url)
+    b = make_brain(tmp_path / "b", "version: 1\nfederation: {daemon: {retention: 3600}}\n")
+    assert isinstance(busmod.open_bus(b), RedisBus)
+    r = redis_py.Redis.from_url(url)
+    old = int((datetime.now(timezone.utc) - timedelta(hours=2)).timestamp() * 1000)
+    for ch in (busmod.HEALTH, busmod.GOALS):
+        r.xadd(ch, {"m": json.dumps({"kind": "old"})}, id=f"{old}-0")
+        busmod.open_bus(b).publish(ch, {"kind": "fresh"})
+    svc = retention.service(b)
+    svc.tick()
+    assert svc.trimmed[busmod.HEALTH] == 1 and svc.trimmed[busmod.GOALS] == 1
+    assert [m["kind"] for _, m in busmod.open_bus(b).read(busmod.HEALTH)] == ["fresh"]

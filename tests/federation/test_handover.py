@@ -74,7 +74,7 @@ def test_registry_cli(brain, cli):
 
 def test_handover_end_to_end(fbrain, tmp_path):  # noqa: F811
     brain = configure(fbrain, tmp_path, handover={"window": 10000})  # 2,000 tokens a turn: 20 % each
-    verbs.kernel_spawn(brain, GOAL, kernel_id="alpha", install_settings=True)
+    verbs.kernel_spawn(brain, GOAL, kernel_id="alpha", install_settings=True, env={"OPS_TOKEN": "t0k3n"})
     until(lambda: session_of(brain, "alpha"))
     old = session_of(brain, "alpha").id
     registry.add_entity(brain, "ops", "strategy", title="IT of BCUB3")
@@ -93,6 +93,10 @@ def test_handover_end_to_end(fbrain, tmp_path):  # noqa: F811
     assert succ.goal == GOAL and succ.parent == "alpha"
     assert kernels.load_kernel(brain, "alpha").status == "handed-over"
     until(lambda: health.last_heartbeat(brain, "alpha-s2"))
+    # the successor runs with the credentials the operator gave its predecessor (a real claude
+    # without its key would sit on the login dialog)
+    cred = brain.kernels_dir / "alpha-s2" / "credentials.env"
+    assert "OPS_TOKEN=t0k3n" in cred.read_text() and cred.stat().st_mode & 0o777 == 0o600
     new = until(lambda: registry.get_handover(brain, "alpha-s2").get("successor_session"))
     linked = registry.show(brain, new)
     assert linked["root"] == "ops" and linked["predecessor"] == old and linked["kernel"] == "alpha-s2"
@@ -108,6 +112,7 @@ def test_handover_end_to_end(fbrain, tmp_path):  # noqa: F811
     first = verbs.kernel_invoke(brain, "alpha-s2", "where were we", wait=True)["answer"]
     assert f"you succeed session {old}" in first and "parent entity: ops-backups" in first
     assert "restore the file server" in first and "Goal: " + GOAL in first
+    assert "[env OPS_TOKEN=present]" in verbs.kernel_invoke(brain, "alpha-s2", "env=OPS_TOKEN", wait=True)["answer"]
 
     # the old session is stopped: its next prompt is refused with the reason
     ans = hook(brain, "UserPromptSubmit", {"session_id": old, "prompt": "more work", "cwd": str(brain.root)})

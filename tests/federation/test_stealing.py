@@ -187,6 +187,38 @@ def test_idle_kernel_steals_and_owner_restart_does_not_grant_twice(tmp_path, git
     assert len(ran) == 3
 
 
+def test_a_busy_owners_only_task_goes_to_the_idle_kernel_and_waits_for_the_turn_otherwise(
+        tmp_path, git_env, monkeypatch):
+    """The seed's case: B is in a turn, one task waits in its queue, A is idle and fit: A gets it. The
+    owner neither keeps its next task for itself nor types it into its busy agent (the real claude
+    showed both: the task went into the running turn and came back with that turn's answer)."""
+    use_bus(monkeypatch, "embedded")
+    bus = busmod.open_bus(fed_brain(tmp_path / "b"))
+    ran: list = []
+    turn = {"alpha": True}
+    a = Worker(bus, "alpha", lambda t: ran.append(("alpha", t["id"])) or {},
+               aptitude=lambda xs: [0.9] * len(xs), config=FAST, busy=lambda: turn["alpha"])
+    b = worker(bus, "beta", ran)
+    a.beat(force=True), b.beat(force=True)
+    enqueue(bus, "alpha", "write the monthly report for the client", task_id="t-one")
+    spin(a, b, until=lambda: bus.get("ws:done:t-one") is not None)
+    assert ran == [("beta", "t-one")] and grants(bus, "t-one")[-1]["to"] == "beta"
+    # no idle kernel fit for it: the owner keeps it, and runs it only once its turn has ended
+    c = Worker(bus, "alpha", lambda t: ran.append(("alpha", t["id"])) or {},
+               aptitude=lambda xs: [0.9] * len(xs), config=FAST, busy=lambda: turn["alpha"])
+    low = worker(bus, "beta", ran, score=0.1)
+    enqueue(bus, "alpha", "restore the nightly backup", task_id="t-own")
+    spin(c, low, until=lambda: grants(bus, "t-own"))
+    assert grants(bus, "t-own")[-1]["to"] == "alpha"
+    for _ in range(50):
+        c.step()
+    assert ("alpha", "t-own") not in ran and bus.get("ws:done:t-own") is None
+    turn["alpha"] = False
+    c._busy_seen = (0.0, True)  # the probe is read at most once a second: look now
+    spin(c, until=lambda: bus.get("ws:done:t-own") is not None)
+    assert ran[-1] == ("alpha", "t-own")
+
+
 def test_racing_claims_give_one_winner(tmp_path, git_env, monkeypatch):
     use_bus(monkeypatch, "embedded")
     bus = busmod.open_bus(fed_brain(tmp_path / "b"))
@@ -405,6 +437,32 @@ def test_a_kernel_with_prompts_waiting_is_not_idle(tmp_path, git_env, monkeypatc
     assert not w.idle
     w._claim([{"type": "task_available", "task": "x1", "owner": "alpha", "summary": "s", "at": time.time()}])
     assert w.stats["claims"] == 0
+
+
+def test_a_kernel_in_a_turn_is_not_idle_for_the_daemons_worker(tmp_path, git_env, monkeypatch):
+    """The seed's idle: no prompt in progress (UserPromptSubmit -> Stop), not an idle worker loop.
+    The daemon's worker for a kernel whose agent took a prompt and has not answered claims nothing."""
+    from nika_brain.federation.daemon.stealing import _Runner
+    from nika_brain.federation.kernels import health
+
+    use_bus(monkeypatch, "embedded")
+    brain = fed_brain(tmp_path / "b")
+    w = _Runner(brain, "beta", 0.1).worker  # its thread is not started: the test steps it
+    offer = {"type": "task_available", "task": "x1", "owner": "alpha", "summary": "s", "at": time.time()}
+    assert w.idle and not health.turn_in_progress(brain, "beta")
+    health.record_event(brain, "beta", "session", session="s-1")
+    health.record_event(brain, "beta", "taken", sha=health.prompt_sha("a long job"))
+    w._busy_seen = (0.0, False)  # the probe is read at most once a second: look now
+    assert health.turn_in_progress(brain, "beta") and not w.idle
+    w._claim([offer])
+    assert w.stats["claims"] == 0
+    health.record_event(brain, "beta", "answered", sha=health.prompt_sha("a long job"))
+    w._busy_seen = (0.0, False)
+    assert w.idle
+    # an agent that died mid-turn is not in a turn (the supervisor deals with it)
+    health.record_event(brain, "beta", "taken", sha=health.prompt_sha("another"))
+    health.record_event(brain, "beta", "run-exit", code=3)
+    assert not health.turn_in_progress(brain, "beta")
 
 
 def test_a_handed_over_kernels_waiting_tasks_follow_its_successor(tmp_path, git_env, monkeypatch):

@@ -173,9 +173,12 @@ def successor_id(brain: Any, kernel_id: str) -> str:
 
 
 def spawn_successor(brain: Any, kernel: Any, new_id: str) -> Any:
-    """The same /goal, scope, limits, tags and examples, parent = the old kernel (federation core)."""
+    """The same /goal, scope, limits, tags and examples, parent = the old kernel (federation core),
+    and the same credentials: the operator gave the kernel its key and Claude config once (spawn
+    --env-file, kernel env set); a successor without them stops on Claude Code's login dialog."""
+    from nika_brain.federation.kernels import credentials
     from nika_brain.federation.kernels.verbs import kernel_spawn
-    from nika_brain.state.kernels import DEFAULT_CARD
+    from nika_brain.state.kernels import DEFAULT_CARD, kernel_dir
 
     return kernel_spawn(
         brain,
@@ -196,6 +199,7 @@ def spawn_successor(brain: Any, kernel: Any, new_id: str) -> Any:
         restart=kernel.restart,
         max_restarts=kernel.max_restarts,
         sandboxed=kernel.sandbox != "off",   # the operator's --no-sandbox holds for the successor
+        env=credentials.load(kernel_dir(brain, kernel.id)),
     )
 
 

@@ -400,13 +400,17 @@ class Worker:
     def idle(self) -> bool:
         if self.local or self.granted or self.offers:
             return False
+        return not self._kernel_busy()
+
+    def _kernel_busy(self) -> bool:
+        """Work the kernel has outside this queue: a turn in progress, prompts waiting."""
         if self.busy_probe is None:
-            return True
+            return False
         at, value = self._busy_seen
         if time.monotonic() - at > 1.0:  # a file read: at most once a second
             value = bool(self.busy_probe())
             self._busy_seen = (time.monotonic(), value)
-        return not value
+        return value
 
     def beat(self, force: bool = False) -> None:
         now = time.monotonic()
@@ -542,12 +546,14 @@ class Worker:
     def _offer(self) -> bool:
         """While some kernel is idle, offer every waiting task but the next one to run (the tail of
         what was read ahead, at most `batch`): an idle kernel answers each offer, so the owner mostly
-        decides as soon as the answers are in, not at the end of the window."""
-        if len(self.local) < 2:
+        decides as soon as the answers are in, not at the end of the window. While the owner's kernel
+        is busy (a turn in progress) the next one is offered too: it would only wait."""
+        keep = 1 if not self._kernel_busy() else 0
+        if len(self.local) <= keep:
             return False
         idle = self._idle_kernels()
         did = False
-        while idle and len(self.local) > 1:
+        while idle and len(self.local) > keep:
             tid, qid = self.local.pop()
             task = self.bus.get(_k_task(tid))
             if task is None or self.bus.get(_k_done(tid)) is not None or grants(self.bus, tid):
@@ -686,6 +692,8 @@ class Worker:
             (self.granted, inbox_channel(self.kernel)),
             (self.local, queue_channel(self.kernel)),
         ):
+            if pool is self.local and pool and self._kernel_busy():
+                continue  # its own tasks wait for the kernel's turn to end (or go to an idle kernel)
             for i, (tid, mid) in enumerate(pool):
                 if self.deferred.get(tid, 0) > now:
                     continue
