@@ -91,6 +91,8 @@ def read(brain: Any, *, now: float | None = None) -> list[Lock]:
     if doc.get("error"):
         raise BrainError(f"lease mirror: redis unreachable from the daemon: {doc['error']}")
     rnow = doc.get("redis_ms")
+    if not isinstance(rnow, (int, float)):
+        raise BrainError(f"lease mirror {p.name} malformed (no redis time)")
     out: list[Lock] = []
     for v in doc["leases"]:
         try:
