@@ -102,7 +102,7 @@ def read(brain: Any, *, now: float | None = None) -> list[Lock]:
             exp = datetime.fromtimestamp(now + left, timezone.utc)
             out.append(Lock(normalize_scope(v["scope"]), str(v["owner"]), str(v.get("mode", "exclusive")),
                             int(v.get("token", 0)), exp - timedelta(seconds=1), exp,
-                            Holder(f"{v.get('host', '?')}, redis lease")))
+                            Holder(f"{v.get('machine') or v.get('host') or '?'}, redis lease")))
         except (KeyError, TypeError, ValueError) as exc:
             raise BrainError(f"lease mirror {p.name}: a malformed lease ({exc})") from None
     return out

@@ -46,7 +46,7 @@ local token
 local cur = redis.call('HGET', KEYS[1], field)
 if cur then token = cjson.decode(cur).token else token = redis.call('INCR', KEYS[2]) end
 local v = cjson.encode({path = path, scope = ARGV[2], mode = mode, owner = ARGV[6], token = token,
-                        exp = now + tonumber(ARGV[4]), host = ARGV[7]})
+                        exp = now + tonumber(ARGV[4]), host = ARGV[7], machine = ARGV[8]})
 redis.call('HSET', KEYS[1], field, v)
 -- no key of ours lives forever: the hash and the fencing counter go 30 days after the last acquire
 redis.call('EXPIRE', KEYS[1], 2592000)
@@ -119,12 +119,13 @@ class Leases:
     def field(scope: str, owner: str) -> str:
         return f"{owner}\0{scopes.normalize_scope(scope)}"
 
-    def try_acquire(self, scope: str, owner: str, mode: str, ttl: float) -> tuple[int | None, dict | None]:
+    def try_acquire(self, scope: str, owner: str, mode: str, ttl: float,
+                    machine: str = "") -> tuple[int | None, dict | None]:
         import socket
         ms = max(1, int(ttl * 1000))
         ok, data = self._call("acquire", self._acq, keys=[self.held_key, self.token_key, self.events_key], args=[
             lease_path(scope), scopes.normalize_scope(scope), mode, ms, self.field(scope, owner), owner,
-            socket.gethostname()])
+            socket.gethostname(), machine])
         if ok == 1:
             return int(data), None
         return None, json.loads(data)
@@ -179,9 +180,11 @@ def lock_acquire(brain: Brain, scope: str, owner: str, *, mode: str = "exclusive
         raise BrainError("a lock needs an owner (a claim id)")
     ttl = brain.config.lock_ttl if ttl is None else ttl
     le = open_leases(brain)
+    from nika_brain.state import machine
+    here = machine.load(brain).id  # a lost machine's leases are freed by the others (remote.py)
     deadline = time.monotonic() + wait
     while True:
-        token, holder = le.try_acquire(scope, owner, mode, ttl)
+        token, holder = le.try_acquire(scope, owner, mode, ttl, here)
         if token is not None:
             break
         holder = holder or {}

@@ -35,7 +35,7 @@ def every(brain: Brain) -> float:
 
 def write(brain: Brain, written: float, redis_ms: int | None, held: list[dict], error: str | None) -> None:
     doc = {"v": 1, "pid": os.getpid(), "written": written, "redis_ms": redis_ms, "error": error,
-           "leases": [{k: v[k] for k in ("scope", "mode", "owner", "token", "exp", "host") if k in v}
+           "leases": [{k: v[k] for k in ("scope", "mode", "owner", "token", "exp", "host", "machine") if k in v}
                       for v in held]}
     p = leasemirror.path(brain)
     p.parent.mkdir(parents=True, exist_ok=True)
