@@ -17,6 +17,7 @@ from nika_brain.errors import BrainError
 SERVICES: tuple[str, ...] = (
     "nika_brain.federation.kernels.leases_mirror:service",  # first: the hooks wait on it
     "nika_brain.federation.daemon.machines:service",  # this machine on the bus, verbs from the others
+    "nika_brain.federation.daemon.syncing:service",  # state through the git remote (`sync:`)
     "nika_brain.federation.daemon.embedder:service",
     "nika_brain.federation.daemon.supervise:service",
     "nika_brain.federation.daemon.stealing:service",
