@@ -161,3 +161,69 @@ def test_redis_unreachable_refuses_writes_with_the_reason_and_they_come_back_aft
             again.wait()
     finally:
         server.stop()
+
+
+def test_eight_agents_across_three_machines_hook_calls_and_cli_acquires_never_overlap(tmp_path, git_env,  # noqa: F811
+                                                                                     redis_server, mirror):
+    import random
+    import threading
+
+    from nika_brain.state import scopes
+    a, b, claim_a = _machines(tmp_path, redis_server)
+    git(tmp_path, "clone", "-q", str(a.root), str(tmp_path / "c"))
+    c = Brain.at(tmp_path / "c")
+    ms = [a, b, c]
+    bound = {a.root: claim_a}
+    for m in (b, c):  # each machine's agents work under a claim of their own machine
+        bound[m.root] = claims.open_claim(m, workflow="w", step=1, satellite_type="code",
+                                          scope=["src/", "docs/"], story_angle="edit").id
+    for m in ms:
+        mirror(m)
+    holds: list[tuple[str, float, float]] = []
+    calls: list[tuple[str, float, float, bool]] = []
+    paths = ["src/core/x.py", "src/a.py", "docs/x.md"]
+    lock_scopes = ["src/", "src/core/", "src/a.py", "docs/", "docs/x.md"]
+    errors: list[BaseException] = []
+
+    def cli(i: int) -> None:  # an orchestrator's `lock acquire`, held while its step runs
+        rnd = random.Random(i)
+        try:
+            for _ in range(3):
+                scope = rnd.choice(lock_scopes)
+                m = ms[i % 3]
+                leases.lock_acquire(m, scope, f"cli-{i}", wait=600.0, pid=None, ttl=600)
+                t_acq = time.monotonic()
+                time.sleep(2.0)  # its step's work (a hook call may fall inside)
+                t_rel = time.monotonic()
+                holds.append((scope, t_acq, t_rel))
+                leases.lock_release(m, scope, f"cli-{i}")
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    def agent(i: int) -> None:  # an agent's Edit, through the machine's PreToolUse hook
+        rnd = random.Random(100 + i)
+        try:
+            for _ in range(3):
+                m, rel = ms[i % 3], rnd.choice(paths)
+                t0 = time.monotonic()
+                ans = _edit(m, bound[m.root], rel)
+                calls.append((rel, t0, time.monotonic(), ans.allowed))
+                assert ans.allowed or ans.denied, ans.stdout + ans.stderr
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+    threads = [threading.Thread(target=cli, args=(i,)) for i in range(4)] + \
+              [threading.Thread(target=agent, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert len(holds) == 12 and len(calls) == 12
+    # two holders never at once on overlapping scopes, on any machine
+    for i, (s1, a1, r1) in enumerate(holds):
+        for s2, a2, r2 in holds[i + 1:]:
+            assert not (scopes.scopes_overlap(s1, s2) and a1 < r2 and a2 < r1), (s1, s2)
+    # no edit allowed while another machine's lock covered the path for the whole call
+    bad = [(rel, s) for rel, t0, t1, ok in calls if ok
+           for s, ta, tr in holds if ta <= t0 and t1 <= tr and scopes.covers(s, rel)]
+    assert bad == []
