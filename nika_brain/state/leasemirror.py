@@ -4,7 +4,7 @@ current (federation/kernels/leases_mirror.py writes it), read here with no netwo
 A brain with `federation.redis_url` lives on several machines (or clones) sharing one Redis: a lock
 taken on machine b is a Redis lease, and the PreToolUse and pre-commit hooks on machine a must see
 it. They cannot pay for a Redis round trip (nor import its client) on every tool call, so the daemon
-mirrors the live leases into `.nika/federation/leases.json` — at once on every acquire or release
+mirrors the live leases into `.nika/leases/leases.json` — at once on every acquire or release
 (the lease scripts PUBLISH, the daemon subscribes) and at least every `federation.lease_mirror_every`
 seconds. The hooks read that file:
 
@@ -32,8 +32,11 @@ STALE_AFTER = 5.0
 EVERY = 1.0
 
 
+FOLDER = "leases"   # its own folder: a sandbox binds it read-only (a file bind would pin one inode)
+
+
 def path(brain: Any) -> Any:
-    return brain.state_dir / "federation" / FILE
+    return brain.state_dir / FOLDER / FILE
 
 
 def enabled(brain: Any) -> bool:
@@ -77,7 +80,8 @@ def read(brain: Any, *, now: float | None = None) -> list[Lock]:
         raise BrainError(f"lease mirror {p.name} unreadable ({exc})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("leases"), list):
         raise BrainError(f"lease mirror {p.name} malformed")
-    if not _pid_alive(doc.get("pid")):
+    # A sandboxed kernel's hook (its own pid namespace) cannot see the daemon: freshness alone says it
+    if not os.environ.get("NIKA_SANDBOX") and not _pid_alive(doc.get("pid")):
         raise BrainError(f"lease mirror: the federation daemon that kept it (pid {doc.get('pid')}) is "
                          "gone, so other machines' locks cannot be seen (nika-brain federation up)")
     now = time.time() if now is None else now

@@ -154,7 +154,7 @@ def test_redis_unreachable_refuses_writes_with_the_reason_and_they_come_back_aft
                                  stderr=subprocess.DEVNULL)
         try:
             until(_mirror_has(a, 0), what="the mirror back once redis answers")
-            assert svc.error is None
+            until(lambda: svc.error is None, what="the daemon's service clear of its error")
             assert _edit(a, claim_a, "src/core/x.py").allowed
         finally:
             again.kill()

@@ -1,5 +1,5 @@
 """The daemon's lease mirror: every machine's live Redis leases, copied into this machine's
-`.nika/federation/leases.json` for the hooks (state/leasemirror.py reads it, with no network).
+`.nika/leases/leases.json` for the hooks (state/leasemirror.py reads it, with no network).
 
 A thread of its own (the daemon's loop may be busy supervising kernels): subscribed to the leases'
 events channel (every acquire, renew and release PUBLISHes there, from any machine), it rewrites

@@ -32,6 +32,7 @@ DOOR_DIR = os.path.dirname(door.SOCKET)      # fixed place inside every sandbox
 DOOR_SOCKET = door.SOCKET
 READ_ONLY = ("gates", "grants", "breakers", "proposals", "runs")   # operator decisions, run records
 STATE_RW = ("sessions", "mutex")             # .nika/ folders the hooks write (plus federation/<id>)
+STATE_RO = ("leases",)                       # .nika/ folders the hooks read: the lease mirror
 BASE = ["--dev", "/dev", "--proc", "/proc", "--unshare-pid", "--unshare-ipc", "--die-with-parent",
         "--cap-drop", "ALL"]
 
@@ -103,7 +104,7 @@ def prepare(brain: Brain, kernel: Kernel) -> None:
     """Create what the sandbox binds (its home, its door folder, its hooks' state folders)."""
     for d in (home_dir(brain, kernel.id) / ".claude", door_dir(brain, kernel.id),
               brain.state_dir / "federation" / kernel.id,
-              *(brain.state_dir / s for s in STATE_RW), *(brain.root / s for s in READ_ONLY)):
+              *(brain.state_dir / s for s in (*STATE_RW, *STATE_RO)), *(brain.root / s for s in READ_ONLY)):
         d.mkdir(parents=True, exist_ok=True)
     door_dir(brain, kernel.id).chmod(0o700)
 
@@ -147,6 +148,8 @@ def wrap(brain: Brain, kernel: Kernel, tmux_socket: str | None = None) -> list[s
             "--tmpfs", str(state)]
     for sub in (*STATE_RW, f"federation/{kernel.id}"):
         argv += ["--bind", str(state / sub), str(state / sub)]
+    for sub in STATE_RO:
+        argv += ["--ro-bind", str(state / sub), str(state / sub)]
     for sub in READ_ONLY:
         argv += ["--ro-bind", str(root / sub), str(root / sub)]
     hidden = operator_paths()
