@@ -202,9 +202,11 @@ def claim_open(workflow: str, step: str, scope: list[str], type: str = "code", z
                theme: str | None = None, as_json: bool = False) -> int:
     """Open a claim by hand (the orchestrator opens its own)."""
     from nika_brain.brain import Brain
-    from nika_brain.engine import service
+    from nika_brain.engine import service, sync
     from nika_brain.state import claims
-    c = service.open_claim(Brain.find(), workflow=workflow, step=step, satellite_type=type, scope=scope,
+    brain = Brain.find()
+    sync.pull_if_shared(brain)  # another machine's claims and locks, fresh
+    c = service.open_claim(brain, workflow=workflow, step=step, satellite_type=type, scope=scope,
                            zone=zone, satellite_level=level, story_angle=story_angle, parent=parent,
                            theme=theme)
     print(json.dumps(claims.to_dict(c)) if as_json else c.id)

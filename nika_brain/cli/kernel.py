@@ -25,10 +25,10 @@ def _row(brain: Brain, k: kernels.Kernel) -> dict:
         hb = health.last_heartbeat(brain, k.id) if k.runtime else None
     except BrainError:
         hb = None
-    from nika_brain.federation.kernels import runtimes
+    from nika_brain.federation.kernels import remote, runtimes
     state = runtimes.load_state(brain, k.id)
     return {"id": k.id, "goal": k.goal, "tags": list(k.tags), "card": k.card, "parent": k.parent,
-            "status": k.status, "reason": k.status_reason, "runtime": k.runtime,
+            "status": remote.status_of(brain, k), "reason": k.status_reason, "runtime": k.runtime,
             "limits": k.limits.to_dict(), "enforcement": k.enforcement, "sandbox": k.sandbox,
             "cpu_enforced": bool(state.get("cpu_enforced")) if k.limits.cpu_percent is not None else None,
             "restarts": k.restarts, "last_heartbeat": hb.get("at") if hb else None,

@@ -147,7 +147,11 @@ def start_run(brain: Brain, wf: Workflow, *, mode: str | None = None, step: str 
             return run  # done or aborted: say so, start again only when asked
         cursor = str(wf.step(step).id) if step is not None else (wf.chain[0].id if restart else _first_step(brain, wf))
         mode = mode or "assisted"
-        run = runs.save(brain, Run(wf.name, "running", mode, now, cursor, context=context or {}))
+        driver = None
+        if brain.config.sync:  # several machines: this one drives the run (its cursor's one writer)
+            from nika_brain.state import machine
+            driver = machine.load(brain).id
+        run = runs.save(brain, Run(wf.name, "running", mode, now, cursor, context=context or {}, driver=driver))
     open_branch(brain, wf)
     emit(brain, "CHECKPOINT", run, cursor, reason=f"run started in {mode} mode")
     return run

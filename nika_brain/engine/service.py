@@ -414,6 +414,8 @@ def resume(brain: Brain, name: str, *, retry: bool = False, skip: bool = False, 
            poll: float = 1.0, timeout: float | None = None, on_event: Printer | None = None) -> Outcome:
     """`workflow resume`: go on from the files; a halted run needs --retry or --skip first."""
     name = find_workflow(brain, name).name
+    from nika_brain.engine import sync
+    sync.pull_if_shared(brain)  # a gate decided on another machine is read fresh
     if retry or skip:
         halts.resume_halted(brain, name, retry=retry, skip=skip)
     return drive(brain, name, wait=wait, poll=poll, timeout=timeout, on_event=on_event)
@@ -432,8 +434,8 @@ def decide_gate(brain: Brain, gate_id: str, decision: str, *,
     if not g.workflow:
         return g, None, True
     run = runs.load_run(brain, g.workflow)
-    if run is None or not run.active or run.gate != g.id:
-        return g, None, True
+    if run is None or not run.active or run.gate != g.id or runs.driven_elsewhere(brain, run):
+        return g, None, True  # driven on another machine: its daemon takes the transition after its sync
     out = orchestrator.step_once(brain, g.workflow)
     return g, out, True
 

@@ -84,6 +84,22 @@ def _merge_drivers(brain: Brain) -> None:
                 "--", ".gitattributes")
 
 
+KERNEL_RECORDS = ":(glob)kernels/*/kernel.yml"
+
+
+def _commit_kernel_records(brain: Brain) -> bool:
+    """A kernel's record travels too (each names the machine that drives it: its one writer), so
+    every machine sees every kernel and where it runs; nothing else of a kernel's folder does (its
+    credentials, memory, settings and queue stay on its machine)."""
+    git.run(brain.root, "add", "-A", "--", KERNEL_RECORDS, check=False)
+    staged = [p for p in git.run(brain.root, "diff", "--cached", "--name-only", "-z", "--", KERNEL_RECORDS,
+                                 check=False).stdout.split("\0") if p]
+    if not staged:
+        return False
+    git.run(brain.root, "commit", "-q", "-m", "state: kernel records (sync)", "--", *staged)
+    return True
+
+
 def sync(brain: Brain, *, remote: str | None = None, attempts: int = ATTEMPTS) -> Result:
     from nika_brain.engine import index
     remote = remote or settings(brain).remote
@@ -92,6 +108,7 @@ def sync(brain: Brain, *, remote: str | None = None, attempts: int = ATTEMPTS) -
     with base_checkout(brain):
         _merge_drivers(brain)
         committed = commit_state_held(brain, "state: sync")
+        committed = _commit_kernel_records(brain) or committed
         pulled = 0
         for attempt in range(1, attempts + 1):
             got = gsync.pull(brain.root, remote, branch)

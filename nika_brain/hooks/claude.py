@@ -233,6 +233,8 @@ def _facts(hook: Hook, kind: str) -> Any:
     except BrainError as exc:
         problems.append(f"lock file {exc}")
         lock_list = ()
+    from nika_brain.state import leasemirror  # other machines' locks (Redis leases), mirrored locally
+    lock_list = leasemirror.view(brain, lock_list, problems)
     zone_list: tuple = ()
     card, access = None, ()
     if brain.kernel_md.is_file():

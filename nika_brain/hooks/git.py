@@ -91,6 +91,9 @@ def lock_conflicts(state_brain: Brain, paths: list[str], owner: str | None) -> l
     # Every *.yml, hidden ones included: a lock the listing would miss must still guard (fail closed).
     files = sorted(p for p in folder.iterdir() if p.suffix == ".yml") if folder.is_dir() else []
     held = [lk for lk in (load("lock", p) for p in files) if lk.mode == "exclusive" and lk.owner != owner]
+    from nika_brain.state import leasemirror
+    if leasemirror.enabled(state_brain):  # other machines' locks; a mirror that cannot say refuses
+        held += [lk for lk in leasemirror.read(state_brain) if lk.mode == "exclusive" and lk.owner != owner]
     if not held:
         return []
     now = clock.now()

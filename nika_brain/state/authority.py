@@ -219,9 +219,33 @@ def _public(brain: Any):
     return Ed25519PublicKey.from_public_bytes(bytes.fromhex(trusted))
 
 
-def payload(brain: Any, kind: str, fields: Mapping[str, Any]) -> bytes:
-    """What is signed: the brain, the record kind and its fields, as canonical JSON."""
-    body = {"brain": brain_id(_root(brain)), "kind": kind,
+_LINEAGE: dict[str, str | None] = {}
+
+
+def lineage_id(root: Path | str) -> str | None:
+    """The brain as every machine knows it: its repository's root commit ("git:<sha>"), the same in
+    every clone, so a signature made on one machine verifies on all (issue 22); None before the
+    first commit or without git (the folder-bound brain_id is used then)."""
+    real = os.path.realpath(str(root))
+    if real not in _LINEAGE:
+        try:
+            proc = subprocess.run(["git", "-C", real, "rev-list", "--max-parents=0", "HEAD"],
+                                  capture_output=True, text=True, timeout=30)
+            roots = sorted(proc.stdout.split()) if proc.returncode == 0 else []
+        except (OSError, subprocess.SubprocessError):
+            roots = []
+        if not roots:
+            return None  # not cached: the first commit may come
+        _LINEAGE[real] = f"git:{roots[0]}"
+    return _LINEAGE[real]
+
+
+def payload(brain: Any, kind: str, fields: Mapping[str, Any], *, legacy: bool = False) -> bytes:
+    """What is signed: the brain (its lineage: the root commit every clone shares; `legacy`: the
+    folder-bound id signatures made before used), the record kind and its fields, as canonical JSON."""
+    root = _root(brain)
+    ident = None if legacy else lineage_id(root)
+    body = {"brain": ident or brain_id(root), "kind": kind,
             "fields": {k: v for k, v in fields.items() if k != "signature"}}
     return json.dumps(body, sort_keys=True, separators=(",", ":"), default=str,
                       ensure_ascii=False).encode()
@@ -246,11 +270,13 @@ def verify(brain: Any, kind: str, fields: Mapping[str, Any], signature: str | No
     if public is None:
         return False
     from cryptography.exceptions import InvalidSignature
-    try:
-        public.verify(bytes.fromhex(signature), payload(brain, kind, fields))
-        return True
-    except (InvalidSignature, ValueError):  # ValueError: not even hex
-        return False
+    for legacy in (False, True):  # a signature made before brains had a lineage id still verifies here
+        try:
+            public.verify(bytes.fromhex(signature), payload(brain, kind, fields, legacy=legacy))
+            return True
+        except (InvalidSignature, ValueError):  # ValueError: not even hex
+            continue
+    return False
 
 
 def require(brain: Any, what: str) -> None:

@@ -39,6 +39,7 @@ class Run:
     finished: datetime | None = None
     report: dict | None = None
     halted: bool = False             # the step itself halted: only `workflow resume --retry/--skip` goes on
+    driver: str | None = None        # the machine driving the run (a brain on several machines): its one writer
 
     @property
     def active(self) -> bool:
@@ -56,7 +57,7 @@ _SPEC = {
     "after_gate": F((str, int)),
     "reason": F(str, default=""), "context": F(dict, default={}), "history": F(list, default=[]),
     "adaptations": F(list, default=[]), "gates": F(list, default=[]), "finished": F(str),
-    "report": F(dict), "halted": F(bool, default=False),
+    "report": F(dict), "halted": F(bool, default=False), "driver": F(str, check=name),
 }
 
 
@@ -86,7 +87,7 @@ def load_path(path: Path) -> Run:
                None if v["cursor"] is None else step_id(v["cursor"]), v["claim"], v["gate"],
                None if v["after_gate"] is None else str(v["after_gate"]), v["reason"], v["context"],
                tuple(v["history"]), tuple(v["adaptations"]), tuple(str(g) for g in v["gates"]),
-               finished, v["report"], v["halted"])
+               finished, v["report"], v["halted"], v["driver"])
 
 
 def to_dict(r: Run) -> dict:
@@ -95,7 +96,7 @@ def to_dict(r: Run) -> dict:
             "reason": r.reason, "context": r.context, "history": list(r.history),
             "adaptations": list(r.adaptations), "gates": list(r.gates),
             "finished": clock.iso(r.finished) if r.finished else None, "report": r.report,
-            **({"halted": True} if r.halted else {})}
+            **({"halted": True} if r.halted else {}), **({"driver": r.driver} if r.driver else {})}
 
 
 def load_run(brain: Brain, workflow: str) -> Run | None:
@@ -114,6 +115,24 @@ def save(brain: Brain, run: Run) -> Run:
 
 def update(brain: Brain, run: Run, **changes) -> Run:
     return save(brain, replace(run, **changes))
+
+
+def driven_elsewhere(brain: Brain, run: Run) -> str | None:
+    """The machine driving `run` when it is not this one (a brain on several machines)."""
+    if not run.driver:
+        return None
+    from nika_brain.state import machine
+    here = machine.load(brain).id
+    return None if run.driver == here else run.driver
+
+
+def take_over(brain: Brain, workflow: str) -> Run:
+    """This machine drives the run from now on (an explicit takeover, e.g. its machine is gone)."""
+    from nika_brain.state import machine
+    run = load_run(brain, workflow)
+    if run is None:
+        raise BrainError(f"workflow {workflow} has no run")
+    return update(brain, run, driver=machine.load(brain).id)
 
 
 # ---- how the index and `workflow status` show a run -----------------------------------------------

@@ -38,3 +38,21 @@ def test_a_machine_with_no_region_declared_keeps_regions_as_labels(fbrain, cli):
     bad = cli("machine", "--region", "../x")
     assert bad.returncode == 1 and "Traceback" not in bad.stderr
     cli("kernel", "kill", "eps", "--reason", "done")
+
+
+def test_the_triage_sees_a_kernels_region_where_it_actually_runs(fbrain):  # noqa: F811
+    from nika_brain.federation.triage import goals
+    from nika_brain.state import machine
+    from nika_brain.support.yamlsafe import dumps
+    for kid, region, where in (("onfr", None, "paris-1"), ("labelled", "fr", "paris-1"),
+                               ("elsewhere", "fr", "unknown-9")):
+        (fbrain.kernels_dir / kid).mkdir(parents=True)
+        doc = {"id": kid, "goal": f"goal of {kid}", "status": "active", "machine": where,
+               "runtime": "tmux", **({"region": region} if region else {})}
+        (fbrain.kernels_dir / kid / "kernel.yml").write_text(dumps(doc))
+    before = {e.id: e.region for e in goals.entries_from_kernels(fbrain)}
+    assert before == {"onfr": None, "labelled": "fr", "elsewhere": "fr"}  # no region declared: labels
+    machine.save(fbrain, machine_id="paris-1", region="us")
+    after = {e.id: e.region for e in goals.entries_from_kernels(fbrain)}
+    # placed on a machine in region us: a fr label does not make it fr; unknown machine: its label
+    assert after == {"onfr": "us", "labelled": "us", "elsewhere": "fr"}

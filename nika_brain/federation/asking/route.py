@@ -90,6 +90,8 @@ def ask(brain: Brain, prompt: str, *, wait: bool = False, timeout: float = 600.0
                    "offset": ev.get("offset")}
             if "result" in ev:
                 ref["result"] = ev["result"]
+            elif ev.get("machine"):  # answered on another machine: its events are there, the text here
+                ref.update(machine=ev["machine"], result=ev.get("text"))
             r.update(status="answered", answer_ref=ref)
         record.save(brain, rec)
     return record.resolve(brain, rec)

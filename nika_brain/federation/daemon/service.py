@@ -15,6 +15,9 @@ from nika_brain.errors import BrainError
 
 # The built-in services, in start order. Another room's service is one more line here.
 SERVICES: tuple[str, ...] = (
+    "nika_brain.federation.kernels.leases_mirror:service",  # first: the hooks wait on it
+    "nika_brain.federation.daemon.machines:service",  # this machine on the bus, verbs from the others
+    "nika_brain.federation.daemon.syncing:service",  # state through the git remote (`sync:`)
     "nika_brain.federation.daemon.embedder:service",
     "nika_brain.federation.daemon.doors:service",      # the kernels' sockets (federation/doors)
     "nika_brain.federation.daemon.supervise:service",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
-from nika_brain.federation.kernels import runtimes, supervisor, verbs
+from nika_brain.federation.kernels import remote, runtimes, supervisor, verbs
 from nika_brain.federation.lineage import handover
 from nika_brain.state import kernels
 from nika_brain.state import prompts as queue
@@ -20,7 +20,7 @@ def follow_handovers(brain: Brain) -> list[str]:
     successor is ready. Returns the kernels acted on."""
     done = []
     for k in kernels.list_kernels(brain):
-        if k.status != "handed-over":
+        if k.status != "handed-over" or remote.elsewhere(brain, k):
             continue
         nxt = verbs.successor(brain, k)
         if nxt.id == k.id or not nxt.live:

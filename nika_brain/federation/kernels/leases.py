@@ -46,11 +46,12 @@ local token
 local cur = redis.call('HGET', KEYS[1], field)
 if cur then token = cjson.decode(cur).token else token = redis.call('INCR', KEYS[2]) end
 local v = cjson.encode({path = path, scope = ARGV[2], mode = mode, owner = ARGV[6], token = token,
-                        exp = now + tonumber(ARGV[4]), host = ARGV[7]})
+                        exp = now + tonumber(ARGV[4]), host = ARGV[7], machine = ARGV[8]})
 redis.call('HSET', KEYS[1], field, v)
 -- no key of ours lives forever: the hash and the fencing counter go 30 days after the last acquire
 redis.call('EXPIRE', KEYS[1], 2592000)
 redis.call('EXPIRE', KEYS[2], 2592000)
+redis.call('PUBLISH', KEYS[3], 'acquire')
 return {1, token}
 """
 
@@ -63,6 +64,7 @@ local v = cjson.decode(cur)
 if v.exp <= now or (ARGV[3] ~= '' and tostring(v.token) ~= ARGV[3]) then return 0 end
 v.exp = now + tonumber(ARGV[2])
 redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(v))
+redis.call('PUBLISH', KEYS[2], 'renew')
 return 1
 """
 
@@ -70,6 +72,7 @@ _RELEASE = """
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
 if not cur then return 0 end
 if ARGV[2] ~= '' and tostring(cjson.decode(cur).token) ~= ARGV[2] then return 0 end
+redis.call('PUBLISH', KEYS[2], 'release')
 return redis.call('HDEL', KEYS[1], ARGV[1])
 """
 
@@ -96,6 +99,9 @@ class Leases:
         self.url = url
         self._r = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
         self.held_key, self.token_key = prefix + "held", prefix + "token"
+        # every acquire, renew and release is announced here: the daemons' lease mirrors
+        # (leases_mirror.py) refresh at once instead of at their next poll
+        self.events_key = prefix + "events"
         self._acq = self._r.register_script(_ACQUIRE)
         self._ren = self._r.register_script(_RENEW)
         self._rel = self._r.register_script(_RELEASE)
@@ -113,31 +119,40 @@ class Leases:
     def field(scope: str, owner: str) -> str:
         return f"{owner}\0{scopes.normalize_scope(scope)}"
 
-    def try_acquire(self, scope: str, owner: str, mode: str, ttl: float) -> tuple[int | None, dict | None]:
+    def try_acquire(self, scope: str, owner: str, mode: str, ttl: float,
+                    machine: str = "") -> tuple[int | None, dict | None]:
         import socket
         ms = max(1, int(ttl * 1000))
-        ok, data = self._call("acquire", self._acq, keys=[self.held_key, self.token_key], args=[
+        ok, data = self._call("acquire", self._acq, keys=[self.held_key, self.token_key, self.events_key], args=[
             lease_path(scope), scopes.normalize_scope(scope), mode, ms, self.field(scope, owner), owner,
-            socket.gethostname()])
+            socket.gethostname(), machine])
         if ok == 1:
             return int(data), None
         return None, json.loads(data)
 
     def renew(self, scope: str, owner: str, ttl: float, token: int | None = None) -> bool:
-        return self._call("renew", self._ren, keys=[self.held_key],
+        return self._call("renew", self._ren, keys=[self.held_key, self.events_key],
                           args=[self.field(scope, owner), max(1, int(ttl * 1000)),
                                 "" if token is None else str(token)]) == 1
 
     def release(self, scope: str, owner: str, token: int | None = None) -> bool:
-        return self._call("release", self._rel, keys=[self.held_key],
+        return self._call("release", self._rel, keys=[self.held_key, self.events_key],
                           args=[self.field(scope, owner), "" if token is None else str(token)]) == 1
 
     def held(self) -> list[dict]:
         """The live leases (expired ones wait in the hash until the next acquire drops them)."""
-        raw = self._call("list", self._r.hgetall, self.held_key)
-        sec, usec = self._call("time", self._r.time)
-        now = sec * 1000 + usec // 1000
-        return [v for v in (json.loads(x) for x in raw.values()) if v.get("exp", 0) > now]
+        return self.snapshot()[1]
+
+    def snapshot(self) -> tuple[int, list[dict]]:
+        """(Redis' clock in ms, the live leases), read in one round trip."""
+        def both():
+            pipe = self._r.pipeline(transaction=True)
+            pipe.time()
+            pipe.hgetall(self.held_key)
+            return pipe.execute()
+        (sec, usec), raw = self._call("list", both)
+        now = int(sec) * 1000 + int(usec) // 1000
+        return now, [v for v in (json.loads(x) for x in raw.values()) if v.get("exp", 0) > now]
 
     def close(self) -> None:
         self._r.close()
@@ -165,9 +180,11 @@ def lock_acquire(brain: Brain, scope: str, owner: str, *, mode: str = "exclusive
         raise BrainError("a lock needs an owner (a claim id)")
     ttl = brain.config.lock_ttl if ttl is None else ttl
     le = open_leases(brain)
+    from nika_brain.state import machine
+    here = machine.load(brain).id  # a lost machine's leases are freed by the others (remote.py)
     deadline = time.monotonic() + wait
     while True:
-        token, holder = le.try_acquire(scope, owner, mode, ttl)
+        token, holder = le.try_acquire(scope, owner, mode, ttl, here)
         if token is not None:
             break
         holder = holder or {}

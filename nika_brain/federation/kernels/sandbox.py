@@ -44,6 +44,7 @@ READ_ONLY = ("gates", "grants", "breakers", "proposals", "runs", "doctrines")   
 READ_ONLY_STATE = ("locks", "claims")
 READ_ONLY_PATHS = ("operator.pub", ".git")
 STATE_RW = ("sessions", "mutex")             # .nika/ folders the hooks write (plus federation/<id>)
+STATE_RO = ("leases",)                       # .nika/ folders the hooks read: the lease mirror
 BASE = ["--dev", "/dev", "--proc", "/proc", "--unshare-pid", "--unshare-ipc", "--die-with-parent",
         "--cap-drop", "ALL"]
 
@@ -116,7 +117,8 @@ def prepare(brain: Brain, kernel: Kernel) -> None:
     from nika_brain.federation.kernels import doctrine
     for d in (home_dir(brain, kernel.id) / ".claude", door_dir(brain, kernel.id),
               brain.state_dir / "federation" / kernel.id, doctrine.snapshot_dir(brain, kernel.id),
-              *(brain.state_dir / s for s in STATE_RW), *(brain.root / s for s in (*READ_ONLY, *READ_ONLY_STATE))):
+              *(brain.state_dir / s for s in (*STATE_RW, *STATE_RO)),
+              *(brain.root / s for s in (*READ_ONLY, *READ_ONLY_STATE))):
         d.mkdir(parents=True, exist_ok=True)
     door_dir(brain, kernel.id).chmod(0o700)
 
@@ -161,6 +163,8 @@ def wrap(brain: Brain, kernel: Kernel, tmux_socket: str | None = None) -> list[s
             "--tmpfs", str(state)]
     for sub in (*STATE_RW, f"federation/{kernel.id}"):
         argv += ["--bind", str(state / sub), str(state / sub)]
+    for sub in STATE_RO:
+        argv += ["--ro-bind", str(state / sub), str(state / sub)]
     for sub in (*READ_ONLY, *READ_ONLY_STATE):
         argv += ["--ro-bind", str(root / sub), str(root / sub)]
     from nika_brain.federation.kernels import doctrine

@@ -11,7 +11,7 @@ from nika_brain import bus
 from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
 from nika_brain.federation import options
-from nika_brain.federation.kernels import health
+from nika_brain.federation.kernels import health, remote
 from nika_brain.state import kernels
 from nika_brain.support import clock
 
@@ -41,7 +41,10 @@ def status(brain: Brain) -> dict:
             except BrainError as exc:  # the store went away: show the records, say so
                 where, bus_ok = f"{bus.backend_name(brain)} (unreachable: {exc})", False
         m = health.metrics(brain, k.id)
-        rows.append({"id": k.id, "state": kernel_state(k, hb, ttl, now), "status": k.status,
+        state = kernel_state(k, hb, ttl, now)
+        if bus_ok and remote.status_of(brain, k) == "lost":
+            state = "lost"  # its machine is up no more (remote.py)
+        rows.append({"id": k.id, "state": state, "status": k.status, "machine": k.machine,
                      "reason": k.status_reason, "runtime": k.runtime, "goal": k.goal,
                      "limits": k.limits.to_dict(), "enforcement": k.enforcement,
                      "last_heartbeat": hb.get("at") if hb else None, **m})

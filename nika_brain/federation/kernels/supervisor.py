@@ -111,7 +111,10 @@ def _found_dead(brain: Brain, k: kernels.Kernel, state: dict, live: runtimes.Liv
 def check_once(brain: Brain) -> dict[str, str]:
     ttl = options.get(brain, "heartbeat_ttl")
     done = {}
+    from nika_brain.federation.kernels import remote
     for k in kernels.list_kernels(brain):
+        if remote.elsewhere(brain, k):
+            continue  # another machine's kernel: its own daemon supervises it
         try:
             what = check_kernel(brain, k, ttl=ttl, beat_every=min(ttl / 3, 20.0))
         except BrainError as exc:

@@ -22,7 +22,7 @@ from typing import Any, Mapping
 from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
 from nika_brain.federation import options
-from nika_brain.federation.kernels import claude_config, credentials, health, limits, runtimes, sandbox
+from nika_brain.federation.kernels import claude_config, credentials, health, limits, remote, runtimes, sandbox
 from nika_brain.state import kernels
 from nika_brain.state import prompts as queue
 from nika_brain.state.kernels import Kernel, Limits
@@ -353,6 +353,9 @@ def kernel_invoke(brain: Brain, kernel_id: str, prompt: str, *, wait: bool = Fal
     kernel refuses it (exit 8, naming `kernel start`); a dead one keeps it queued for its next start."""
     queue.check(prompt)
     k = successor(brain, kernels.load_kernel(brain, kernel_id))
+    where = remote.elsewhere(brain, k)
+    if where:  # its machine's daemon delivers it and answers (remote.py)
+        return remote.call(brain, where, "kernel_invoke", k.id, prompt, wait=wait, timeout=timeout, by=by)
     if k.status in ("killed", "failed", "handed-over"):
         raise _not_running(k)
     item = queue.enqueue(brain, k.id, prompt, by=by)
@@ -390,6 +393,10 @@ def await_answer(brain: Brain, kernel_id: str, item_id: str, taken: dict, offset
     for a headless result). Raises NotTaken (exit 8) at once when the kernel dies or is killed, or when a hook
     consumed the prompt (no turn follows); BrainError when `timeout` passes."""
     k = kernels.load_kernel(brain, kernel_id)
+    where = remote.elsewhere(brain, k)
+    if where:
+        return remote.call(brain, where, "await_answer", kernel_id, item_id, taken, offset, timeout,
+                           wait_for=timeout + options.get(brain, "deliver_timeout"))
     rt = runtimes.get(k.runtime)
     sid, sha = taken.get("session"), taken.get("sha")
     deadline = time.monotonic() + timeout
@@ -480,6 +487,9 @@ def kernel_readjust(brain: Brain, kernel_id: str, new_directive: str, *, by: str
     """Append a directive (the hooks inject it at the session's next prompt) and publish it on
     nika:federation:directives for listeners."""
     from nika_brain import bus
+    where = remote.elsewhere(brain, kernels.load_kernel(brain, kernel_id))
+    if where:
+        return remote.call(brain, where, "kernel_readjust", kernel_id, new_directive, by=by)
     check_live(brain, kernel_id, "read this directive")
     d = kernels.readjust(brain, kernel_id, new_directive, by=by)
     health.publish_or_warn(brain, bus.DIRECTIVES, kernels.directive_signal(kernel_id, d))
@@ -493,6 +503,9 @@ def kernel_observe(brain: Brain, kernel_id: str, since: str | float = "1h",
     from nika_brain import bus
     from nika_brain.state import claims, sessions
     k = kernels.load_kernel(brain, kernel_id)
+    where = remote.elsewhere(brain, k)
+    if where:
+        return remote.call(brain, where, "kernel_observe", kernel_id, since, query)
     seconds = since if isinstance(since, (int, float)) else kernels.parse_duration(since, "since")
     cutoff = clock.now() - timedelta(seconds=seconds)
     cut = clock.iso(cutoff)
@@ -591,6 +604,9 @@ def kernel_kill(brain: Brain, kernel_id: str, reason: str, *, by: str = "") -> d
     remove its goal (published), release its locks and fail its open claims with the reason."""
     if not isinstance(reason, str) or not reason.strip():
         raise BrainError("kill needs a reason (--reason)")
+    where = remote.elsewhere(brain, kernels.load_kernel(brain, kernel_id))
+    if where:
+        return remote.call(brain, where, "kernel_kill", kernel_id, reason, by=by)
     with lifecycle(brain, kernels.check_id(kernel_id)):
         return _kill(brain, kernel_id, reason, by)
 

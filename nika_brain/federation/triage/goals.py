@@ -127,14 +127,39 @@ def settings(brain: Brain | None) -> Settings:
     return Settings(default, float(miss), split, cal, classes)
 
 
+def placement_regions(brain: Brain) -> dict[str, str]:
+    """machine id -> the region it declares: this machine's own (.nika/machine.yml), and the others'
+    as their daemons registered them on a shared (Redis) bus (federation/kernels/remote.py)."""
+    from nika_brain.state import machine
+    here = machine.load(brain)
+    out: dict[str, str] = {}
+    try:
+        from nika_brain import bus
+        if bus.backend_name(brain) == "redis":
+            reg = bus.open_bus(brain).get("machines") or {}
+            out.update({m: v["region"] for m, v in reg.items() if isinstance(v, dict) and v.get("region")})
+    except BrainError:
+        pass  # no bus: only this machine's placement is known
+    if here.region:
+        out[here.id] = here.region
+    return out
+
+
 def entries_from_kernels(brain: Brain) -> list[Entry]:
+    """The routed kernels; a kernel's region is where it actually runs (its machine's declared
+    region) when that is known, its record's label otherwise (a cluster kernel: its node affinity)."""
     from nika_brain.state.kernels import list_kernels
     out = []
+    placed: dict[str, str] | None = None
     for k in list_kernels(brain):
         if k.status not in ROUTED_STATUSES:
             continue
+        region = getattr(k, "region", None)
+        if k.machine and k.runtime != "kubernetes":
+            placed = placement_regions(brain) if placed is None else placed
+            region = placed.get(k.machine, region)
         out.append(Entry(k.id, k.goal, tuple(k.tags), tuple(getattr(k, "examples", ()) or ()),
-                         getattr(k, "region", None), getattr(k, "data_class", None)))
+                         region, getattr(k, "data_class", None)))
     return out
 
 

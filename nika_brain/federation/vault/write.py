@@ -14,7 +14,8 @@ kernel holds.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -93,6 +94,54 @@ def existing_ids(brain: Brain, kernel_id: str, ids: Sequence[str]) -> set[str]:
     return found
 
 
+_UNLOCK = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+_clients: dict[str, Any] = {}
+
+
+@contextlib.contextmanager
+def shared_writer(brain: Brain, kernel_id: str, mode: str, *, wait: float = 120.0,
+                  ttl: float = 60.0) -> Iterator[None]:
+    """One writer per kernel collection across machines (issue 22, item 6). A Chroma server is shared
+    by several machines, and dedup is a read (query the near neighbours) then a write (add): two
+    machines ingesting the same chunk at once would both read "absent" and both add. With a Redis
+    (`federation.redis_url`, the machines' common one), the read-then-write holds a Redis lock per
+    kernel (SET NX PX, released only by its token; its TTL frees it if this process dies). The
+    embedded store has its own file lock (one machine); a server without a Redis: one machine only."""
+    url = (brain.config.federation or {}).get("redis_url")
+    if mode != "server" or not url:
+        yield
+        return
+    import os
+    import time
+    import uuid
+
+    import redis
+    r = _clients.get(url)
+    if r is None:
+        r = _clients[url] = redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5)
+    key = f"{(brain.config.federation or {}).get('lease_prefix', 'nika:lease:')}vault:{kernel_id}"
+    token = f"{os.getpid()}-{uuid.uuid4().hex}"
+    deadline = time.monotonic() + wait
+    try:
+        while not r.set(key, token, nx=True, px=int(ttl * 1000)):
+            if time.monotonic() >= deadline:
+                raise BrainError(f"vault: kernel {kernel_id}'s collection stayed busy {wait:g}s "
+                                 "(another machine ingesting); try again")
+            time.sleep(0.02)
+    except redis.RedisError as exc:
+        raise BrainError(f"vault: cannot take the write lock on redis ({exc}); nothing was added") from exc
+    try:
+        yield
+    finally:
+        try:
+            r.eval(_UNLOCK, 1, key, token)
+        except redis.RedisError:
+            pass  # its TTL frees it
+
+
 def add(brain: Brain, kernel_id: str, chunks: Sequence[Chunk], embeddings: Any, *,
         level: str = DEFAULT_LEVEL, parent: str = "", now: datetime | None = None,
         threshold: float | None = None, extra_meta: dict | None = None) -> AddResult:
@@ -108,7 +157,7 @@ def add(brain: Brain, kernel_id: str, chunks: Sequence[Chunk], embeddings: Any, 
     now = now or clock.now()
     st = vstore.store(brain)
     result = AddResult()
-    with st.errors(), st.writer():
+    with st.errors(), st.writer(), shared_writer(brain, kernel_id, st.mode):
         col = vstore.collection(brain, kernel_id)
         if parent:
             check_parent(brain, kernel_id, level, parent)

@@ -1,0 +1,179 @@
+"""Kernels anywhere: a verb on a kernel placed on another machine travels over the bus to that
+machine's daemon, which runs it there and answers (issue 22, item 3).
+
+- Every daemon registers its machine on the bus: a heartbeat key `machine:<id>` with a TTL
+  (`federation.machine_ttl`, default the heartbeat TTL), and its id in the `machines` registry.
+  A machine registered once whose heartbeat key has expired is **lost**: its kernels show `lost`
+  (`kernel list`, `federation status`), and the other machines' daemons free its Redis leases (its
+  locks), so its scopes can be taken again.
+- `kernel invoke|readjust|observe|kill`, `ask` and the wait for an answer, called on machine 1 for
+  a kernel whose record names machine 3, publish one request on machine 3's stream
+  (`nika:federation:machine:<id>`, a consumer group) and wait for its answer under a reply key.
+  Machine 3's daemon (daemon/machines.py) runs the verb locally and sets the reply. Each request
+  runs at most once: its id is claimed with SET NX before it runs; a request found claimed but
+  unanswered (the daemon died while running it) is answered "interrupted" and never run again.
+- A request to a lost machine is **held**: it stays on that machine's stream and runs, once, when the
+  machine's daemon comes back; the caller is told so at once (exit 8), and a prompt it carried is
+  neither lost nor delivered twice (the owning machine's queue delivers what it took).
+- The bus must be the Redis one (`bus: redis`): an embedded bus is one machine's file.
+"""
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from dataclasses import asdict, is_dataclass
+from typing import Any
+
+from nika_brain.brain import Brain
+from nika_brain.errors import BrainError
+from nika_brain.federation import options
+from nika_brain.federation.kernels import runtimes
+from nika_brain.state import machine
+from nika_brain.state.kernels import Kernel
+from nika_brain.support import clock
+
+CHANNEL = "nika:federation:machine:"
+GROUP = "daemon"
+REGISTRY = "machines"
+REPLY_TTL = 3600.0
+VERBS = ("kernel_invoke", "await_answer", "kernel_readjust", "kernel_observe", "kernel_kill")
+
+
+def machine_ttl(brain: Brain) -> float:
+    v = brain.config.federation.get("machine_ttl", options.get(brain, "heartbeat_ttl"))
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 86400:
+        raise BrainError("nika-brain.yml: federation.machine_ttl must be seconds, 0 < s <= 86400")
+    return float(v)
+
+
+def here(brain: Brain) -> str:
+    return machine.load(brain).id
+
+
+def elsewhere(brain: Brain, k: Kernel) -> str | None:
+    """The machine k runs on when it is not this one (None: here, or placed by a cluster)."""
+    if os.environ.get("NIKA_REMOTE_RUNNING") == k.id:
+        return None  # this process is the owning daemon running a request for it
+    if not k.machine or k.runtime == "kubernetes":
+        return None
+    return None if k.machine == here(brain) else k.machine
+
+
+def _bus(brain: Brain):  # the Redis bus, or one line why not
+    from nika_brain import bus
+    if bus.backend_name(brain) != "redis":
+        raise BrainError("a kernel on another machine is reached through the bus, and this brain's bus "
+                         "is embedded (one machine's file): set `bus: redis` in nika-brain.yml")
+    return bus.open_bus(brain)
+
+
+def alive(brain: Brain, machine_id: str) -> dict | None:
+    """The machine's heartbeat ({"id", "region", "pid", "at"}) or None when it is not up."""
+    return _bus(brain).get(f"machine:{machine_id}")
+
+
+def machines(brain: Brain) -> dict[str, dict]:
+    """Every machine registered once: id -> {"up": bool, "last": heartbeat or last registry entry}."""
+    b = _bus(brain)
+    reg = b.get(REGISTRY) or {}
+    out = {}
+    for mid, last in sorted(reg.items()):
+        beat = b.get(f"machine:{mid}")
+        out[mid] = {"up": beat is not None, "last": beat or last}
+    return out
+
+
+def status_of(brain: Brain, k: Kernel) -> str:
+    """k.status, or `lost` when k is live on a machine that was registered and is up no more."""
+    if not k.live or not k.machine or k.runtime == "kubernetes":
+        return k.status
+    try:
+        from nika_brain import bus
+        if bus.backend_name(brain) != "redis" or k.machine == here(brain):
+            return k.status
+        b = bus.open_bus(brain)
+        if k.machine in (b.get(REGISTRY) or {}) and b.get(f"machine:{k.machine}") is None:
+            return "lost"
+    except BrainError:
+        return k.status
+    return k.status
+
+
+def _plain(value: Any) -> Any:
+    if is_dataclass(value) and not isinstance(value, type):
+        return {"__dataclass__": type(value).__name__, **asdict(value)}
+    return value
+
+
+def _unplain(value: Any) -> Any:
+    if isinstance(value, dict) and value.get("__dataclass__") == "Directive":
+        from nika_brain.state.kernels import Directive
+        return Directive(**{k: v for k, v in value.items() if k != "__dataclass__"})
+    return value
+
+
+def call(brain: Brain, machine_id: str, verb: str, kernel_id: str, *args: Any,
+         wait_for: float | None = None, **kw: Any) -> Any:
+    """Run verbs.<verb>(brain, kernel_id, *args, **kw) on `machine_id` and return its result (its
+    error raised here, same type and exit code)."""
+    if verb not in VERBS:
+        raise BrainError(f"{verb} is not a verb another machine runs")
+    b = _bus(brain)
+    rid = uuid.uuid4().hex
+    me = here(brain)
+    b.publish(CHANNEL + machine_id, {"id": rid, "verb": verb, "kernel": kernel_id, "args": list(args),
+                                     "kw": kw, "from": me, "at": clock.iso(clock.now())})
+    if alive(brain, machine_id) is None:
+        raise runtimes.NotTaken(f"kernel {kernel_id}'s machine {machine_id} is lost (no heartbeat): the "
+                                f"request is held on its stream and runs once when it comes back "
+                                f"(request {rid})", queued=None)
+    limit = wait_for if wait_for is not None else _timeout_for(kw, brain)
+    deadline = time.monotonic() + limit
+    step = 0.01
+    while True:
+        rep = b.get(f"machine:reply:{rid}")
+        if rep is not None:
+            break
+        if time.monotonic() >= deadline:
+            raise BrainError(f"machine {machine_id} did not answer {verb} on kernel {kernel_id} within "
+                             f"{limit:g}s (request {rid}; it runs there at most once)")
+        time.sleep(step)
+        step = min(0.1, step * 1.5)
+    if rep.get("ok"):
+        result = _unplain(rep.get("result"))
+        if verb == "await_answer" and isinstance(result, dict):
+            result["machine"] = machine_id  # its events are on that machine, not here
+        return result
+    msg = f"{rep.get('error') or 'failed'} (on machine {machine_id})"
+    if rep.get("type") == "NotTaken":
+        raise runtimes.NotTaken(msg, queued=rep.get("queued"))
+    err = BrainError(msg)
+    err.exit_code = int(rep.get("exit_code") or 1)
+    raise err
+
+
+def _timeout_for(kw: dict, brain: Brain) -> float:
+    """How long the caller waits: delivery, plus the answer's own timeout when the verb waits for it."""
+    base = options.get(brain, "deliver_timeout") + 60.0
+    t = kw.get("timeout")
+    if kw.get("wait"):
+        return base + (float(t) if isinstance(t, (int, float)) else 600.0)
+    return base
+
+
+def free_lost_leases(brain: Brain) -> int:
+    """Drop the Redis leases of every registered machine that is up no more (its locks)."""
+    from nika_brain.federation.kernels import leases
+    if not leases.enabled(brain):
+        return 0
+    reg = machines(brain)
+    lost = {m for m, v in reg.items() if not v["up"]}
+    if not lost:
+        return 0
+    le = leases.open_leases(brain)
+    n = 0
+    for v in le.held():
+        if v.get("machine") in lost and le.release(v["scope"], v["owner"], v.get("token")):
+            n += 1
+    return n

@@ -1,0 +1,151 @@
+"""Kernels anywhere (issue 22, item 3), on one host as three machines: three clones of one brain,
+each with its own .nika/ (machine id, daemon, tmux server, stand-in kernels), sharing only a bare git
+remote and one redis-server. A verb on machine 1 for a kernel placed on machine 3 travels over the
+bus to machine 3's daemon, which runs it and answers; machine 2's daemon killed (-9) makes its
+kernels `lost` once its heartbeat expires, its leases freed; a request to it meanwhile is held and
+runs once when it comes back (the prompt is neither lost nor delivered twice)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nika_brain.brain import Brain
+from nika_brain.engine import sync
+from nika_brain.federation.asking import route
+from nika_brain.federation.kernels import health, leases, remote, runtimes, verbs
+from nika_brain.state import authority, machine
+from nika_brain.state import prompts as queue
+from tests.federation.fedkit import STANDIN
+from tests.kit.brain import git_out as git
+from tests.kit.brain import make_brain
+from tests.kit.wait import until
+
+ROOT = Path(__file__).resolve().parents[2]
+OFF = ["nika_brain.federation.daemon.embedder:service", "nika_brain.federation.daemon.stealing:service",
+       "nika_brain.federation.daemon.schedule:triggers", "nika_brain.federation.daemon.schedule:daily",
+       "nika_brain.federation.daemon.retention:service"]
+
+
+def _config(tmp: Path, url: str, name: str) -> str:
+    fed = {"agent_command": [sys.executable, str(STANDIN)], "tmux_socket": str(tmp / f"tmux-{name}.sock"),
+           "supervisor": "manual", "deliver_timeout": 30, "kill_grace": 2, "redis_url": url,
+           "lease_prefix": f"nika:lease:{tmp.name}:", "machine_ttl": 2,
+           "daemon": {"disable": OFF}}
+    return (f"version: 1\nlock_poll: 0.01\nbus: redis\nredis_url: {url}\nsync: {{remote: origin}}\n"
+            "federation: " + json.dumps(fed) + "\n")
+
+
+def _daemon(b: Brain) -> subprocess.Popen:
+    env = {**os.environ, "NIKA_BRAIN_DIR": str(b.root),
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    log = open(b.state_dir / "daemon-test.log", "ab")
+    p = subprocess.Popen([sys.executable, "-m", "nika_brain.federation.daemon.host"], cwd=b.root, env=env,
+                         stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+    until(lambda: p.poll() is not None or remote.alive(b, machine.load(b).id) is not None,
+          what=f"{b.root.name}'s daemon on the bus")
+    assert p.poll() is None, (b.state_dir / "daemon-test.log").read_text()[-2000:]
+    return p
+
+
+@pytest.fixture
+def machines(tmp_path, git_env, redis_server):  # noqa: F811
+    origin = make_brain(tmp_path / "seed", _config(tmp_path, redis_server, "seed"))
+    git(tmp_path, "init", "-q", "--bare", "-b", "main", str(tmp_path / "remote.git"))
+    git(origin.root, "remote", "add", "origin", str(tmp_path / "remote.git"))
+    git(origin.root, "push", "-q", "origin", "main")
+    out, procs = [], []
+    for name in ("m1", "m2", "m3"):
+        git(tmp_path, "clone", "-q", str(tmp_path / "remote.git"), str(tmp_path / name))
+        (tmp_path / name / "nika-brain.yml").write_text(_config(tmp_path, redis_server, name))
+        git(tmp_path / name, "update-index", "--assume-unchanged", "nika-brain.yml")  # its own tmux server
+        b = Brain.at(tmp_path / name)
+        machine.save(b, machine_id=name)
+        for src, dst in zip(authority.key_paths(origin.root), authority.key_paths(b.root)):
+            dst.write_bytes(src.read_bytes())  # the operator's key, installed on each machine
+            dst.chmod(0o600)
+        out.append(b)
+    yield out, procs
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    for name in ("m1", "m2", "m3"):
+        subprocess.run(["tmux", "-S", str(tmp_path / f"tmux-{name}.sock"), "kill-server"], capture_output=True)
+
+
+def _spawn(b: Brain, kid: str) -> None:
+    verbs.kernel_spawn(b, f"goal of {kid}", kernel_id=kid, sandboxed=False)
+    until(lambda: verbs.ready(b, verbs.kernels.load_kernel(b, kid)), what=f"{kid}'s session")
+    sync.sync(b)
+
+
+def test_ask_and_verbs_on_machine_1_reach_a_kernel_on_machine_3(machines, monkeypatch):
+    (m1, _m2, m3), procs = machines
+    procs += [_daemon(m1), _daemon(m3)]
+    _spawn(m3, "k3")
+    sync.sync(m1)
+    k = verbs.kernels.load_kernel(m1, "k3")
+    assert k.machine == "m3" and remote.elsewhere(m1, k) == "m3"
+    out = verbs.kernel_invoke(m1, "k3", "what time is it", wait=True, timeout=60)
+    assert out["kernel"] == "k3" and out["answer"].startswith("stand-in answer to: what time is it")
+    assert not queue.path(m1, "k3").exists() or queue.pending(m1, "k3") == []  # nothing queued on m1
+    # ask: the triage's route to k3, delivered and answered through m3's daemon
+    monkeypatch.setattr(route, "decide", lambda brain, prompt: {"decision": "kernel", "kernels": ["k3"],
+                                                                 "reason": "pinned"})
+    rec = route.ask(m1, "summarise the backups", wait=True, timeout=60)
+    (r,) = rec["routes"]
+    assert r["status"] == "answered" and r["answer"].startswith("stand-in answer to: summarise the backups")
+    d = verbs.kernel_readjust(m1, "k3", "answer in French")
+    assert d.text == "answer in French"
+    assert [x.text for x in verbs.kernels.list_directives(m3, "k3")] == ["answer in French"]
+    seen = verbs.kernel_observe(m1, "k3", "1h")
+    assert seen["kernel"]["id"] == "k3" and seen["kernel"]["machine"] == "m3"
+    # a verb's error comes back with its exit code
+    with pytest.raises(verbs.BrainError) as exc:
+        verbs.kernel_kill(m1, "k3", " ")
+    assert "reason" in str(exc.value)
+    done = verbs.kernel_kill(m1, "k3", "test over")
+    assert done["status"] == "killed" and verbs.kernels.load_kernel(m3, "k3").status == "killed"
+
+
+def test_a_machine_killed_has_its_kernels_lost_its_locks_freed_and_its_prompts_held_once(machines):
+    (m1, m2, _m3), procs = machines
+    procs.append(_daemon(m1))
+    d2 = _daemon(m2)
+    procs.append(d2)
+    _spawn(m2, "k2")
+    sync.sync(m1)
+    leases.lock_acquire(m2, "src/", "claim-k2", pid=None, ttl=3600)
+    from nika_brain.cli.kernel import _row
+    assert _row(m1, verbs.kernels.load_kernel(m1, "k2"))["status"] == "active"
+    os.kill(d2.pid, signal.SIGKILL)  # machine 2's daemon dies; its kernel's agent goes on
+    d2.wait()
+    until(lambda: _row(m1, verbs.kernels.load_kernel(m1, "k2"))["status"] == "lost", timeout=60,
+          what="k2 lost once m2's heartbeat expired")
+    until(lambda: not [v for v in leases.open_leases(m1).held() if v["owner"] == "claim-k2"], timeout=60,
+          what="m2's lease freed by m1's daemon")
+    assert leases.lock_acquire(m1, "src/a.py", "claim-m1", pid=None).scope == "src/a.py"
+    # a prompt for k2 meanwhile: held on m2's stream, said so at once
+    with pytest.raises(runtimes.NotTaken) as exc:
+        verbs.kernel_invoke(m1, "k2", "held while m2 is away")
+    assert "lost" in str(exc.value) and "held" in str(exc.value)
+    procs.append(_daemon(m2))  # machine 2 comes back: the held request runs once
+    sha = health.prompt_sha("held while m2 is away")
+    until(lambda: [e for e in health.tail_events(m2, "k2") if e.get("event") == "taken"
+                   and e.get("sha") == sha], timeout=90, what="the held prompt taken on m2")
+    assert _row(m1, verbs.kernels.load_kernel(m1, "k2"))["status"] == "active"
+    procs[-1].terminate()
+    procs[-1].wait(timeout=30)
+    procs.append(_daemon(m2))  # a second restart runs nothing again
+    taken = [e for e in health.tail_events(m2, "k2") if e.get("event") == "taken" and e.get("sha") == sha]
+    assert len(taken) == 1
+    assert [x for x in queue.pending(m2, "k2") if x["prompt"] == "held while m2 is away"] == []

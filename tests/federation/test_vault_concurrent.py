@@ -1,0 +1,71 @@
+"""The vault's dedup under concurrency on a shared Chroma server (issue 22, item 6): two writers
+(two machines) ingest the same chunk, worded apart, at the same moment. Each writer waits for the
+other inside its dedup read (a barrier), so without the cross-machine write lock both would read
+"absent" and both add; with it, the second reads the first's record and drops its twin."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from nika_brain.brain import Brain
+from nika_brain.federation.vault import chroma, write
+from nika_brain.federation.vault import store as vstore
+from tests.federation.chroma_server import chroma_server  # noqa: F401  (fixture)
+from tests.federation.vaultkit import reset_store
+
+TEXTS = ("The backup server runs restic at two.", "the backup server runs restic at two")
+
+
+def _brain(brain, chroma_server, redis_url: str | None) -> Brain:  # noqa: F811
+    fed = f"  chroma_url: {chroma_server}\n" + (f"  redis_url: {redis_url}\n" if redis_url else "")
+    (brain.root / "nika-brain.yml").write_text(f"version: 1\nlock_poll: 0.01\nfederation:\n{fed}")
+    (brain.kernels_dir / "alpha").mkdir(parents=True, exist_ok=True)
+    (brain.kernels_dir / "alpha" / "kernel.yml").write_text("id: alpha\ngoal: goal of alpha\n")
+    chroma.reset_cache()
+    b = Brain.at(brain.root)
+    reset_store(b)
+    return b
+
+
+def _race(b: Brain, monkeypatch) -> int:
+    meet = threading.Barrier(2, timeout=3)  # long enough for both to meet when nothing serialises them
+    real = write.existing_ids
+
+    def existing(brain, kernel_id, ids):
+        try:
+            meet.wait()
+        except threading.BrokenBarrierError:
+            pass  # serialised: the other writer is not inside its dedup read
+        return real(brain, kernel_id, ids)
+    monkeypatch.setattr(write, "existing_ids", existing)
+    vec = np.ones((1, 8), dtype=np.float32) / np.sqrt(8)
+    errors: list[BaseException] = []
+
+    def one(text):
+        try:
+            write.add(b, "alpha", [write.Chunk(text, "ops.md")], vec)
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+    threads = [threading.Thread(target=one, args=(t,)) for t in TEXTS]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    with vstore.store(b).errors():
+        return vstore.collection(b, "alpha").count()
+
+
+def test_two_machines_ingesting_one_chunk_at_once_keep_one(brain, chroma_server, redis_server,  # noqa: F811
+                                                           monkeypatch):
+    b = _brain(brain, chroma_server, redis_server)
+    assert chroma.open_store(b).mode == "server"
+    assert _race(b, monkeypatch) == 1
+
+
+@pytest.mark.parametrize("why", ["the race is real without the lock"])
+def test_without_a_shared_redis_the_race_keeps_both(brain, chroma_server, monkeypatch, why):  # noqa: F811
+    b = _brain(brain, chroma_server, None)  # what the lock prevents: the test above could fail
+    assert _race(b, monkeypatch) == 2, why
