@@ -91,10 +91,11 @@ def brain(tmp_path, git_env) -> Brain:
 def cli(brain, git_env) -> Callable[..., subprocess.CompletedProcess]:
     """Run the real `nika-brain` (`python -m nika_brain ARGS`) in the brain; never raises on exit codes.
 
-    `env` adds variables (a value of None removes one); `cwd` defaults to the brain root.
+    `env` adds variables (a value of None removes one); `cwd` defaults to the brain root. The timeout is
+    a bound only a hang reaches (a spawn rebuilding the goals index took over 120 s at load 20).
     """
     def run(*args: object, env: dict[str, str | None] | None = None, cwd: Path | str | None = None,
-            input: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+            input: str | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
         full = dict(os.environ)
         for name, value in (env or {}).items():
             if value is None:
