@@ -635,7 +635,7 @@ class Worker:
         """
         did = False
         prefix = f"ws:away:{self.kernel}:"
-        peers = alive(self.bus)
+        peers: dict[str, dict] | None = None   # read only when a task of ours is away (idle CPU: 20 workers)
         for key in self.bus.keys(prefix):
             tid = key[len(prefix) :]
             if tid in self.held:
@@ -655,6 +655,8 @@ class Worker:
                 continue
             if self.bus.get(_k_lease(tid)) is not None:
                 continue  # being run by its grantee
+            if peers is None:
+                peers = alive(self.bus)
             grantee = peers.get(last["to"])
             late = time.time() - float(last.get("at") or 0) > self.cfg.grant_timeout
             if grantee is not None and not late:
