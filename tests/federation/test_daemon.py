@@ -183,6 +183,32 @@ def test_redelivery_stealing_and_handover_run_by_themselves(dbrain, cli):
     assert took["kernel"] == GAMMA
 
 
+def test_the_daemon_starts_the_generalist_when_a_fallback_waits_for_it(dbrain):
+    """The seed's generalist takes what no kernel does: when it is down (dead, whatever its restart
+    policy) and a fallback prompt waits for it, the daemon starts it and the prompt is answered. Another
+    dead kernel with a prompt waiting is left to its own restart policy, and a killed generalist stays
+    killed (the operator's decision)."""
+    _start(dbrain, GENERALIST, GAMMA)
+    for kid in (GENERALIST, GAMMA):
+        verbs.kernel_kill(dbrain, kid, "test")
+        kernels.set_status(dbrain, kid, "dead", reason="test: died")
+    queue.enqueue(dbrain, GAMMA, "rédige le compte rendu de la réunion", by="test")
+    queue.enqueue(dbrain, GENERALIST, "quelle est la capitale de l'Australie ?", by="ask")
+    host.up(dbrain)
+    until(lambda: any("capitale de l'Australie" in (e.get("text") or "")
+                      for e in health.read_events(dbrain, GENERALIST)[0] if e.get("event") == "answered"),
+          timeout=180)
+    assert any(e.get("event") == "started" and "the federation daemon" in (e.get("reason") or "")
+               for e in health.read_events(dbrain, GENERALIST)[0])
+    assert kernels.load_kernel(dbrain, GAMMA).status == "dead" and queue.pending(dbrain, GAMMA)
+    host.down(dbrain)
+    verbs.kernel_kill(dbrain, GENERALIST, "operator")
+    queue.enqueue(dbrain, GENERALIST, "et maintenant ?", by="ask")
+    from nika_brain.federation.daemon import supervise
+    assert supervise.start_generalist(dbrain) is None
+    assert kernels.load_kernel(dbrain, GENERALIST).status == "killed"
+
+
 def test_retention_trims_old_federation_messages_only(tmp_path):
     now = [datetime(2026, 12, 1, tzinfo=timezone.utc)]
     bus = EmbeddedBus(tmp_path / "bus.sqlite", now=lambda: now[0])

@@ -3,7 +3,8 @@ restart, ttl, heartbeat) and its queued prompts are delivered once its session h
 (supervisor.check_once). Then the handovers the kernels' hooks asked for are done here, outside the
 kernels' sandboxes (handover.perform_requested), and followed up: the prompts and the waiting
 work-stealing tasks of a handed-over kernel go to its successor, and the predecessor's process is
-stopped once the successor is ready (its SessionStart fired).
+stopped once the successor is ready (its SessionStart fired). The triage's generalist is started when
+the daemon comes up and whenever prompts wait for it while it is down.
 """
 from __future__ import annotations
 
@@ -49,6 +50,27 @@ def follow_handovers(brain: Brain) -> list[str]:
     return done
 
 
+NOT_RUNNING = ("dead", "failed")   # a kernel the operator killed stays killed; a handed-over one has a successor
+
+
+def start_generalist(brain: Brain, *, waiting_only: bool = True) -> str | None:
+    """The generalist the triage falls back to (`federation.triage.default`), started by the daemon:
+    its record is on this machine and it is not running (dead or failed, whatever its restart policy),
+    and -- on each tick -- prompts wait for it (an ask's fallback route queued while it was down).
+    Returns its id when started."""
+    from nika_brain.federation.triage.goals import settings
+    try:
+        k = kernels.load_kernel(brain, settings(brain).default)
+    except BrainError:
+        return None   # no generalist configured here: a fallback route says so when it is asked
+    if remote.elsewhere(brain, k) or k.status not in NOT_RUNNING:
+        return None
+    if waiting_only and not queue.pending(brain, k.id):
+        return None
+    verbs.kernel_start(brain, k.id, by="the federation daemon (the triage's generalist)")
+    return k.id
+
+
 class SupervisorService:
     name = "supervisor"
     every = 5.0  # seconds; `federation supervise` alone checks every 2 s
@@ -57,10 +79,14 @@ class SupervisorService:
         self.brain = brain
 
     def start(self) -> None:
-        pass
+        try:
+            start_generalist(self.brain, waiting_only=False)   # up: the fallback kernel runs too
+        except BrainError:
+            pass   # said by the next tick's attempt (the service's last error), never fatal to `up`
 
     def tick(self) -> None:
         supervisor.check_once(self.brain)
+        start_generalist(self.brain)
         handover.perform_requested(self.brain)
         follow_handovers(self.brain)
 
