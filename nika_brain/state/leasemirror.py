@@ -26,6 +26,7 @@ from typing import Any
 from nika_brain.errors import BrainError
 from nika_brain.state.locks import Holder, Lock
 from nika_brain.state.scopes import covers, normalize_scope
+from nika_brain.support import procs
 
 FILE = "leases.json"
 STALE_AFTER = 5.0
@@ -50,22 +51,6 @@ def stale_after(brain: Any) -> float:
     return float(v)
 
 
-def _pid_alive(pid: Any) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
-    except (OSError, IndexError):
-        return True
-
-
 def read(brain: Any, *, now: float | None = None) -> list[Lock]:
     """The live leases of the mirror as Lock records (holder = the machine's host, no pid).
     Raises BrainError with the reason when the mirror cannot be trusted (the caller refuses writes)."""
@@ -81,7 +66,7 @@ def read(brain: Any, *, now: float | None = None) -> list[Lock]:
     if not isinstance(doc, dict) or not isinstance(doc.get("leases"), list):
         raise BrainError(f"lease mirror {p.name} malformed")
     # A sandboxed kernel's hook (its own pid namespace) cannot see the daemon: freshness alone says it
-    if not os.environ.get("NIKA_SANDBOX") and not _pid_alive(doc.get("pid")):
+    if not os.environ.get("NIKA_SANDBOX") and not procs.alive(doc.get("pid")):
         raise BrainError(f"lease mirror: the federation daemon that kept it (pid {doc.get('pid')}) is "
                          "gone, so other machines' locks cannot be seen (nika-brain federation up)")
     now = time.time() if now is None else now

@@ -336,7 +336,9 @@ chain:
 """
 
 
-def test_6_resume_after_a_killed_orchestrator_waits_for_the_live_satellite(tmp_path, git_env):
+def _orchestrator_killed_while_its_satellite_runs(tmp_path):
+    """A swarm launch of `slow` killed -9 once its satellite has started (the satellite lives on,
+    waiting at its rendezvous): the brain, the environment, the rendezvous folder and the launch log."""
     meet = tmp_path / "meet"
     meet.mkdir()
     launches = tmp_path / "launches"
@@ -349,6 +351,11 @@ def test_6_resume_after_a_killed_orchestrator_waits_for_the_live_satellite(tmp_p
     wait_until(lambda: (meet / "started").exists(), what="the satellite started")
     first.send_signal(signal.SIGKILL)
     first.wait()
+    return brain, env, meet, launches
+
+
+def test_6_resume_after_a_killed_orchestrator_waits_for_the_live_satellite(tmp_path, git_env):
+    brain, env, meet, launches = _orchestrator_killed_while_its_satellite_runs(tmp_path)
     second = subprocess.Popen([sys.executable, "-m", "nika_brain", "workflow", "resume", "slow"],
                               cwd=brain.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     # The resume found the orphan satellite alive: it waits for it, it does not start another.
@@ -365,18 +372,7 @@ def test_6_resume_after_a_killed_orchestrator_waits_for_the_live_satellite(tmp_p
 
 
 def test_6_resume_adopts_the_result_of_a_satellite_that_finished_while_no_orchestrator_ran(tmp_path, git_env):
-    meet = tmp_path / "meet"
-    meet.mkdir()
-    launches = tmp_path / "launches"
-    config = (f'satellite_command: ["/bin/sh", "-c", "echo $$ >> {launches}; exec \\"$0\\" \\"$@\\"", '
-              f'"{sys.executable}", "{SATELLITE}", "{{claim}}", "{{brief_file}}"]\n')
-    brain = orch_brain(tmp_path / "b", {"slow": SLOW}, config=config)
-    env = {**os.environ, "SATELLITE_RENDEZVOUS": str(meet)}
-    first = subprocess.Popen([sys.executable, "-m", "nika_brain", "workflow-launch", "slow", "--mode", "swarm"],
-                             cwd=brain.root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_until(lambda: (meet / "started").exists(), what="the satellite started")
-    first.send_signal(signal.SIGKILL)
-    first.wait()
+    brain, env, meet, launches = _orchestrator_killed_while_its_satellite_runs(tmp_path)
     c1 = open_claim_id(brain, "slow")
     (meet / "go").write_text("")   # the orphan reports while no orchestrator runs, and exits
     [pid] = launches.read_text().split()

@@ -17,6 +17,7 @@ from typing import Protocol, runtime_checkable
 from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
 from nika_brain.state.kernels import Kernel, kernel_dir
+from nika_brain.support import procs
 
 
 class RuntimeMissing(BrainError):
@@ -116,17 +117,4 @@ def save_state(brain: Brain, kernel_id: str, state: dict) -> None:
     os.chmod(path, 0o600)
 
 
-def pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie is dead for us
-        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
+pid_alive = procs.alive   # one answer everywhere (support/procs.py)
