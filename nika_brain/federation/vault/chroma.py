@@ -180,6 +180,7 @@ class VectorStore:
         self.where = where          # folder or URL, for messages and `rag stats`
         self._lock = lock
         self._cols: dict[str, Any] = {}   # name -> collection handle (one lookup per process)
+        self._reopen = threading.RLock()  # threads sharing this store rebuild its client one at a time
 
     def errors(self, what: str | None = None):
         return translate(what or f"chroma ({self.mode} {self.where})")
@@ -262,12 +263,15 @@ class VectorStore:
         gen = self._lock.generation()
         if gen == self._gen:
             return
-        from chromadb.api.shared_system_client import SharedSystemClient
-        with translate("chroma: cannot reopen the store"):
-            SharedSystemClient.clear_system_cache()
-            self.client = self._make()
-        self._cols.clear()
-        self._gen = gen
+        with self._reopen:
+            if gen == self._gen:
+                return   # another thread reopened it meanwhile
+            from chromadb.api.shared_system_client import SharedSystemClient
+            with translate("chroma: cannot reopen the store"):
+                SharedSystemClient.clear_system_cache()
+                self.client = self._make()
+            self._cols.clear()
+            self._gen = gen
 
 
 class _Collection:

@@ -54,8 +54,10 @@ def drop_all(brain: Brain) -> None:
             st.drop(n)
 
 
-def summaries(brain: Brain) -> Any:
-    return store(brain).collection(SUMMARIES)
+def summaries(brain: Brain, *, create: bool = True) -> Any:
+    """The summaries collection; with create=False, None until one is written (a read never creates:
+    creating takes the writer's lock, whose client refresh races the console's other threads)."""
+    return store(brain).collection(SUMMARIES, create=create)
 
 
 def embed(brain: Brain, texts: list[str], kind: str) -> numpy.ndarray:

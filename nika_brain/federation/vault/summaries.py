@@ -76,7 +76,8 @@ def put(brain: Brain, kernel_id: str, key: str, text: str, meta: dict | None = N
 def get(brain: Brain, kernel_id: str, key: str) -> Summary | None:
     check_kernel(kernel_id)
     with vstore.store(brain).errors("summaries"):
-        res = vstore.summaries(brain).get(ids=[f"{kernel_id}:{key}"], include=["documents", "metadatas"])
+        col = vstore.summaries(brain, create=False)
+        res = col.get(ids=[f"{kernel_id}:{key}"], include=["documents", "metadatas"]) if col else {"ids": []}
     if not res["ids"]:
         return None
     return Summary(res["ids"][0], kernel_id, key, res["documents"][0], dict(res["metadatas"][0]))
@@ -90,7 +91,10 @@ def list_summaries(brain: Brain, *, kernel_id: str | None = None, day: str | Non
         conds.append({"day": day})
     where: dict | None = conds[0] if len(conds) == 1 else ({"$and": conds} if conds else None)
     with vstore.store(brain).errors("summaries"):
-        res = vstore.summaries(brain).get(where=where, include=["documents", "metadatas"])
+        col = vstore.summaries(brain, create=False)
+        if col is None:
+            return []   # none written yet
+        res = col.get(where=where, include=["documents", "metadatas"])
     out = [Summary(i, str(m.get("kernel_id")), str(m.get("key")), d, dict(m))
            for i, d, m in zip(res["ids"], res["documents"], res["metadatas"])]
     return sorted(out, key=lambda s: (s.kernel_id, s.key))
