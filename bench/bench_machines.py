@@ -195,8 +195,8 @@ def main() -> int:
         os.environ.setdefault("GIT_COMMITTER_EMAIL", "bench@example.invalid")
         os.environ["HOME"] = str(tmp / "home")
         (tmp / "home").mkdir()
-        from nika_brain.state import authority
-        authority._passwd_home = lambda: str(tmp / "home")  # keys out of the real home, as the tests do
+        from nika_brain.state import operator_home
+        operator_home.passwd_home = lambda: str(tmp / "home")  # keys out of the real home, as the tests do
         print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}")
         if "hook" in only:
             server = RedisServer(tmp / "redis")

@@ -263,7 +263,7 @@ def _facts(hook: Hook, kind: str) -> Any:
 
 def _operator_dir() -> str:
     """The operator's config folder (its signing key), resolved: no agent call may touch it."""
-    from nika_brain.state.authority import operator_dir
+    from nika_brain.state.operator_home import operator_dir
     return os.path.realpath(str(operator_dir()))
 
 

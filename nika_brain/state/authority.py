@@ -39,22 +39,12 @@ from pathlib import Path
 from typing import Any
 
 from nika_brain.errors import BrainError, Refused
+from nika_brain.state import operator_home
 
 PIN_NAME = "operator.pub"   # the brain's pinned operator key, committed at its root
 
 
-def _passwd_home() -> str:
-    """The user's home as the passwd database records it (not $HOME: an agent sets that)."""
-    import pwd
-    try:
-        return pwd.getpwuid(os.getuid()).pw_dir or "/nonexistent"
-    except KeyError:
-        return "/nonexistent"
-
-
-def operator_dir() -> Path:
-    """The operator's config folder (from the passwd database; no variable moves it)."""
-    return Path(_passwd_home()) / ".config" / "nika-brain"
+operator_dir = operator_home.operator_dir   # the operator's config folder (passwd home, not $HOME)
 
 
 def private_dir() -> Path:

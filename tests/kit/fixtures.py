@@ -55,12 +55,12 @@ def operator_home(tmp_path_factory, monkeypatch) -> Path:
     if not any(os.path.isfile(os.path.join(d, NSS_WRAPPER)) for d in _NSS_PATHS):
         pytest.fail("libnss-wrapper is not installed (apt-get install libnss-wrapper): the suite needs it "
                     "to keep operator keys out of the real ~/.config/nika-brain", pytrace=False)
-    from nika_brain.state import authority
+    from nika_brain.state import operator_home
     base = tmp_path_factory.mktemp("passwd")
     home = base / "home"
     for name, value in passwd_env(base / "nss", home).items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setattr(authority, "_passwd_home", lambda: str(home))
+    monkeypatch.setattr(operator_home, "passwd_home", lambda: str(home))
     return home
 
 
