@@ -3,25 +3,16 @@ agent runs each `sh=` command inside the kernel's bubblewrap sandbox) finds neit
 its folder, and the console, which it can reach over loopback, answers it 401 without the token."""
 from __future__ import annotations
 
-import base64
-import re
 import sys
 
 import pytest
 
 from nika_brain.console import auth
-from nika_brain.federation.kernels import sandbox, verbs
+from nika_brain.federation.kernels import sandbox
 from nika_brain.state import authority
+from tests.federation.test_kernels_sandbox import _sh
 
 from .consolekit import ConsoleProcess, console_brain, stop_kernels
-
-
-def _sh(brain, kid: str, cmd: str) -> tuple[int, str]:
-    b64 = base64.b64encode(cmd.encode()).decode()
-    ans = verbs.kernel_invoke(brain, kid, f"run sh={b64}", wait=True, timeout=120)["answer"]
-    m = re.search(r"\[sh rc=(-?\d+) out=(.*?)\](?:\n|$)", ans, re.S)
-    assert m, ans
-    return int(m[1]), m[2]
 
 
 def test_a_sandboxed_kernel_cannot_reach_the_console_token(tmp_path, cli):

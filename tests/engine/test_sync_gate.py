@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from nika_brain.brain import Brain
 from nika_brain.federation.daemon import syncing
-from nika_brain.state import authority, machine
 from tests.kit.brain import git_out as git
+from tests.kit.machines import install_machine
 from tests.kit.orch import nb, orch_brain, run_file
 
 GATED = """name: g
@@ -27,12 +27,7 @@ def test_a_gate_approved_on_machine_1_resumes_the_run_driven_on_machine_2(tmp_pa
     m = []
     for name in ("m1", "m2"):
         git(tmp_path, "clone", "-q", str(tmp_path / "remote.git"), str(tmp_path / name))
-        b = Brain.at(tmp_path / name)
-        machine.save(b, machine_id=name)
-        for src, dst in zip(authority.key_paths(seed.root), authority.key_paths(b.root)):
-            dst.write_bytes(src.read_bytes())  # the operator's key, installed on each machine
-            dst.chmod(0o600)
-        m.append(b)
+        m.append(install_machine(Brain.at(tmp_path / name), name, seed.root))
     m1, m2 = m
     assert "GATE_PENDING" in nb(m2, "workflow-launch", "g", check=5).stdout
     run = run_file(m2, "g")

@@ -19,11 +19,12 @@ from nika_brain.brain import Brain
 from nika_brain.engine import sync
 from nika_brain.federation.asking import route
 from nika_brain.federation.kernels import health, leases, remote, runtimes, verbs
-from nika_brain.state import authority, machine
+from nika_brain.state import machine
 from nika_brain.state import prompts as queue
 from tests.federation.fedkit import STANDIN
 from tests.kit.brain import git_out as git
 from tests.kit.brain import make_brain
+from tests.kit.machines import install_machine
 from tests.kit.wait import until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,12 +65,7 @@ def machines(tmp_path, git_env, redis_server):  # noqa: F811
         git(tmp_path, "clone", "-q", str(tmp_path / "remote.git"), str(tmp_path / name))
         (tmp_path / name / "nika-brain.yml").write_text(_config(tmp_path, redis_server, name))
         git(tmp_path / name, "update-index", "--assume-unchanged", "nika-brain.yml")  # its own tmux server
-        b = Brain.at(tmp_path / name)
-        machine.save(b, machine_id=name)
-        for src, dst in zip(authority.key_paths(origin.root), authority.key_paths(b.root)):
-            dst.write_bytes(src.read_bytes())  # the operator's key, installed on each machine
-            dst.chmod(0o600)
-        out.append(b)
+        out.append(install_machine(Brain.at(tmp_path / name), name, origin.root))
     yield out, procs
     for p in procs:
         if p.poll() is None:
