@@ -9,7 +9,7 @@ import pytest
 from nika_brain.bus import GOALS, open_bus
 from nika_brain.errors import BrainError
 from nika_brain.federation.triage import goals, router
-from nika_brain.federation.triage.decide import clauses, triage
+from nika_brain.federation.triage.decide import clauses, content_words, triage
 from tests.federation.triagekit import (
     ALPHA,
     BETA,
@@ -130,8 +130,25 @@ def test_clauses_cut_at_request_boundaries_only():
         "un noeud capteur ne répond plus depuis la mise à jour"]   # "ne ... plus" is no connective
     assert clauses("check the backups; then email the client about it") == [
         "check the backups", "email the client about it"]
+    # "avant de" + infinitive and "donc" start a request of their own; "avant vendredi" does not
+    assert clauses("sauvegarde la base de prod avant de répondre à l'appel d'offres") == [
+        "sauvegarde la base de prod", "répondre à l'appel d'offres"]
+    assert clauses("la VM du labo est saturée donc relance l'entraînement du modèle") == [
+        "la VM du labo est saturée", "relance l'entraînement du modèle"]
+    assert clauses("renouvelle le certificat du portail avant vendredi") == [
+        "renouvelle le certificat du portail avant vendredi"]
     assert clauses("ping et pong") == ["ping et pong"]          # fragments are not requests
     assert clauses("une seule demande sans conjonction") == ["une seule demande sans conjonction"]
+
+
+def test_a_clause_without_content_words_of_its_own_never_takes_a_kernel(fed):
+    """"tell me what's on it", "but I have no idea why": a clause that only continues the one before
+    it cannot split off to another kernel, however its few words score (CLINC's false splits)."""
+    assert content_words("tell me what's on it") == 0
+    assert content_words("but i have no idea why") == 1
+    assert content_words("envoie le rapport au client") == 3
+    d = triage(fed, "les sauvegardes du NAS ont échoué cette nuit, dis-moi pourquoi")
+    assert (d.decision, d.kernels) == ("kernel", (ALPHA,)), d.reason
 
 
 def test_wrong_kernel_is_flagged_only_when_the_context_would_not_take_it(fed):

@@ -152,6 +152,17 @@ def test_emoji_and_long_prompts_route(tmp_path, git_env):
     assert d.kernels == (ALPHA,)
     d = triage(brain, "les sauvegardes du serveur de fichiers ont échoué cette nuit. " * 90)
     assert d.kernels == (ALPHA,) and len(d.extra["representative"]) <= HEAD + TAIL + 5
+    # a long prompt is a brief: routed whole from ONE embedding of its representative part, never
+    # split clause by clause (each clause would be one more embedding: latency bounded)
+    from nika_brain.federation.triage.decide import open_triage
+    tri = open_triage(brain)
+    seen: list[list[str]] = []
+    real = tri.embedder.embed
+    tri.embedder.embed = lambda texts, kind: (seen.append(list(texts)), real(texts, kind=kind))[1]  # type: ignore[method-assign]
+    brief = ("vérifie les sauvegardes du serveur de fichiers et rédige le rapport mensuel pour le client. "
+             * 60)
+    d = tri.decide(brief)
+    assert d.decision == "kernel" and seen == [[d.extra["representative"]]]
 
 
 def test_a_kernel_coming_or_going_moves_no_other_threshold():

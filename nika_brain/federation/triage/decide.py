@@ -12,15 +12,18 @@ The decision, for a prompt and the goals index (goals.py, router.py), one model 
    that the policy allows. When a kernel with a higher score was passed over, the reason says why
    (below its own threshold, or the policy). Nothing passes: the default generalist ("fallback").
 4. Split, when the prompt carries requests for several kernels:
-   - clauses (connectives, sentence breaks, commas, gerund clauses "en y intégrant ...") that each
-     clearly pass a different kernel (score >= threshold + CLAUSE_MARGIN); clauses no kernel takes
-     stay with their neighbour, adjacent clauses for one kernel stay together;
+   - clauses (connectives, "avant de", "donc", sentence breaks, commas, gerund clauses "en y
+     intégrant ...") that each clearly pass a different kernel (score >= threshold + CLAUSE_MARGIN)
+     and have MIN_CLAUSE_CONTENT content words of their own; clauses no kernel takes ("dis-moi
+     pourquoi", "tell me what's on it") stay with their neighbour, adjacent clauses for one kernel
+     stay together;
    - one clause with two aspects ("génère un plan technique ISO pour le client X"): two kernels
      each clearly pass the whole prompt (>= threshold + HYBRID_MARGIN) and the second is close to
      the first (within HYBRID_GAP). Each part then carries the whole prompt.
    A part that cannot stand alone (a dependent clause) carries the whole prompt too.
 5. Long prompts: the embedder sees a bounded, representative part (symbols such as emoji dropped,
-   then the head and the tail): latency does not grow with the prompt.
+   then the head and the tail), embedded once (a prompt that long is a brief, routed whole, never
+   split): latency does not grow with the prompt.
 
 Deterministic for the same index: no sampling, stable sorts.
 """
@@ -42,6 +45,8 @@ MIN_WORD_CHARS = 2   # "x" or "?" says nothing a kernel could take: the generali
 MAX_PROMPT = 20_000  # characters looked at for the data class; longer prompts are cut first
 HEAD, TAIL = 200, 100  # characters of a long prompt the embedder sees (head ... tail): ~75 tokens
 MIN_CLAUSE_WORDS = 3
+MIN_CLAUSE_CONTENT = 2  # content words a clause needs to split off to a kernel of its own ("tell me what's
+                        # on it", "but i have no idea why" only continue the clause before them)
 MAX_CLAUSES = 6      # more "requests" than that is a document or a brief: routed whole
 CLAUSE_MARGIN = 1.0  # a clause splits off only when it clearly passes its kernel's threshold ...
 CLAUSE_LEAD = 0.5    # ... and no other kernel comes within this of it
@@ -53,7 +58,7 @@ _SEPARATORS = re.compile(
     r"\s*(?:;|\n+|(?<=[.!?])\s+|"
     r",?\s+(?:et(?:\s+(?:aussi|ensuite|puis|en\s+parall[eè]le))?|puis|ensuite|apr[eè]s\s+(?:[cç]a|cela)|"
     r"au\s+passage|en\s+parall[eè]le|and(?:\s+(?:also|then))?|then|also|as\s+well\s+as|"
-    r"after\s+that|meanwhile)\s+|"
+    r"after\s+that|meanwhile|avant\s+de|donc)\s+|"
     r",\s+|\s+(?=en\s+(?:y\s+|les?\s+|la\s+)?\w+ant\b))\s*", re.IGNORECASE)
 _LEADING = re.compile(r"^(?:(?:et|and|then|puis|ensuite|also|aussi|après|apres|after)\s+)+",
                       re.IGNORECASE)
@@ -117,19 +122,30 @@ class Decision:
         }
 
 
-def representative(text: str) -> str:
-    """What the embedder sees of a prompt: symbols (emoji, pictographs, control characters) dropped,
-    whitespace collapsed, and a long prompt cut to its head and tail at word boundaries."""
+def represent(text: str) -> tuple[str, bool]:
+    """(what the embedder sees of a prompt, whether it was cut): symbols (emoji, pictographs, control
+    characters) dropped, whitespace collapsed, and a long prompt cut to its head and tail at word
+    boundaries."""
     def clean(s: str) -> str:
         kept = "".join(ch if unicodedata.category(ch)[0] in "LMNPZ" else " " for ch in s)
         return " ".join(kept.split())
     if len(text) <= 4 * (HEAD + TAIL):
         t = clean(text)
         if len(t) <= HEAD + TAIL:
-            return t
-        return t[:HEAD].rsplit(" ", 1)[0] + " ... " + t[-TAIL:].split(" ", 1)[-1]
+            return t, False
+        return t[:HEAD].rsplit(" ", 1)[0] + " ... " + t[-TAIL:].split(" ", 1)[-1], True
     h, t = clean(text[:4 * HEAD]), clean(text[-4 * TAIL:])
-    return h[:HEAD].rsplit(" ", 1)[0] + " ... " + t[-TAIL:].split(" ", 1)[-1]
+    return h[:HEAD].rsplit(" ", 1)[0] + " ... " + t[-TAIL:].split(" ", 1)[-1], True
+
+
+def representative(text: str) -> str:
+    return represent(text)[0]
+
+
+def content_words(clause: str) -> int:
+    """Content words of a clause (stop words and contractions such as "what's" left out)."""
+    from nika_brain.federation.triage.router import words
+    return sum(1 for w in words(clause) if "'" not in w)
 
 
 def clauses(prompt: str) -> list[str]:
@@ -239,11 +255,12 @@ class Triage:
             raise Invalid("an empty prompt cannot be routed")
         prompt = prompt.strip()
         dc = data_class_of(prompt[:MAX_PROMPT], self.settings.data_classes, data_class)
-        text = representative(prompt)
+        text, cut = represent(prompt)
         if not self._scored or len(re.findall(r"\w", text)) < MIN_WORD_CHARS:
             why = "no kernel has a goal yet" if not self._scored else "nothing in the prompt to route on"
             return self._finish(self._fallback(prompt, why, [], dc, context))
-        parts = clauses(text) if self.settings.split and len(text) <= HEAD + TAIL else [text]
+        # a long prompt is a brief or a document: routed whole, one embedding (bounded latency)
+        parts = clauses(text) if self.settings.split and not cut else [text]
         if len(parts) > MAX_CLAUSES:
             parts = [text]
         texts = [text] + (parts if len(parts) > 1 else [])
@@ -315,7 +332,8 @@ class Triage:
             sc = [s for s in self._scores(zr, rr, dc) if s.kernel != self.index.default]
             chosen = next((s for s in sc if s.allowed), None)
             if chosen is not None and (chosen.score < chosen.threshold + CLAUSE_MARGIN or any(
-                    s.score > chosen.score - CLAUSE_LEAD for s in sc if s is not chosen)):
+                    s.score > chosen.score - CLAUSE_LEAD for s in sc if s is not chosen)
+                    or content_words(text) < MIN_CLAUSE_CONTENT):
                 chosen = None  # not clearly one kernel's: stays with its neighbour
             if chosen is None or (groups and groups[-1][1] is not None and groups[-1][1].kernel == chosen.kernel):
                 if groups:
