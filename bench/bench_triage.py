@@ -5,6 +5,10 @@
    written apart from it in a second style (everyday wording, typos, FR/EN mixing): dev.jsonl (used
    while developing) and final.jsonl (never tuned on). 80 in-scope, 24 everyday out-of-scope and
    20 hybrid prompts each. Goals: in-scope >= 95 % with OOS >= 90 %; hybrids >= 80 % exact splits.
+   Two more development sets of the same shape, written later by another hand without reading
+   final.jsonl: dev2.jsonl (everyday wording, typos, FR/EN mixing) and dev3.jsonl (hard on purpose:
+   jargon none of the routes uses, such as LoRaWAN, Modbus, DCE, UGAP, NaN or dropout; out-of-scope
+   requests that sound like work, such as a letter to a landlord or a summary of an article).
 2. The older French set (bench/triage_fr/routes.yml, 12 prompts per kernel, queries.jsonl).
 3. CLINC150 (../shared/data/clinc150, dev split): each of the 10 domains plays one kernel; its
    canonical prompts are the first 20 `train` queries of each of its 15 intents (300 per kernel);
@@ -302,6 +306,10 @@ def main() -> int:
 
     print_set("French/English few-shot, 5 canonical prompts per kernel: DEV held-out set",
               run_set(FEW / "routes.yml", FEW / "dev.jsonl", emb), (0.95, 0.90))
+    print_set("French/English few-shot: DEV2 (a second dev set, everyday wording close to the routes)",
+              run_set(FEW / "routes.yml", FEW / "dev2.jsonl", emb), (0.95, 0.90))
+    print_set("French/English few-shot: DEV3 (a hard dev set: jargon the routes never use, work-like "
+              "everyday requests)", run_set(FEW / "routes.yml", FEW / "dev3.jsonl", emb), (0.95, 0.90))
     print_set("French/English few-shot, 5 canonical prompts per kernel: FINAL held-out set (never tuned on)",
               run_set(FEW / "routes.yml", FEW / "final.jsonl", emb), (0.95, 0.90))
     print_set("Older French set (bench/triage_fr, 12 canonical prompts per kernel)",
