@@ -250,3 +250,37 @@ def test_a_kernel_cannot_rewrite_what_governs_its_next_start(walled, cli):
     # what is its own to write stays writable
     rc, out = _sh(brain, "alpha", "echo mine > notes.md && cat notes.md")
     assert rc == 0 and "mine" in out, out
+
+
+def test_a_stolen_task_through_the_door_granted_only(walled):
+    """Issue 20, item 5: a work-stealing task's text is in the brain, not on the bus; from inside its
+    sandbox a kernel reads a task granted to it through its door, commits its result the same way, and
+    is refused any other task (the owner's folder, where the text lies, is not there)."""
+    from nika_brain import bus as busmod
+    from nika_brain.federation.stealing import protocol
+    from nika_brain.federation.stealing.texts import Texts
+    brain, _ = walled
+    bus, texts = busmod.open_bus(brain), Texts(brain)
+    secret = "canary-stolen-prompt-44b1 for Pulsa"
+    protocol.enqueue(bus, "beta", "export the payroll", prompt=secret, texts=texts, task_id="t-given")
+    protocol.enqueue(bus, "beta", "keep it", prompt="canary-kept-prompt-0c7e", texts=texts, task_id="t-kept")
+    bus.set_if_absent("ws:grant:t-given:1", {"to": "alpha", "epoch": 1, "by": "beta", "reason": "best",
+                                             "at": 0.0, "aptitude": 0.9, "candidates": []})
+    bus.set_if_absent("ws:grant:t-kept:1", {"to": "beta", "epoch": 1, "by": "beta", "reason": "kept",
+                                            "at": 0.0, "aptitude": None, "candidates": []})
+    rc, out = _sh(brain, "alpha", _door("task", task="t-given"))
+    assert rc == 0 and secret in out, out
+    ref = bus.get("ws:task:t-kept")["ref"]
+    for cmd in (_door("task", task="t-kept"), _door("task", task="t-none"),
+                _door("task_result", task="t-kept", result={"answer": "forged"}), f"cat {brain.root / ref}"):
+        rc, out = _sh(brain, "alpha", cmd)
+        assert rc != 0 and "canary-kept-prompt" not in out, (cmd, out)
+    rc, out = _sh(brain, "alpha", _door("task_result", task="t-given", result={"answer": "payroll exported"}))
+    assert rc == 0 and "result_sha" in out, out
+    rc, out = _sh(brain, "alpha", _door("task_result", task="t-given", result={"answer": "twice"}))
+    assert rc != 0 and "done already" in out, out
+    assert protocol.result(bus, texts, "t-given") == {"answer": "payroll exported"}
+    assert protocol.result(bus, texts, "t-kept") is None
+    assert bus.get("ws:done:t-given")["kernel"] == "alpha"
+    journal = [json.loads(x) for x in doors.refusals_path(brain).read_text().splitlines()]
+    assert sum(1 for j in journal if j["kernel"] == "alpha" and j["op"] in ("task", "task_result")) >= 3
