@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 from nika_brain import bus as busmod  # noqa: E402
 from nika_brain.brain import Brain  # noqa: E402
 from nika_brain.federation.stealing import protocol as stealing  # noqa: E402
+from nika_brain.federation.stealing.texts import Texts  # noqa: E402
 from tests.kit.brain import IDENTITY  # noqa: E402
 from tests.kit.redis import RedisServer  # noqa: E402
 
@@ -70,6 +71,7 @@ def run(backend: str, url: str | None, tmp: Path, tasks: int) -> dict:
     os.environ.update({k: v for k, v in env.items() if k.startswith("NIKA_")})
     brain = brain_at(tmp / f"brain-{backend}")
     bus = busmod.open_bus(brain)
+    texts = Texts(brain)
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", PROGRAM, str(brain.root), k, "10" if k == "alpha" else "0"], env=env
@@ -83,7 +85,7 @@ def run(backend: str, url: str | None, tmp: Path, tasks: int) -> dict:
                 raise SystemExit("kernels did not start")
             time.sleep(0.1)
         for i in range(tasks):
-            stealing.enqueue(bus, "alpha", SUMMARIES[i % len(SUMMARIES)], task_id=f"b{i:05d}")
+            stealing.enqueue(bus, "alpha", SUMMARIES[i % len(SUMMARIES)], texts=texts, task_id=f"b{i:05d}")
         while len(bus.keys("ws:done:")) < tasks:
             if time.monotonic() > deadline + 120:
                 raise SystemExit(f"only {len(bus.keys('ws:done:'))} tasks done")

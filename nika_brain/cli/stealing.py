@@ -30,8 +30,9 @@ def kernel_enqueue(
 
     brain = Brain.find()
     check_live(brain, kernel_id, "run this task")
+    from nika_brain.federation.stealing.texts import Texts
     task = stealing.enqueue(
-        _bus(brain), kernel_id, summary, priority=priority, prompt=prompt, task_id=task_id
+        _bus(brain), kernel_id, summary, texts=Texts(brain), priority=priority, prompt=prompt, task_id=task_id
     )
     print(task["id"])
 
@@ -44,7 +45,15 @@ def kernel_queue(kernel_id: str, as_json: bool = typer.Option(False, "--json")):
 
     brain = Brain.find()
     load_kernel(brain, kernel_id)  # an unknown kernel is an error, not an empty queue
+    from nika_brain.errors import BrainError
+    from nika_brain.federation.stealing.texts import Texts
     tasks = stealing.queue(_bus(brain), kernel_id)
+    texts = Texts(brain)   # the operator's view: the summaries from the brain (the bus has references)
+    for t in tasks:
+        try:
+            t["summary"] = texts.task(t)["summary"]
+        except BrainError as exc:
+            t["summary"] = f"({exc})"
     if as_json:
         print(json.dumps(tasks, ensure_ascii=False))
         return

@@ -537,7 +537,8 @@ def test_every_redis_key_nika_brain_writes_expires(brain, redis_server):
     assert b.set_if_absent("kernel:alpha:once", {"v": 1})
     b.publish(bus.HEALTH, {"kernel": "alpha"})
     b.group_read("nika:federation:queue:alpha", "kernel", "c1")
-    protocol.enqueue(b, "alpha", "reboot the VPN", prompt="reboot the VPN at 2 am")
+    from nika_brain.federation.stealing.texts import Texts
+    protocol.enqueue(b, "alpha", "reboot the VPN", prompt="reboot the VPN at 2 am", texts=Texts(brain))
     leases = Leases(redis_server, "nika:lease:")
     assert leases.try_acquire("src/", "alpha", "exclusive", 60)[0] is not None
     keys = sorted(k.decode() for k in admin.scan_iter("*"))

@@ -11,12 +11,11 @@ from datetime import timedelta
 
 import pytest
 
-from nika_brain import bus as busmod
 from nika_brain.errors import Refused
 from nika_brain.federation.lineage import handover
 from nika_brain.federation.spawning import triggers
 from nika_brain.federation.stealing import protocol as stealing
-from nika_brain.federation.stealing.protocol import Claim, Settings, Worker, enqueue, grants
+from nika_brain.federation.stealing.protocol import Claim, Settings, grants
 from nika_brain.federation.vault import grants as vgrants
 from nika_brain.federation.vault import query, write
 from nika_brain.federation.vault import store as vstore
@@ -25,7 +24,7 @@ from nika_brain.state import kernels, sessions
 from nika_brain.support import clock
 
 from .fedkit import configure, transcript_turn
-from .test_stealing import fed_brain, use_bus
+from .test_stealing import Worker, enqueue, fed_bus, use_bus
 from .vaultkit import axis, vault_brain
 
 
@@ -133,7 +132,7 @@ def _worker(bus, kernel, ran, config=SLOW_LEASE):
 
 def test_a_second_owner_incarnation_keeps_the_first_grant(tmp_path, git_env, monkeypatch):
     use_bus(monkeypatch, "embedded")
-    bus = busmod.open_bus(fed_brain(tmp_path / "b"))
+    bus = fed_bus(tmp_path / "b")
     ran: list = []
     enqueue(bus, "alpha", "steal me", task_id="t1")
     first = _worker(bus, "alpha", ran)
@@ -149,7 +148,7 @@ def test_a_second_owner_incarnation_keeps_the_first_grant(tmp_path, git_env, mon
 
 def test_a_runner_obeys_the_newest_decision(tmp_path, git_env, monkeypatch):
     use_bus(monkeypatch, "embedded")
-    bus = busmod.open_bus(fed_brain(tmp_path / "b"))
+    bus = fed_bus(tmp_path / "b")
     ran: list = []
     enqueue(bus, "alpha", "steal me", task_id="t1")
     now = time.time()
@@ -162,7 +161,7 @@ def test_a_runner_obeys_the_newest_decision(tmp_path, git_env, monkeypatch):
 
 def test_an_unstarted_grant_returns_after_grant_timeout_not_the_lease(tmp_path, git_env, monkeypatch):
     use_bus(monkeypatch, "embedded")
-    bus = busmod.open_bus(fed_brain(tmp_path / "b"))
+    bus = fed_bus(tmp_path / "b")
     ran: list = []
     owner, thief = _worker(bus, "alpha", ran), _worker(bus, "beta", ran)
     thief.beat(force=True)   # beta is alive (alive_ttl 600 s) but never starts the task

@@ -95,3 +95,66 @@ def test_free_text_is_told_and_a_doctrine_change_applies_at_restart(fbrain, cli)
     (folder / "all-strict.yml").write_text("id: all-strict\ninvariants: []\n")
     bad = cli("kernel", "restart", "free")
     assert bad.returncode != 0 and "needs invariants" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
+
+
+def test_a_strict_kernels_sandbox_refuses_any_process_writing_outside_its_scope(fbrain, cli):  # noqa: F811
+    """`external_writes: ask` is not only what the hook can read: in the client kernel's sandbox the brain
+    is read-only outside its folder and scope, so an interpreter, a script or perl writing outside fail
+    (EROFS) and nothing reaches the host; the R&D kernel's same commands write. The hook asks a human
+    for a shell command it cannot prove stays in scope, for the strict kernel only."""
+    import dataclasses
+
+    from nika_brain.federation.kernels import sandbox
+
+    from .test_kernels_sandbox import _sh
+    brain = fbrain
+    if sandbox.unavailable():
+        raise AssertionError(f"bubblewrap must run here: {sandbox.unavailable()}")
+    _pair(brain, cli)
+    k = kernels.load_kernel(brain, "client")
+    assert k.sandbox == "bwrap" and kernels.load_kernel(brain, "rnd").sandbox == "bwrap"
+    kernels.save_kernel(brain, dataclasses.replace(k, scope=("docs/client/*",)))
+    assert cli("kernel", "restart", "client").returncode == 0
+    (brain.root / "docs").mkdir(exist_ok=True)
+    writes = {
+        "python3 -c": "python3 -c \"open('{p}','w').write('x')\"",
+        "node -e": "node -e \"require('fs').writeFileSync('{p}','x')\"",
+        "perl -e": "perl -e \"open(F,'>','{p}') or die \\$!; print F 'x'; close(F) or die \\$!\"",
+        "a script": "printf '#!/bin/sh\\necho x > \"$1\"\\n' > w.sh && chmod +x w.sh && ./w.sh '{p}'",
+        "dd": "dd if=/dev/zero of='{p}' bs=1 count=1",
+    }
+    got: dict[str, dict[str, tuple[int, bool]]] = {}
+    for kid in ("rnd", "client"):
+        got[kid] = {}
+        for i, (what, cmd) in enumerate(writes.items()):
+            target = brain.root / "docs" / f"{kid}-{i}.txt"
+            rc, out = _sh(brain, kid, cmd.format(p=target) + " 2>&1")
+            got[kid][what] = (rc, target.exists())
+            if kid == "client":
+                assert "Read-only file system" in out or "EROFS" in out, (what, out)
+    assert all(rc == 0 and there for rc, there in got["rnd"].values()), got["rnd"]
+    assert all(rc != 0 and not there for rc, there in got["client"].values()), got["client"]
+    # the client kernel still writes in its folder and in its scope, whatever the process
+    inside = brain.root / "docs" / "client" / "ledger.txt"
+    rc, out = _sh(brain, "client", f"python3 -c \"open('{inside}','w').write('ok')\" && "
+                  "python3 -c \"open('mine.txt','w').write('ok')\"")
+    assert rc == 0 and inside.read_text() == "ok", out
+    assert (kernels.kernel_dir(brain, "client") / "mine.txt").read_text() == "ok"
+    # the hook: what it cannot prove in scope is asked, for the strict kernel only
+    outside = brain.root / "docs" / "x.txt"
+    shell = {
+        "an interpreter": f"python3 -c \"open('{outside}','w')\"",
+        "node": "node -e 1",
+        "a script": "./w.sh",
+        "a redirection outside": f"echo x > {outside}",
+        "a reader": "ls -la ../.. | grep docs",
+        "a redirection in its folder": "echo x > notes.md",
+        "a copy into its scope": f"cp notes.md {brain.root}/docs/client/n.md",
+    }
+    asked = {kid: {what: _pre(cli, brain, kid, "Bash", command=cmd).get("permissionDecision")
+                   for what, cmd in shell.items()} for kid in ("rnd", "client")}
+    assert asked["rnd"] == dict.fromkeys(shell), asked["rnd"]
+    assert asked["client"] == {**dict.fromkeys(list(shell)[:4], "ask"), **dict.fromkeys(list(shell)[4:])}, \
+        asked["client"]
+    why = _pre(cli, brain, "client", "Bash", command="perl -e 1")["permissionDecisionReason"]
+    assert "perl" in why and "human" in why and "client-strict" in why, why

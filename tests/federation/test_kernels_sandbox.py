@@ -190,3 +190,97 @@ def test_the_vault_through_the_door_as_the_kernel_the_socket_says(walled, tmp_pa
     for verb in ("grant beta alpha", "purge --kernel beta --yes", "stats"):
         rc, out = _sh(brain, "alpha", f"{nb} rag {verb}")
         assert rc != 0 and "not a kernel's" in out and "Traceback" not in out, (verb, out)
+
+
+def test_a_kernel_cannot_rewrite_what_governs_its_next_start(walled, cli):
+    """Its record (scope, doctrine field), its Claude Code settings (project, local, user), its
+    credentials and its doctrine files are read-only from its own shell, although most of them lie in
+    its own folder: a rewrite would loosen its walls at its next start. Nothing changes on the host."""
+    import dataclasses
+    import hashlib
+
+    import yaml
+
+    from nika_brain.federation.kernels import doctrine
+    brain, home = walled
+    own = kernels.kernel_dir(brain, "alpha")
+    (brain.root / "doctrines").mkdir(exist_ok=True)
+    (brain.root / "doctrines" / "alpha-rules.yml").write_text(yaml.safe_dump(
+        {"id": "alpha-rules", "kernels": ["alpha"], "invariants": {"network": "off"}}))
+    (own / "own-doctrine.yml").write_text(yaml.safe_dump(
+        {"id": "own-doctrine", "invariants": {"tools_denied": ["NotebookEdit"]}}))
+    kernels.save_kernel(brain, dataclasses.replace(kernels.load_kernel(brain, "alpha"),
+                                                   doctrine="kernels/alpha/own-doctrine.yml"))
+    assert cli("kernel", "restart", "alpha", env={"HOME": str(home)}).returncode == 0
+    before = doctrine.resolve(brain, kernels.load_kernel(brain, "alpha"))
+    assert not before.network and before.tools_denied == ("NotebookEdit",), before
+    user = sandbox.home_dir(brain, "alpha") / ".claude" / "settings.json"
+    files = [own / "kernel.yml", own / ".claude" / "settings.json", own / ".claude" / "nika-brain.json",
+             user, own / "credentials.env", own / "own-doctrine.yml",
+             brain.root / "doctrines" / "alpha-rules.yml"]
+    sums = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
+    loose = '{"disableAllHooks": true}'
+    attacks = {
+        "append to its record": "echo 'scope: [\"*\"]' >> kernel.yml",
+        "rewrite its record from python": f"{PY} -c \"open('kernel.yml','w').write('id: alpha\\n')\"",
+        "sed -i its record": "sed -i 's/alpha/beta/' kernel.yml",
+        "move its record away": "mv kernel.yml kernel.old",
+        "remove its record": "rm -f kernel.yml",
+        "rewrite its Claude settings": f"echo '{loose}' > .claude/settings.json",
+        "add a settings.local.json": f"echo '{loose}' > .claude/settings.local.json",
+        "remove its settings folder": "rm -rf .claude",
+        "rewrite its user settings": f"echo '{loose}' > {user}",
+        "rewrite its credentials": "echo HOME=/ >> credentials.env",
+        "rewrite the doctrine file its record names": "echo 'invariants: {x: 1}' > own-doctrine.yml",
+        "rewrite a doctrine that lists it": f"echo 'invariants: {{}}' > {brain.root}/doctrines/alpha-rules.yml",
+        "rewrite the brain's own Claude settings": f"mkdir -p {brain.root}/.claude 2>/dev/null; "
+                                                   f"echo '{loose}' > {brain.root}/.claude/settings.json",
+    }
+    if not (brain.root / ".claude").exists():
+        del attacks["rewrite the brain's own Claude settings"]
+    script = "; ".join(f"( {cmd} ) 2>/dev/null; echo \"#{i}=$?\"" for i, cmd in enumerate(attacks.values()))
+    rc, out = _sh(brain, "alpha", script)
+    codes = dict(re.findall(r"#(\d+)=(\d+)", out))
+    assert len(codes) == len(attacks), out
+    for i, what in enumerate(attacks):
+        assert codes[str(i)] != "0", f"{what}: rc 0 inside the sandbox: {out}"
+    assert {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in files} == sums
+    assert not (own / ".claude" / "settings.local.json").exists() and not (own / "kernel.old").exists()
+    assert doctrine.resolve(brain, kernels.load_kernel(brain, "alpha")) == before
+    # what is its own to write stays writable
+    rc, out = _sh(brain, "alpha", "echo mine > notes.md && cat notes.md")
+    assert rc == 0 and "mine" in out, out
+
+
+def test_a_stolen_task_through_the_door_granted_only(walled):
+    """Issue 20, item 5: a work-stealing task's text is in the brain, not on the bus; from inside its
+    sandbox a kernel reads a task granted to it through its door, commits its result the same way, and
+    is refused any other task (the owner's folder, where the text lies, is not there)."""
+    from nika_brain import bus as busmod
+    from nika_brain.federation.stealing import protocol
+    from nika_brain.federation.stealing.texts import Texts
+    brain, _ = walled
+    bus, texts = busmod.open_bus(brain), Texts(brain)
+    secret = "canary-stolen-prompt-44b1 for Pulsa"
+    protocol.enqueue(bus, "beta", "export the payroll", prompt=secret, texts=texts, task_id="t-given")
+    protocol.enqueue(bus, "beta", "keep it", prompt="canary-kept-prompt-0c7e", texts=texts, task_id="t-kept")
+    bus.set_if_absent("ws:grant:t-given:1", {"to": "alpha", "epoch": 1, "by": "beta", "reason": "best",
+                                             "at": 0.0, "aptitude": 0.9, "candidates": []})
+    bus.set_if_absent("ws:grant:t-kept:1", {"to": "beta", "epoch": 1, "by": "beta", "reason": "kept",
+                                            "at": 0.0, "aptitude": None, "candidates": []})
+    rc, out = _sh(brain, "alpha", _door("task", task="t-given"))
+    assert rc == 0 and secret in out, out
+    ref = bus.get("ws:task:t-kept")["ref"]
+    for cmd in (_door("task", task="t-kept"), _door("task", task="t-none"),
+                _door("task_result", task="t-kept", result={"answer": "forged"}), f"cat {brain.root / ref}"):
+        rc, out = _sh(brain, "alpha", cmd)
+        assert rc != 0 and "canary-kept-prompt" not in out, (cmd, out)
+    rc, out = _sh(brain, "alpha", _door("task_result", task="t-given", result={"answer": "payroll exported"}))
+    assert rc == 0 and "result_sha" in out, out
+    rc, out = _sh(brain, "alpha", _door("task_result", task="t-given", result={"answer": "twice"}))
+    assert rc != 0 and "done already" in out, out
+    assert protocol.result(bus, texts, "t-given") == {"answer": "payroll exported"}
+    assert protocol.result(bus, texts, "t-kept") is None
+    assert bus.get("ws:done:t-given")["kernel"] == "alpha"
+    journal = [json.loads(x) for x in doors.refusals_path(brain).read_text().splitlines()]
+    assert sum(1 for j in journal if j["kernel"] == "alpha" and j["op"] in ("task", "task_result")) >= 3

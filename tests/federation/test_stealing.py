@@ -26,11 +26,10 @@ from nika_brain.federation.stealing import protocol as stealing
 from nika_brain.federation.stealing.protocol import (
     Claim,
     Settings,
-    Worker,
     decide,
-    enqueue,
     grants,
 )
+from nika_brain.federation.stealing.texts import Texts
 from nika_brain.support.yamlsafe import dumps
 from tests.kit.brain import make_brain
 
@@ -68,6 +67,34 @@ def fed_brain(root: Path, config: str = STRESS_CONFIG):
         folder.mkdir(parents=True)
         (folder / "kernel.yml").write_text(dumps({"id": kid, "goal": goal}), encoding="utf-8")
     return brain
+
+
+TEXTS: dict[int, Texts] = {}   # a bus -> its brain's task texts (open_bus gives one object a brain)
+
+
+def fed_bus(root: Path, config: str = STRESS_CONFIG):
+    """The bus of a fresh federation brain, its task texts registered for `enqueue` and `Worker`."""
+    return brain_bus(fed_brain(root, config))
+
+
+def brain_bus(brain):
+    bus = busmod.open_bus(brain)
+    TEXTS[id(bus)] = Texts(brain)
+    return bus
+
+
+def enqueue(bus, *args, **kw):
+    """protocol.enqueue with the bus's brain's texts (tests/federation: one brain a bus)."""
+    return stealing.enqueue(bus, *args, texts=TEXTS[id(bus)], **kw)
+
+
+def Worker(bus, *args, **kw):  # noqa: N802
+    return stealing.Worker(bus, *args, texts=TEXTS[id(bus)], **kw)
+
+
+def result(bus, tid):
+    """A task's committed result, read from the brain (the done record has its reference)."""
+    return stealing.result(bus, TEXTS[id(bus)], tid)
 
 
 def use_bus(monkeypatch, kind: str, url: str | None = None) -> None:
@@ -122,7 +149,7 @@ def test_settings_are_checked(tmp_path, git_env):
 def test_enqueue_rejects_bad_input(tmp_path, git_env, monkeypatch):
     use_bus(monkeypatch, "embedded")
     brain = fed_brain(tmp_path / "b")
-    bus = busmod.open_bus(brain)
+    bus = brain_bus(brain)
     enqueue(bus, "alpha", "x", task_id="t1")
     for kwargs, match in (
         ({"task_id": "t1"}, "exists already"),
@@ -165,7 +192,7 @@ def spin(*workers, until, limit=300.0):
 
 def test_idle_kernel_steals_and_owner_restart_does_not_grant_twice(tmp_path, git_env, monkeypatch):
     use_bus(monkeypatch, "embedded")
-    bus = busmod.open_bus(fed_brain(tmp_path / "b"))
+    bus = fed_bus(tmp_path / "b")
     ran: list = []
     a, b = worker(bus, "alpha", ran), worker(bus, "beta", ran)
     a.beat(force=True), b.beat(force=True)
@@ -175,7 +202,7 @@ def test_idle_kernel_steals_and_owner_restart_does_not_grant_twice(tmp_path, git
     assert sorted(t for _, t in ran) == ["t0", "t1", "t2"]
     offers = [m for _, m in bus.read(busmod.WORK_STEALING) if m.get("type") == "task_available"]
     assert offers and all("summary" not in m and m["sha"] == stealing._sha(f"task {m['task'][1:]}")
-                          for m in offers), offers   # signals on the bus: the text stays in ws:task
+                          for m in offers), offers   # signals on the bus: the text stays in the brain
     stolen = [t for k, t in ran if k == "beta"]
     assert stolen and all(grants(bus, t)[-1]["to"] == "beta" for t in stolen)
     # A second incarnation of the owner decides again on a stolen task: it loses the SET NX and
@@ -193,7 +220,7 @@ def test_a_busy_owners_only_task_goes_to_the_idle_kernel_and_waits_for_the_turn_
     owner neither keeps its next task for itself nor types it into its busy agent (the real claude
     showed both: the task went into the running turn and came back with that turn's answer)."""
     use_bus(monkeypatch, "embedded")
-    bus = busmod.open_bus(fed_brain(tmp_path / "b"))
+    bus = fed_bus(tmp_path / "b")
     ran: list = []
     turn = {"alpha": True}
     a = Worker(bus, "alpha", lambda t: ran.append(("alpha", t["id"])) or {},
@@ -221,7 +248,7 @@ def test_a_busy_owners_only_task_goes_to_the_idle_kernel_and_waits_for_the_turn_
 
 def test_racing_claims_give_one_winner(tmp_path, git_env, monkeypatch):
     use_bus(monkeypatch, "embedded")
-    bus = busmod.open_bus(fed_brain(tmp_path / "b"))
+    bus = fed_bus(tmp_path / "b")
     ran: list = []
     a = worker(bus, "alpha", ran)
     b, c = worker(bus, "beta", ran, 0.85), worker(bus, "gamma", ran, 0.85)
@@ -241,7 +268,7 @@ def test_claimant_dying_after_grant_gives_the_task_back_and_a_zombie_is_refused(
     tmp_path, git_env, monkeypatch
 ):
     use_bus(monkeypatch, "embedded")
-    bus = busmod.open_bus(fed_brain(tmp_path / "b"))
+    bus = fed_bus(tmp_path / "b")
     ran: list = []
     a, b = worker(bus, "alpha", ran), worker(bus, "beta", ran)
     b.beat(force=True)
@@ -266,7 +293,7 @@ def test_queue_view_and_cli(tmp_path, git_env, monkeypatch, run_cli=None):
     from nika_brain.cli import run
 
     assert run(["kernel", "enqueue", "alpha", "restore the backup", "--priority", "0.9"]) == 0
-    bus = busmod.open_bus(brain)
+    bus = brain_bus(brain)
     q = stealing.queue(bus, "alpha")
     assert len(q) == 1 and q[0]["state"] == "waiting" and q[0]["priority"] == 0.9
     assert run(["kernel", "queue", "alpha"]) == 0
@@ -278,7 +305,7 @@ def test_queue_view_and_cli(tmp_path, git_env, monkeypatch, run_cli=None):
 
 
 def stress(brain, env: dict, tmp: Path, n: int = 1000, seed: int = 7, kills: int = 12) -> dict:
-    bus = busmod.open_bus(brain)
+    bus = brain_bus(brain)
     rnd = random.Random(seed)
     for i in range(n):
         for k in GOALS:
@@ -371,7 +398,7 @@ def test_stress_redis(tmp_path, git_env, monkeypatch, redis_server):  # noqa: F8
 def test_visible_in_observe_journal_and_index(tmp_path, git_env, monkeypatch):
     use_bus(monkeypatch, "embedded")
     brain = fed_brain(tmp_path / "b")
-    bus = busmod.open_bus(brain)
+    bus = brain_bus(brain)
     ran: list = []
     a, b = (Worker(bus, name, lambda t: ran.append(t["id"]) or {}, aptitude=lambda xs: [0.9] * len(xs),
                    config=FAST, journal=stealing.brain_journal(brain)) for name in ("alpha", "beta"))
@@ -404,7 +431,7 @@ def test_kernel_work_runs_tasks_through_the_kernel(tmp_path, git_env, monkeypatc
     brain = core_brain(tmp_path)
     try:
         verbs.kernel_spawn(brain, GOALS["alpha"], kernel_id="alpha")
-        bus = busmod.open_bus(brain)
+        bus = brain_bus(brain)
         enqueue(bus, "alpha", "check the nightly backup", task_id="w1")
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         proc = subprocess.Popen(
@@ -414,11 +441,11 @@ def test_kernel_work_runs_tasks_through_the_kernel(tmp_path, git_env, monkeypatc
             stderr=subprocess.PIPE,
         )
         try:
-            done = until(lambda: bus.get("ws:done:w1"), timeout=120)
+            until(lambda: bus.get("ws:done:w1"), timeout=120)
         finally:
             proc.kill()
             proc.wait()
-        assert "stand-in answer to: check the nightly backup" in done["result"]["answer"]
+        assert "stand-in answer to: check the nightly backup" in result(bus, "w1")["answer"]
     finally:
         subprocess.run(
             ["tmux", "-S", str(tmp_path / "tmux.sock"), "kill-server"], capture_output=True, check=False
@@ -467,22 +494,22 @@ def test_a_kernel_in_a_turn_is_not_idle_for_the_daemons_worker(tmp_path, git_env
 
 def test_a_handed_over_kernels_waiting_tasks_follow_its_successor(tmp_path, git_env, monkeypatch):
     use_bus(monkeypatch, "embedded")
-    bus = busmod.open_bus(fed_brain(tmp_path / "b"))
+    bus = fed_bus(tmp_path / "b")
     enqueue(bus, "alpha", "restore the nightly backup", task_id="t-a1")
     enqueue(bus, "alpha", "reset a VPN password", task_id="t-a2")
     bus.set("ws:lease:t-a2", {"kernel": "alpha", "token": "x"})  # t-a2 runs: its runner finishes it
-    moved = stealing.follow(bus, "alpha", "gamma")
+    moved = stealing.follow(bus, "alpha", "gamma", texts=TEXTS[id(bus)])
     assert moved == ["t-a1~gamma"]
     assert [t["id"] for t in stealing.queue(bus, "gamma")] == ["t-a1~gamma"]
-    assert stealing.queue(bus, "gamma")[0]["prompt"] == "restore the nightly backup"
+    assert TEXTS[id(bus)].task(stealing.queue(bus, "gamma")[0])["prompt"] == "restore the nightly backup"
     assert [t["id"] for t in stealing.queue(bus, "alpha")] == ["t-a2"]
-    assert bus.get("ws:done:t-a1")["result"] == {"followed": "gamma"}
-    assert stealing.follow(bus, "alpha", "gamma") == []  # once
+    assert result(bus, "t-a1") == {"followed": "gamma"}
+    assert stealing.follow(bus, "alpha", "gamma", texts=TEXTS[id(bus)]) == []  # once
 
 
 def test_a_failed_task_does_not_end_the_worker(tmp_path, git_env, monkeypatch):
     use_bus(monkeypatch, "embedded")
-    bus = busmod.open_bus(fed_brain(tmp_path / "b"))
+    bus = fed_bus(tmp_path / "b")
     ran: list = []
 
     def run(task):
@@ -499,4 +526,101 @@ def test_a_failed_task_does_not_end_the_worker(tmp_path, git_env, monkeypatch):
         if ran:
             break
     assert ran == ["t-good"]
-    assert bus.get("ws:done:t-bad")["result"] == {"failed": "kernel alpha died before answering"}
+    assert result(bus, "t-bad") == {"failed": "kernel alpha died before answering"}
+
+
+CANARY_SUMMARY = "canary-summary-7f3a: the Pulsa client's payroll export"
+CANARY_PROMPT = "canary-prompt-91c2: export the payroll of Pulsa for November"
+CANARIES = ("canary-summary-7f3a", "canary-prompt-91c2", "canary-answer-5d0e")
+
+
+def _redis_dump(url: str) -> list[str]:
+    """Every key of the Redis database and everything it holds, as text."""
+    import redis
+    r = redis.Redis.from_url(url)
+    out = []
+    for key in r.scan_iter("*"):
+        kind = r.type(key).decode()
+        out.append(key.decode())
+        if kind == "string":
+            out.append(repr(r.get(key)))
+        elif kind == "stream":
+            out.append(repr(r.xrange(key, "-", "+")))
+        elif kind == "hash":
+            out.append(repr(r.hgetall(key)))
+        elif kind == "list":
+            out.append(repr(r.lrange(key, 0, -1)))
+        elif kind in ("set", "zset"):
+            out.append(repr(r.smembers(key) if kind == "set" else r.zrange(key, 0, -1)))
+        else:
+            raise AssertionError(f"a Redis key of an unexpected type {kind}: {key!r}")
+    return out
+
+
+def _sqlite_dump(brain) -> list[str]:
+    """Every row of the embedded bus's tables, and the raw bytes of its files (the WAL too)."""
+    import sqlite3
+    files = sorted(brain.state_dir.glob(f"{busmod.DB_NAME}*"))
+    assert files, list(brain.state_dir.iterdir())
+    out = [f.read_bytes().decode("utf-8", "replace") for f in files]
+    db = sqlite3.connect(f"file:{files[0]}?mode=ro", uri=True)
+    try:
+        for (table,) in db.execute("select name from sqlite_master where type = 'table'"):
+            out += [repr(row) for row in db.execute(f"select * from {table}")]
+    finally:
+        db.close()
+    return out
+
+
+@pytest.mark.parametrize("backend", ["embedded", "redis"])
+def test_the_bus_carries_no_task_text(tmp_path, git_env, monkeypatch, backend, request):
+    """Issue 20, item 5: a stolen task's summary, prompt and answer are files in the brain; the bus
+    (every Redis key and stream entry, every row of the embedded bus's SQLite) has ids, hashes and
+    references only, and the stolen task still completes with its answer."""
+    url = None
+    if backend == "redis":
+        url = fresh_redis(request.getfixturevalue("redis_server"), 8)
+    use_bus(monkeypatch, backend, url)
+    brain = fed_brain(tmp_path / "b")
+    bus = brain_bus(brain)
+    ran: list = []
+
+    def run_as(kernel):
+        def run(task):
+            ran.append((kernel, task["id"]))
+            return {"answer": f"canary-answer-5d0e: {kernel} did {task['prompt']}"}
+        return run
+    a = Worker(bus, "alpha", run_as("alpha"), aptitude=lambda xs: [0.9] * len(xs), config=FAST)
+    b = Worker(bus, "beta", run_as("beta"), aptitude=lambda xs: [0.9] * len(xs), config=FAST)
+    b.beat(force=True)
+    enqueue(bus, "alpha", "keep alpha busy", task_id="t-busy")
+    enqueue(bus, "alpha", CANARY_SUMMARY, prompt=CANARY_PROMPT, task_id="t-canary")
+    spin(a, b, until=lambda: len(bus.keys("ws:done:")) == 2)
+    assert ("beta", "t-canary") in ran and grants(bus, "t-canary")[-1]["to"] == "beta", ran
+    got = result(bus, "t-canary")
+    assert got["answer"] == f"canary-answer-5d0e: beta did {CANARY_PROMPT}", got
+    record = bus.get("ws:task:t-canary")
+    assert record["ref"].startswith("kernels/alpha/tasks/t-canary.") and len(record["sha"]) == 64, record
+    assert CANARY_PROMPT in (brain.root / record["ref"]).read_text()
+    everything = _redis_dump(url) if url else _sqlite_dump(brain)
+    assert any("t-canary" in x for x in everything)   # the dump does see the task's signals
+    leaked = [x[:200] for x in everything if any(c in x for c in CANARIES)]
+    assert not leaked, leaked
+    bus.close() if backend == "redis" else None
+
+
+def test_a_task_text_changed_after_enqueue_is_not_run(tmp_path, git_env, monkeypatch):
+    """The owner's agent can write its own folder: a task file rewritten after the fact no longer
+    matches the hash on the bus, and the task is done, failed, without running the new text."""
+    use_bus(monkeypatch, "embedded")
+    brain = fed_brain(tmp_path / "b")
+    bus = brain_bus(brain)
+    ran: list = []
+    w = Worker(bus, "alpha", lambda t: ran.append(t["prompt"]) or {}, aptitude=lambda xs: [0.0] * len(xs),
+               config=FAST)
+    enqueue(bus, "alpha", "restore the backup", task_id="t-x")
+    path = brain.root / bus.get("ws:task:t-x")["ref"]
+    path.write_text(path.read_text().replace("restore the backup", "wire the money"))
+    w.recover()
+    spin(w, until=lambda: bus.get("ws:done:t-x") is not None)
+    assert ran == [] and "sha256 mismatch" in result(bus, "t-x")["failed"]

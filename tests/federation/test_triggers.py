@@ -236,8 +236,10 @@ def test_burst_worker_is_decommissioned_and_its_records_stay(fbrain, cli, monkey
     assert k.temporary and k.ttl == 7200
     # it does work that stays attributed: a stolen-style task committed by it, a registry session
     bus = busmod.open_bus(brain)
-    stealing.enqueue(bus, "burst", "ingest lab-report.pdf", task_id="pdf-1")
-    w = stealing.Worker(bus, "burst", lambda t: {"chunks": 12}, aptitude=lambda xs: [0.0] * len(xs))
+    from nika_brain.federation.stealing.texts import Texts
+    stealing.enqueue(bus, "burst", "ingest lab-report.pdf", texts=Texts(brain), task_id="pdf-1")
+    w = stealing.Worker(bus, "burst", lambda t: {"chunks": 12}, aptitude=lambda xs: [0.0] * len(xs),
+                        texts=Texts(brain))
     w.recover()
     until(lambda: w.step() and bus.get("ws:done:pdf-1"))
     registry.link_session(brain, "burst-session", kernel="burst")

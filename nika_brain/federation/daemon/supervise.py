@@ -29,7 +29,8 @@ def follow_handovers(brain: Brain) -> list[str]:
         try:
             from nika_brain import bus
             from nika_brain.federation.stealing import protocol as stealing
-            done += stealing.follow(bus.open_bus(brain), k.id, nxt.id)
+            from nika_brain.federation.stealing.texts import Texts
+            done += stealing.follow(bus.open_bus(brain), k.id, nxt.id, texts=Texts(brain))
         except BrainError:
             pass
         for item in queue.pending(brain, k.id):

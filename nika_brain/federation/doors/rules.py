@@ -2,7 +2,8 @@
 
 Allowed: its own records (read, ingest from its own folder), queries over what grants allow, every
 kernel's daily summaries, signals published on the health and work-stealing channels (ids, scores,
-references: no string longer than SIGNAL_TEXT), its own heartbeat key. Everything else is refused,
+references: no string longer than SIGNAL_TEXT), its own heartbeat key, the text of a work-stealing
+task it owns or that is granted to it (and the commit of a granted task's result). Everything else is refused,
 named, journaled: spawn, kill, restart, grant, approve, another kernel's records, directives (the
 operator's `kernel readjust`), goals.
 """
@@ -44,3 +45,20 @@ def check_signal(kernel_id: str, channel: str, message: Any) -> dict:
 def check_own(kernel_id: str, other: Any, what: str) -> None:
     if other not in (None, kernel_id):
         raise Refused(f"{what} of another kernel ({other}) are not {kernel_id}'s to read")
+
+
+def check_task(kernel_id: str, tid: str, record: Any, grants: list[dict], *, granted_only: bool = False) -> None:
+    """A kernel reads a work-stealing task's text when it owns the task or the newest decision grants it
+    to that kernel; it commits a result only for a task granted to it. Nothing else (an unknown task
+    is refused the same way: the door does not say which tasks exist)."""
+    from nika_brain.federation.stealing.texts import readable_by
+    if not isinstance(record, dict):
+        raise Refused(f"task {tid} is not granted to {kernel_id}")
+    if granted_only:
+        ok = bool(grants) and grants[-1].get("to") == kernel_id
+    else:
+        ok = readable_by(kernel_id, record, grants)
+    if not ok:
+        what = "its result is not" if granted_only else "its text is not"
+        raise Refused(f"task {tid} is not granted to {kernel_id}: {what} {kernel_id}'s to "
+                      f"{'commit' if granted_only else 'read'}")

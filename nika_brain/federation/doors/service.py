@@ -127,6 +127,39 @@ def _claim_close(brain: Brain, kid: str, req: dict) -> Any:
             "warnings": list(done.warnings), "next": nxt}
 
 
+def _task_id(req: dict) -> str:
+    tid = req.get("task")
+    if not isinstance(tid, str) or not tid or len(tid) > 128:
+        raise Refused("task is a task id")
+    return tid
+
+
+def _task(brain: Brain, kid: str, req: dict) -> Any:
+    """The text of a work-stealing task granted to this kernel, or of its own (the bus has only its
+    reference): rules.check_task."""
+    from nika_brain import bus
+    from nika_brain.federation.stealing import protocol, texts
+    b, tid = bus.open_bus(brain), _task_id(req)
+    record = b.get(protocol._k_task(tid))
+    rules.check_task(kid, tid, record, protocol.grants(b, tid) if record else [])
+    assert record is not None
+    return {"id": tid, "owner": record["owner"], **texts.Texts(brain).task(record)}
+
+
+def _task_result(brain: Brain, kid: str, req: dict) -> Any:
+    """Commit the result of a task granted to this kernel (written to the brain, its hash on the bus)."""
+    from nika_brain import bus
+    from nika_brain.federation.stealing import protocol, texts
+    b, tid = bus.open_bus(brain), _task_id(req)
+    record = b.get(protocol._k_task(tid))
+    gs = protocol.grants(b, tid) if record else []
+    rules.check_task(kid, tid, record, gs, granted_only=True)
+    try:
+        return protocol.commit(b, texts.Texts(brain), tid, kid, req.get("result"))
+    except BrainError as exc:
+        raise Refused(str(exc)) from None
+
+
 def _ping(_brain: Brain, kid: str, _req: dict) -> Any:
     return kid
 
@@ -140,7 +173,7 @@ def _summaries(brain: Brain, _kid: str, req: dict) -> Any:
 OPS: dict[str, Callable[[Brain, str, dict], Any]] = {
     "ping": _ping, "publish": _publish, "set": _set, "get": _get,
     "query": _query, "records": _records, "ingest": _ingest, "summaries": _summaries,
-    "claim_close": _claim_close,
+    "claim_close": _claim_close, "task": _task, "task_result": _task_result,
 }
 
 

@@ -207,6 +207,81 @@ def _in_scope(path: str, brain: Any, kernel: Any) -> bool:
     return False
 
 
+# Shell commands a strict doctrine lets through without a human: those the hook can prove write nothing
+# outside the kernel's folder and scope. READERS write nothing but their redirections; WRITERS write
+# only the paths they are given (each checked); anything else (an interpreter: python3 -c, node -e,
+# perl -e, a script, make, an unknown tool) cannot be read, so a human is asked. The sandbox is the
+# wall (the brain is read-only outside the scope of a strict kernel, whatever process writes): this is
+# the question asked before, so that a human sees the command.
+READERS = frozenset("""ls cat head tail grep egrep fgrep rg wc echo printf pwd stat file du df which
+type command date true false test [ diff cmp sort uniq cut tr jq basename dirname realpath readlink
+id whoami uname hostname env printenv sleep less more tree md5sum sha1sum sha256sum nl column
+""".split())
+WRITERS = frozenset("mkdir touch cp mv rm rmdir tee ln chmod truncate".split())
+_SAFE_GIT = frozenset("status log diff show blame branch rev-parse ls-files grep".split())
+_UNREADABLE = re.compile(r"\$\(|`|<\(|>\(|<<|\beval\b|\bexec\b|\bsource\b|(?:^|[;&|]\s*)\.\s")
+_SPLIT = re.compile(r"\|\||&&|[;\n]|(?<!>)\||(?<![>&<])&(?![>&])")
+_REDIRECT = re.compile(r"^(?:\d*|&)>>?(?:\|)?(.*)$")
+
+
+def _shell_outside(cmd: str, cwd: str, brain: Any, kernel: Any) -> str | None:
+    """None when `cmd` provably writes nothing outside the kernel's folder and scope, else what the
+    hook cannot prove (a path written outside, or the command it cannot read)."""
+    import shlex
+    if _UNREADABLE.search(cmd):
+        return "a command the hook cannot read (substitution, eval, here-document)"
+    base = cwd or str(brain.kernels_dir / kernel.id)
+
+    def outside(arg: str) -> bool:
+        if arg in ("/dev/null", "/dev/stdout", "/dev/stderr") or arg.startswith("&"):
+            return False
+        return not _in_scope(os.path.normpath(os.path.join(base, os.path.expanduser(arg))), brain, kernel)
+
+    for part in _SPLIT.split(cmd):
+        try:
+            words = shlex.split(part)
+        except ValueError:
+            return "a command the hook cannot read (unbalanced quotes)"
+        args: list[str] = []
+        it = iter(words)
+        for w in it:   # redirections out of the way: each target checked
+            m = _REDIRECT.match(w)
+            if m and (">" in w):
+                target = m.group(1) or next(it, "")
+                if outside(target):
+                    return f"a redirection to {target}"
+                continue
+            if w.startswith("<"):
+                if w == "<":
+                    next(it, None)
+                continue
+            args.append(w)
+        while args and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", args[0]):
+            args.pop(0)   # VAR=value before the command
+        if not args:
+            continue
+        prog = os.path.basename(args[0])
+        if prog in READERS and not (prog == "env" and len(args) > 1):
+            continue
+        if prog == "git" and len(args) > 1 and args[1] in _SAFE_GIT:
+            continue
+        if prog in ("nika-brain",) or (prog.startswith("python") and args[1:3] == ["-m", "nika_brain"]):
+            continue   # nika-brain's own commands: its writes are checked by its CLI and the door
+        if prog in WRITERS:
+            paths = [a for a in args[1:] if not a.startswith("-")]
+            bad = [a for a in paths if outside(a)]
+            if bad:
+                return f"`{prog}` on {bad[0]}"
+            continue
+        if prog == "sed" and not any(a.startswith("-i") or a == "--in-place" for a in args[1:]):
+            continue
+        if prog == "find" and not any(a in ("-delete", "-exec", "-execdir", "-ok", "-fprint", "-fprintf",
+                                            "-fls") for a in args[1:]):
+            continue
+        return f"`{prog}`, whose writes the hook cannot read"
+    return None
+
+
 def check(doc: Doctrine, tool: str, tool_input: dict, cwd: str, brain: Any, kernel: Any) -> tuple[str, str] | None:
     """("deny"|"ask", reason) for a tool call the doctrine does not let through as is, else None."""
     from nika_brain.claude.policy import WRITE_TOOLS, canonical_tool
@@ -232,4 +307,11 @@ def check(doc: Doctrine, tool: str, tool_input: dict, cwd: str, brain: Any, kern
                                     f"folder and scope ({where})")
                 return "ask", (f"kernel {kernel.id}'s doctrine ({label}): a write outside its folder "
                                f"and scope ({where}) needs a human's approval")
+    cmd = tool_input.get("command")
+    if doc.external_writes != "allowed" and name.lower() == "bash" and isinstance(cmd, str) and cmd.strip():
+        what = _shell_outside(cmd, cwd, brain, kernel)
+        if what is not None:
+            return "ask", (f"kernel {kernel.id}'s doctrine ({label}): this shell command may write outside "
+                           f"its folder and scope ({what}); a human approves it (its sandbox refuses such "
+                           "writes to the brain whatever the answer)")
     return None

@@ -14,6 +14,14 @@ Whatever the agent or Claude Code do, from inside its sandbox a kernel sees:
 - nothing of the operator's key folder (`~/.config/nika-brain`, for HOME and the passwd home), of the user's Claude
   Code config (`~/.claude`, `~/.claude.json`) or of nika-brain's tmux server;
 - its own HOME and CLAUDE_CONFIG_DIR under `kernels/<id>/home/` (memory, transcripts of its own);
+- what governs its next start read-only, although it lies in its own folder (`SELF_READ_ONLY`: its
+  record `kernel.yml` with its scope and doctrine field, its Claude Code settings `.claude/` (project
+  settings and a settings.local.json it might add), the user settings of its own config dir, its
+  credentials file) and the doctrine file its record names, wherever it lies: an agent that edited
+  them would loosen its own walls at its next start;
+- under a strict doctrine (`external_writes: ask|forbidden`), the whole brain read-only but its own
+  folder, the folders of its scope and what its hooks write: a write outside its scope fails whatever
+  process makes it (an interpreter, a script, a compiled tool), not only the ones the hook can read;
 - its door: `DOOR_SOCKET`, a unix socket bound in from `.nika/doors/<id>/`, through which it reaches
   the vault, the summaries and the bus (federation/doors). The server knows the kernel by the socket.
 Capabilities are dropped (root inside cannot unmount what hides the rest), pid and ipc are private.
@@ -45,6 +53,10 @@ READ_ONLY_STATE = ("locks", "claims")
 READ_ONLY_PATHS = ("operator.pub", ".git")
 STATE_RW = ("sessions", "mutex")             # .nika/ folders the hooks write (plus federation/<id>)
 STATE_RO = ("leases",)                       # .nika/ folders the hooks read: the lease mirror
+# In the kernel's own folder, read-only: what its next start reads (its record, its Claude Code settings,
+# its credentials). `.claude/` as a folder, so that no settings.local.json can be added either.
+SELF_READ_ONLY = ("kernel.yml", ".claude", "credentials.env", "home/.claude/settings.json")
+ROOT_READ_ONLY = (".claude",)                # the brain's own Claude Code settings (the operator's)
 BASE = ["--dev", "/dev", "--proc", "/proc", "--unshare-pid", "--unshare-ipc", "--die-with-parent",
         "--cap-drop", "ALL"]
 
@@ -121,6 +133,44 @@ def prepare(brain: Brain, kernel: Kernel) -> None:
               *(brain.root / s for s in (*READ_ONLY, *READ_ONLY_STATE))):
         d.mkdir(parents=True, exist_ok=True)
     door_dir(brain, kernel.id).chmod(0o700)
+    user = home_dir(brain, kernel.id) / ".claude" / "settings.json"
+    if not user.exists():   # bound read-only: it must exist, or the agent could create one
+        user.write_text("{}\n", encoding="utf-8")
+
+
+def doctrine_file(brain: Brain, kernel: Kernel) -> Path | None:
+    """The doctrine file the kernel's record names by path (not under `doctrines/`), if any."""
+    field = (kernel.doctrine or "").strip()
+    if not field.endswith((".yml", ".yaml")):
+        return None
+    path = (brain.root / field).resolve()
+    kernels_dir, own = brain.kernels_dir.resolve(), kernel_dir(brain, kernel.id).resolve()
+    if not path.is_file() or not path.is_relative_to(brain.root.resolve()):
+        return None
+    if path.is_relative_to(kernels_dir) and not path.is_relative_to(own):
+        return None   # another kernel's folder stays hidden (its doctrine file is not bound in)
+    return path
+
+
+def writable_scope(brain: Brain, kernel: Kernel) -> list[Path]:
+    """The brain folders (or files) a strict kernel may write besides its own folder: its scope's
+    entries, up to their first wildcard (`docs/client/*` -> docs/client); a folder entry that is not
+    there yet is created, so that the kernel can write in it."""
+    root = brain.root.resolve()
+    out: list[Path] = []
+    for s in kernel.scope:
+        head = s.strip().lstrip("/").split("*", 1)[0].split("?", 1)[0].split("[", 1)[0]
+        head = head.rstrip("/")
+        if not head:
+            continue
+        path = (root / head).resolve()
+        if not path.is_relative_to(root) or path == root:
+            continue
+        if not path.exists() and (s.rstrip().endswith(("/", "*")) or not path.suffix):
+            path.mkdir(parents=True, exist_ok=True)
+        if path.exists():
+            out.append(path)
+    return out
 
 
 def ensure_doors(brain: Brain, kernel_id: str, timeout: float = 60.0) -> None:
@@ -158,16 +208,31 @@ def wrap(brain: Brain, kernel: Kernel, tmux_socket: str | None = None) -> list[s
     ensure_doors(brain, kernel.id)
     root, state = brain.root, brain.state_dir
     own = kernel_dir(brain, kernel.id)
-    argv = ["bwrap", "--bind", "/", "/", *BASE,
-            "--tmpfs", str(brain.kernels_dir), "--bind", str(own), str(own),
-            "--tmpfs", str(state)]
+    from nika_brain.federation.kernels import doctrine
+    strict = (doctrine.for_hook(brain, kernel.id) or doctrine.Doctrine()).external_writes != "allowed"
+    argv = ["bwrap", "--bind", "/", "/", *BASE]
+    if strict:   # the brain read-only, then its own folder, its scope and its hooks' state writable
+        argv += ["--ro-bind", str(root), str(root)]
+        for path in writable_scope(brain, kernel):
+            if not path.is_relative_to(brain.kernels_dir.resolve()):   # another kernel's stays hidden
+                argv += ["--bind", str(path), str(path)]
+    argv += ["--tmpfs", str(brain.kernels_dir), "--bind", str(own), str(own),
+             "--tmpfs", str(state)]
+    for name in SELF_READ_ONLY:
+        if (own / name).exists():
+            argv += ["--ro-bind", str(own / name), str(own / name)]
+    for name in ROOT_READ_ONLY:
+        if (root / name).exists():
+            argv += ["--ro-bind", str(root / name), str(root / name)]
+    named = doctrine_file(brain, kernel)
+    if named is not None:
+        argv += ["--ro-bind", str(named), str(named)]
     for sub in (*STATE_RW, f"federation/{kernel.id}"):
         argv += ["--bind", str(state / sub), str(state / sub)]
     for sub in STATE_RO:
         argv += ["--ro-bind", str(state / sub), str(state / sub)]
     for sub in (*READ_ONLY, *READ_ONLY_STATE):
         argv += ["--ro-bind", str(root / sub), str(root / sub)]
-    from nika_brain.federation.kernels import doctrine
     snap = str(doctrine.snapshot_dir(brain, kernel.id))
     argv += ["--ro-bind", snap, snap]
     for name in READ_ONLY_PATHS:

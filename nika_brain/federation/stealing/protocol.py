@@ -2,7 +2,7 @@
 
 The seed's protocol, on `nika:federation:work_stealing`:
 1. A kernel with waiting work (its owner) publishes `task_available` (task id, its summary's hash,
-   priority: a signal; claimants read the summary from the task's record `ws:task:<id>`).
+   priority: a signal; the daemon's claimants read the summary from the brain, see below).
 2. Idle kernels (nothing running, nothing waiting) answer `task_claim` with their aptitude: the cosine
    of their /goal and the task summary (aptitude.py).
 3. The owner decides (`decide`): no claim at or above the threshold -> it keeps the task; one -> that
@@ -13,9 +13,15 @@ The seed's protocol, on `nika:federation:work_stealing`:
    when every kernel that was idle at offer time has answered, or when the window (0.2 s by default)
    ends, whichever comes first; an offer with no idle kernel alive is kept at once.
 
+Content by reference. A task's summary and prompt, and a run's result, are files in the brain
+(texts.py: `kernels/<owner>/tasks/`); the bus carries only ids, hashes and references: the task record
+has `ref`, `sha` (sha256 of the file) and `summary_sha`, the done record `result_ref` and `result_sha`.
+A text whose hash does not match is not run (the task is done, failed). A sandboxed kernel reads a task
+granted to it, and commits its result, through its door (doors: `task`, `task_result`).
+
 Exactly once. Every fact lives in the bus's keyed state (one Redis, or one SQLite file), and every
 decision is a `set_if_absent` (SET NX), so two writers can never both win:
-- `ws:task:<id>` the task; `ws:open:<owner>:<id>` while it is not done (the owner's queue view);
+- `ws:task:<id>` the task (its reference); `ws:open:<owner>:<id>` while it is not done (the owner's queue view);
   `ws:away:<owner>:<id>` while a task granted to another kernel is not done (what the sweep watches);
 - `ws:grant:<id>:<n>` decision n (1, 2, ...): who may run the task. The owner writes 1 when it
   decides; a restarted owner that decides again loses the SET NX and reads the first decision. When a
@@ -46,6 +52,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from nika_brain.errors import BrainError
+from nika_brain.federation.stealing.texts import Texts
 
 GROUP = "kernel"
 DEFAULTS = {
@@ -224,6 +231,7 @@ def enqueue(
     owner: str,
     summary: str,
     *,
+    texts: Texts,
     priority: float = 0.5,
     prompt: str | None = None,
     task_id: str | None = None,
@@ -238,13 +246,15 @@ def enqueue(
     if not isinstance(priority, (int, float)) or isinstance(priority, bool) or not 0 <= priority <= 1:
         raise BrainError(f"a task priority is a number from 0 to 1, got {priority!r}")
     tid = _check_name("task id", task_id or f"t-{uuid.uuid4().hex[:16]}")
+    if bus.get(_k_task(tid)) is not None:
+        raise BrainError(f"task {tid} exists already")
     task = {
         "id": tid,
         "owner": owner,
-        "summary": summary,
-        "prompt": prompt or summary,
+        "summary_sha": _sha(summary),
         "priority": float(priority),
         "created": time.time(),
+        **texts.put_task(owner, tid, summary, prompt or summary),   # the text: in the brain
     }
     if not bus.set_if_absent(_k_task(tid), task):
         raise BrainError(f"task {tid} exists already")
@@ -272,6 +282,34 @@ def task_state(bus: Any, tid: str) -> dict:
     return {**task, "state": state, "kernel": where, "grants": gs, "done": done}
 
 
+def result(bus: Any, texts: Texts, tid: str) -> Any:
+    """The committed result of a task (None while it is not done), read from the brain."""
+    return texts.result(bus.get(_k_done(tid)))
+
+
+def commit(bus: Any, texts: Texts, tid: str, kernel: str, outcome: Any, *, by: str = "door") -> dict:
+    """A kernel commits the result of a task granted to it (its door's `task_result`): the result
+    written to the brain, then the done record's SET NX (a second commit, or the worker's own after
+    it, loses). Refused (BrainError) when the newest decision does not name the kernel or the task is
+    done."""
+    task = bus.get(_k_task(tid))
+    if task is None:
+        raise BrainError(f"no such task: {tid}")
+    gs = grants(bus, tid)
+    if not gs or gs[-1]["to"] != kernel:
+        raise BrainError(f"task {tid} is not granted to {kernel}")
+    if bus.get(_k_done(tid)) is not None:
+        raise BrainError(f"task {tid} is done already")
+    done = {"kernel": kernel, "epoch": gs[-1]["epoch"], "at": time.time(), "by": by,
+            **texts.put_result(task, outcome)}
+    if not bus.set_if_absent(_k_done(tid), done):
+        raise BrainError(f"task {tid} is done already")
+    if task["owner"] != kernel:
+        msg = {"type": "task_done", "task": tid, "owner": task["owner"], "kernel": kernel, "stolen": True}
+        bus.publish(channel(), msg)
+    return {"task": tid, "result_ref": done["result_ref"], "result_sha": done["result_sha"]}
+
+
 def queue(bus: Any, kernel: str) -> list[dict]:
     """The kernel's open tasks (not done), highest priority first then oldest."""
     prefix = f"ws:open:{_check_name('kernel id', kernel)}:"
@@ -285,7 +323,7 @@ def queue(bus: Any, kernel: str) -> list[dict]:
     return out
 
 
-def follow(bus: Any, predecessor: str, successor: str) -> list[str]:
+def follow(bus: Any, predecessor: str, successor: str, *, texts: Texts) -> list[str]:
     """A handed-over kernel's waiting tasks follow its successor: each is closed (done, "followed")
     with a SET NX -- so a run that started meanwhile keeps it -- and enqueued again for the successor
     under `<id>~<successor>`. Running or granted-away tasks stay: their runner finishes them.
@@ -298,8 +336,12 @@ def follow(bus: Any, predecessor: str, successor: str) -> list[str]:
                                                     "result": {"followed": successor}}):
             continue
         bus.delete(_k_open(predecessor, t["id"]))
-        new = enqueue(bus, successor, t["summary"], priority=t["priority"], prompt=t["prompt"],
-                      task_id=f"{t['id']}~{successor}"[:120])
+        try:
+            text = texts.task(t)
+        except BrainError:
+            continue   # its text is gone or changed: nothing to hand over (it stays closed, followed)
+        new = enqueue(bus, successor, text["summary"], texts=texts, priority=t["priority"],
+                      prompt=text["prompt"], task_id=f"{t['id']}~{successor}"[:120])
         moved.append(new["id"])
     return moved
 
@@ -329,8 +371,10 @@ class Worker:
     """One kernel's side of the protocol: runs its queue, offers what waits, claims when idle.
 
     `run(task) -> dict | None` does the work (in production: the prompt delivered to the kernel's
-    agent); its result is stored in the task's done record. `journal(type, payload)` records grants
-    and revocations (default: the brain's signal journal). One Worker per kernel at a time.
+    agent); it gets the task record with its text (`summary`, `prompt`, read from the brain through
+    `texts`); its result is written to the brain and named by the task's done record.
+    `journal(type, payload)` records grants and revocations (default: the brain's signal journal).
+    One Worker per kernel at a time.
     """
 
     def __init__(
@@ -340,6 +384,7 @@ class Worker:
         run: Callable[[dict], dict | None],
         *,
         aptitude: Callable[[list[str]], list[float]],
+        texts: Texts,
         config: Settings = Settings(),
         journal: Callable[[str, dict], None] | None = None,
         on_start: Callable[[dict], None] | None = None,
@@ -349,6 +394,7 @@ class Worker:
         self.kernel = _check_name("kernel id", kernel)
         self.run = run
         self.aptitude = aptitude
+        self.texts = texts
         self.cfg = config
         self.journal = journal or (lambda _kind, _payload: None)
         self.on_start = on_start
@@ -492,10 +538,11 @@ class Worker:
     def _summary(self, offer: dict) -> str:
         """What a claimant scores: the offered task's summary, read from its record (the offer carries
         only its id and hash)."""
-        if isinstance(offer.get("summary"), str):   # an offer published before offers were signals
-            return offer["summary"]
-        task = self.bus.get(_k_task(str(offer["task"]))) or {}
-        return str(task.get("summary") or "")
+        task = self.bus.get(_k_task(str(offer["task"])))
+        try:
+            return self.texts.task(task)["summary"] if task else ""
+        except BrainError:
+            return ""   # gone or changed: nothing to score (aptitude of an empty text)
 
     def _claim(self, offers: list[dict]) -> None:
         """Answer fresh offers while idle, scoring them in one batch (one embedding call)."""
@@ -566,7 +613,7 @@ class Worker:
                     "type": "task_available",
                     "task": tid,
                     "owner": self.kernel,
-                    "sha": _sha(task["summary"]),   # a signal: the text stays in the task's record
+                    "sha": task.get("summary_sha"),   # a signal: the text stays in the brain
                     "priority": task["priority"],
                     "at": time.time(),
                 },
@@ -750,7 +797,7 @@ class Worker:
                 self.on_start({**task, "epoch": epoch, "kernel": self.kernel, "pid": self.pid})
             renew.start()
             try:
-                result = self.run(task)
+                result = self.run(self.texts.full(task))
             except BrainError as exc:  # a failed task is done (failed); the worker goes on
                 result = {"failed": str(exc)}
                 self.stats["failed"] = self.stats.get("failed", 0) + 1
@@ -760,7 +807,7 @@ class Worker:
                 "epoch": epoch,
                 "token": token,
                 "at": time.time(),
-                "result": result,
+                **self.texts.put_result(task, result),   # the result: in the brain
             }
             if self.bus.set_if_absent(_k_done(tid), done):
                 self.stats["ran"] += 1
@@ -852,7 +899,7 @@ def worker_for(brain: Any, kernel_id: str, run: Callable[[dict], dict | None], *
 
     kw.setdefault("busy", prompts_waiting)
     return Worker(
-        bus, k.id, run, aptitude=apt.scores, config=cfg, journal=brain_journal(brain), **kw
+        bus, k.id, run, aptitude=apt.scores, texts=Texts(brain), config=cfg, journal=brain_journal(brain), **kw
     )
 
 
