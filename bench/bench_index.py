@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from isolation import own_operator_home
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -159,4 +161,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with own_operator_home():
+        sys.exit(main())
