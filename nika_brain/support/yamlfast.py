@@ -22,8 +22,17 @@ _NUMERIC = frozenset("-+0123456789.")
 _RESOLVED = frozenset("yYnNtTfFoO<=~")      # first letters of YAML 1.1's bool, null, merge and value
 _INT = re.compile(r"[-+]?(?:0|[1-9][0-9]*)\Z")
 # Printable for YAML, and no line break of its own (NEL, LS, PS), no BOM, no tab: anything else is the
-# full loader's business.
-_ODD = re.compile("[^\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufefe\uff00-\ufffd\U00010000-\U0010ffff]")
+# full loader's business. (ASCII lines, nearly all, need no regex: printable ASCII is 0x20-0x7e.)
+_ODD_CHARS = "[^\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufefe\uff00-\ufffd\U00010000-\U0010ffff]"
+_ODD: list[re.Pattern] = []
+
+
+def _odd(raw: str) -> bool:
+    if raw.isascii():
+        return not raw.isprintable()
+    if not _ODD:
+        _ODD.append(re.compile(_ODD_CHARS))
+    return _ODD[0].search(raw) is not None
 _KEYLINE = re.compile(r"([A-Za-z_][A-Za-z0-9_-]*):(?: +(.*))?\Z")
 _WORD = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./-]*\Z")
 MAX_DEPTH = 30     # below yamlsafe's own limits: near them, the full loader decides
@@ -94,8 +103,8 @@ def parse(text: str) -> tuple[Any, dict] | None:
             if raw:
                 return None  # a line of spaces only: fine for YAML, not worth a rule here
             continue
-        if content[0] == "#" or raw[-1] == " " or _ODD.search(raw):
-            if content[0] == "#" and not _ODD.search(raw):
+        if content[0] == "#" or raw[-1] == " " or _odd(raw):
+            if content[0] == "#" and not _odd(raw):
                 continue  # a comment line
             return None
         rows.append((len(raw) - len(content), content, number))
