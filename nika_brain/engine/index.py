@@ -90,6 +90,19 @@ _CACHED: dict[str, tuple[str, Callable[[Any], dict]]] = {
 }
 
 
+def _parse(brain: Brain, kind: str, path: str, data: bytes) -> Any:
+    """A claim or gate from the bytes already read for its hash: read once, parsed once (cold, 10,000
+    claims), with the loader's own checks and messages."""
+    from nika_brain.state import claims, gates
+    from nika_brain.support import fsio, yamlsafe
+    try:
+        doc = yamlsafe.loads(fsio.decode_text(data, path, limit=yamlsafe.MAX_BYTES), path)
+        return (claims.load_path if kind == "claim" else gates.load_path)(Path(path), doc)
+    except BrainError as exc:
+        exc.file = brain.rel(path) or exc.file or path
+        raise
+
+
 def _load(brain: Brain, kind: str, path: Path):
     from nika_brain.state.validate import load
     try:
@@ -110,12 +123,14 @@ def _load_all(brain: Brain, folder: Path, kind: str, bad: list | None = None) ->
     return good
 
 
-def _digest(path: str) -> str | None:
+def _read(path: str) -> tuple[bytes | None, str | None]:
+    """(bytes, their hash) of a state file; (None, None) when unreadable or gone: the loader says why."""
     try:
         with open(path, "rb") as fh:
-            return hashlib.blake2b(fh.read(), digest_size=16).hexdigest()
+            data = fh.read(1 << 21)
     except OSError:
-        return None  # unreadable or gone: parse it, and let the loader say what is wrong
+        return None, None
+    return data, hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
 class _Cache:
@@ -150,12 +165,14 @@ class _Cache:
             if good and hit[:3] == key and key[0] != -1:
                 new[name] = hit
                 continue
-            digest = _digest(path)
+            data, digest = _read(path)
             if good and digest is not None and hit[3] == digest:
                 new[name] = key + hit[3:]  # the same bytes (a copy, a fresh checkout): not parsed again
             else:
                 try:
-                    new[name] = key + [digest, summarize(_load(self.brain, kind_name, Path(path)))]
+                    record = (_load(self.brain, kind_name, Path(path)) if data is None
+                              else _parse(self.brain, kind_name, path, data))
+                    new[name] = key + [digest, summarize(record)]
                 except BrainError as exc:
                     if bad is None:
                         raise
