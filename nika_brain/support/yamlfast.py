@@ -27,16 +27,17 @@ _ODD_CHARS = "[^\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufefe\uff00-\ufffd\U000
 _ODD: list[re.Pattern] = []
 
 
-def _odd(raw: str) -> bool:
-    if raw.isascii():
-        return not raw.isprintable()
+def _odd(text: str) -> bool:
+    """Whether the text (its line breaks taken out) holds a character outside the plain printable set."""
+    if text.isascii():
+        return not text.isprintable()
     if not _ODD:
         _ODD.append(re.compile(_ODD_CHARS))
-    return _ODD[0].search(raw) is not None
+    return _ODD[0].search(text) is not None
 _KEYLINE = re.compile(r"([A-Za-z_][A-Za-z0-9_-]*):(?: +(.*))?\Z")
 _WORD = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./-]*\Z")
 MAX_DEPTH = 30     # below yamlsafe's own limits: near them, the full loader decides
-MAX_NODES = 100_000
+MAX_TEXT = 100_000  # characters; a document has fewer nodes than characters, so fewer than yamlsafe allows
 
 
 class _No(Exception):
@@ -96,22 +97,26 @@ def _scalar(v: str, line: int, path: tuple, lines: dict) -> Any:
 
 def parse(text: str) -> tuple[Any, dict] | None:
     """(data, {key path: line}) as `yamlsafe.loads` would give them, or None outside the subset."""
+    if len(text) > MAX_TEXT or _odd(text.replace("\n", "")):
+        return None
     rows: list[tuple[int, str, int]] = []   # (indent, content, line number)
-    for number, raw in enumerate(text.split("\n"), 1):
+    number = 0
+    for raw in text.split("\n"):
+        number += 1
         content = raw.lstrip(" ")
         if not content:
             if raw:
                 return None  # a line of spaces only: fine for YAML, not worth a rule here
             continue
-        if content[0] == "#" or raw[-1] == " " or _odd(raw):
-            if content[0] == "#" and not _odd(raw):
-                continue  # a comment line
+        if content[0] == "#":
+            continue  # a comment line
+        if raw[-1] == " ":
             return None
         rows.append((len(raw) - len(content), content, number))
     if not rows or rows[0][0] != 0 or rows[0][1] in ("---", "..."):
         return None
     lines: dict[tuple, int] = {(): rows[0][2]}
-    state = [0, 0]   # next row, nodes
+    state = [0]   # the next row
     try:
         data = _block(rows, state, 0, (), lines, 0)
     except (_No, RecursionError):
@@ -130,18 +135,13 @@ def _block(rows: list, state: list, indent: int, path: tuple, lines: dict, depth
     return _mapping(rows, state, indent, path, lines, depth, None)
 
 
-def _count(state: list) -> None:
-    state[1] += 1
-    if state[1] > MAX_NODES:
-        raise _No
-
-
 def _mapping(rows: list, state: list, indent: int, path: tuple, lines: dict, depth: int,
              first: str | None) -> dict:
     """A block mapping at `indent`; `first`: its first line's content when it follows a `- `."""
     out: dict[str, Any] = {}
-    _count(state)
-    while state[0] < len(rows):
+    match = _KEYLINE.match
+    n = len(rows)
+    while state[0] < n:
         at, content, number = rows[state[0]]
         if first is not None:
             content, first = first, None
@@ -149,22 +149,21 @@ def _mapping(rows: list, state: list, indent: int, path: tuple, lines: dict, dep
             if at > indent:
                 raise _No
             break
-        elif content == "-" or content.startswith("- "):
+        elif content[0] == "-" and (len(content) == 1 or content[1] == " "):
             break  # the sequence this mapping is an item of goes on
-        m = _KEYLINE.match(content)
+        m = match(content)
         if m is None:
             raise _No
-        key, value = m.group(1), m.group(2)
+        key, value = m.group(1, 2)
         if key in out or key in _BOOL or key in _NULL:
             raise _No
         here = path + (key,)
         lines[here] = number
         state[0] += 1
-        _count(state)
         if value is not None:
             out[key] = _scalar(value, number, here, lines)
             continue
-        if state[0] < len(rows):
+        if state[0] < n:
             nxt_at, nxt = rows[state[0]][0], rows[state[0]][1]
             if nxt_at > indent:
                 out[key] = _block(rows, state, nxt_at, here, lines, depth + 1)
@@ -178,7 +177,6 @@ def _mapping(rows: list, state: list, indent: int, path: tuple, lines: dict, dep
 
 def _sequence(rows: list, state: list, indent: int, path: tuple, lines: dict, depth: int) -> list:
     out: list[Any] = []
-    _count(state)
     while state[0] < len(rows):
         at, content, number = rows[state[0]]
         if at != indent:
@@ -196,6 +194,5 @@ def _sequence(rows: list, state: list, indent: int, path: tuple, lines: dict, de
             out.append(_mapping(rows, state, indent + 2, here, lines, depth + 1, item))
             continue
         state[0] += 1
-        _count(state)
         out.append(_scalar(item, number, here, lines))
     return out
