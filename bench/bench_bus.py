@@ -15,6 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from isolation import own_operator_home
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # for tests.kit.redis: one way to start a redis-server
 
@@ -59,4 +61,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with own_operator_home():
+        sys.exit(main())

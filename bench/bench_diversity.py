@@ -17,6 +17,8 @@ import sys
 import time
 from pathlib import Path
 
+from isolation import own_operator_home
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -64,4 +66,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    with own_operator_home():
+        raise SystemExit(main())

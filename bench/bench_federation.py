@@ -31,6 +31,8 @@ import threading
 import time
 from pathlib import Path
 
+from isolation import own_operator_home
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
@@ -208,4 +210,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with own_operator_home():
+        main()

@@ -31,6 +31,8 @@ import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from isolation import own_operator_home
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -194,4 +196,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with own_operator_home():
+        sys.exit(main())

@@ -4,6 +4,9 @@ workflows and runs, in a brain made by `nika-brain init`.
 The whole process is judged, as a user or a git hook runs it, by its CPU time (user + system), each
 run paired with a bare `python -c pass` run just before or after it:
   cached   the cache is current, BRAIN-INDEX.md was removed: stat, render, write     goal < 0.3 s
+           (nothing changed: the remembered text answers, see engine/index.py)
+  changed  one claim rewritten just before (as a git hook after a commit): the summary cache
+           answers for the other files, the model and the template run; printed, not judged
   copied   a fresh copy of the brain (new inodes and mtimes, as a clone gives) with its cache
   cold     no cache (.nika/cache removed): every state file is parsed                goal < 1 s
 Then, for the breakdown, in-process medians of `index.regenerate`: cold, warm (render + write), noop.
@@ -21,6 +24,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from isolation import own_operator_home
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -139,6 +144,15 @@ def main() -> int:
             return cpu_of(bare, env)
 
         ok = judge("`nika-brain index`, cached", *pairs(args.runs, base, cached), absolute=CACHED)
+        edits = iter(range(1, 10_000))
+
+        def changed() -> float:
+            path = brain.claims_dir / sorted(os.listdir(brain.claims_dir))[0]
+            text = path.read_text()
+            path.write_text(text.replace("story_angle: bench", f"story_angle: bench{next(edits)}-", 1))
+            return run_in(brain.root)
+        judge("`nika-brain index`, one claim changed just before (the summary cache, a render)",
+              *pairs(args.runs, base, changed))
         judge("`nika-brain index`, a copy of the brain with its cache (as after a clone)",
               *pairs(args.runs, base, copied))
         ok &= judge("`nika-brain index`, cold (no cache)", *pairs(args.runs, base, cold), absolute=COLD)
@@ -159,4 +173,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with own_operator_home():
+        sys.exit(main())

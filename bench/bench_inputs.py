@@ -21,6 +21,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from isolation import own_operator_home
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -91,4 +93,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with own_operator_home():
+        sys.exit(main())

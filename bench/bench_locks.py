@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from isolation import own_operator_home
+
 from nika_brain.brain import Brain
 from nika_brain.state import locks
 from nika_brain.support.fsio import atomic_write
@@ -93,4 +95,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with own_operator_home():
+        sys.exit(main())

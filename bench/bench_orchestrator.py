@@ -29,6 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from isolation import own_operator_home
+
 ROOT = Path(__file__).resolve().parent.parent
 SWARM_GOAL = 2.0
 CLAIMS_GOAL = 1.5
@@ -185,4 +187,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with own_operator_home() as passwd:
+        ENV.update(passwd)
+        sys.exit(main())

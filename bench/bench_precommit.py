@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from isolation import own_operator_home
+
 from nika_brain.engine.init import init
 from nika_brain.support.yamlsafe import dumps
 
@@ -111,4 +113,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with own_operator_home():
+        sys.exit(main())

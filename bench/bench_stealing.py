@@ -21,6 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from isolation import own_operator_home
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -135,4 +137,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    with own_operator_home():
+        raise SystemExit(main())

@@ -41,6 +41,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from isolation import own_operator_home
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 CLINC = next((p for p in (ROOT.parent / "shared" / "data" / "clinc150" / "clinc150_dev.json",
@@ -358,4 +360,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with own_operator_home():
+        sys.exit(main())

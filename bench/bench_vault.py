@@ -31,6 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from isolation import own_operator_home
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nika_brain.brain import Brain
@@ -204,4 +206,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with own_operator_home():
+        main()

@@ -42,5 +42,21 @@ def main(argv: list[str] | None = None) -> int:
     return run(argv)
 
 
+def _exit_now(code: int) -> None:
+    """End a hook process without the interpreter's teardown (module cleanup, a last garbage
+    collection): about a tenth of a hook's CPU, paid on every tool call. Nothing is left to finish:
+    the hook closed its files and wrote its answer; no atexit handler and no non-daemon thread run on
+    the hook paths. The output streams are flushed first."""
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass  # a closed pipe: the answer could not be delivered anyway
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    if sys.argv[1:2] == ["hook"]:
+        _exit_now(code)
+    sys.exit(code)

@@ -12,6 +12,13 @@ Two properties matter more than anything else here:
   fresh checkout, the file is read and its hash decides, so only a changed content is parsed again.
   As in git's "racy" rule, a file changed in the last seconds (the file system's clock is coarse: a
   second write in the same tick keeps the stat) is always checked by its hash.
+* Fast when nothing changed (a git hook on a commit that touched no state, `index` run twice): the
+  text is a function of the state files alone, so .nika/cache/index-text.json keeps the last text with
+  a fingerprint of every input (the stat of each file the model reads, listed by `_inputs`, plus the
+  template, the config and the rendering code); the same fingerprint gives the same text without a
+  parse or a render. A file changed in the racy window makes no fingerprint (rendered every time).
+  Both caches are data an agent could write, as the state files are: never code, and a lie in them
+  is no worse than the same lie written into the state or into BRAIN-INDEX.md itself.
 
 The Markdown comes from a Jinja2 template; a brain may point `index_template` in nika-brain.yml at its
 own (rendered in a sandbox, with the variables documented at the top of the default template).
@@ -24,16 +31,20 @@ import json
 import os
 import stat
 import time
-from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from nika_brain import __version__
 from nika_brain.brain import CONFIG_NAME, Brain
 from nika_brain.errors import BrainError
-from nika_brain.state import breakers, claims, gates, runs, workflows
-from nika_brain.state.validate import load
-from nika_brain.support import clock
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from nika_brain.state import claims, gates, workflows
+
+# The state loaders, clock and Jinja are imported where they are used: when the text is remembered
+# (nothing changed) none of them is needed.
 
 TEMPLATE_NAME = "BRAIN-INDEX.md.j2"
 _PACKAGE_TEMPLATES = Path(__file__).parent.parent / "templates"
@@ -57,6 +68,7 @@ STATE_STYLES = {
 # ---- cached summaries of the accumulating kinds -------------------------------------------------
 
 def _claim_summary(c: claims.Claim) -> dict:
+    from nika_brain.support import clock
     newest = c.closed or c.opened
     return {"id": c.id, "workflow": c.workflow, "step": c.step, "scope": list(c.scope),
             "status": c.status, "opened": clock.iso(c.opened),
@@ -65,6 +77,7 @@ def _claim_summary(c: claims.Claim) -> dict:
 
 
 def _gate_summary(g: gates.Gate) -> dict:
+    from nika_brain.support import clock
     newest = g.decided_at or g.created
     return {"id": g.id, "workflow": g.workflow, "step": g.step, "claim": g.claim, "message": g.message,
             "reason": g.reason, "status": g.status, "created": clock.iso(g.created),
@@ -77,7 +90,21 @@ _CACHED: dict[str, tuple[str, Callable[[Any], dict]]] = {
 }
 
 
+def _parse(brain: Brain, kind: str, path: str, data: bytes) -> Any:
+    """A claim or gate from the bytes already read for its hash: read once, parsed once (cold, 10,000
+    claims), with the loader's own checks and messages."""
+    from nika_brain.state import claims, gates
+    from nika_brain.support import fsio, yamlsafe
+    try:
+        doc = yamlsafe.loads(fsio.decode_text(data, path, limit=yamlsafe.MAX_BYTES), path)
+        return (claims.load_path if kind == "claim" else gates.load_path)(Path(path), doc)
+    except BrainError as exc:
+        exc.file = brain.rel(path) or exc.file or path
+        raise
+
+
 def _load(brain: Brain, kind: str, path: Path):
+    from nika_brain.state.validate import load
     try:
         return load(kind, path)
     except BrainError as exc:
@@ -96,12 +123,14 @@ def _load_all(brain: Brain, folder: Path, kind: str, bad: list | None = None) ->
     return good
 
 
-def _digest(path: str) -> str | None:
+def _read(path: str) -> tuple[bytes | None, str | None]:
+    """(bytes, their hash) of a state file; (None, None) when unreadable or gone: the loader says why."""
     try:
         with open(path, "rb") as fh:
-            return hashlib.blake2b(fh.read(), digest_size=16).hexdigest()
+            data = fh.read(1 << 21)
     except OSError:
-        return None  # unreadable or gone: parse it, and let the loader say what is wrong
+        return None, None
+    return data, hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
 class _Cache:
@@ -119,23 +148,13 @@ class _Cache:
         except (OSError, ValueError, AttributeError):
             self.data = {}  # missing or damaged: it is only a cache, rebuild it
 
-    def summaries(self, folder: Path, kind: str, bad: list | None = None) -> list[dict]:
+    def summaries(self, folder: Path, kind: str, bad: list | None = None,
+                  listing: list[tuple[str, str, os.stat_result]] | None = None) -> list[dict]:
         kind_name, summarize = _CACHED[kind]
         old = self.data.get(kind, {})
         new: dict[str, list] = {}
         settled = time.time_ns() - _RACY_NS
-        try:
-            entries = list(os.scandir(folder))
-        except (FileNotFoundError, NotADirectoryError):
-            entries = []
-        for de in entries:
-            name = de.name
-            if not name.endswith(".yml") or name.startswith("."):
-                continue
-            try:
-                st = de.stat()
-            except FileNotFoundError:
-                continue  # removed while we looked: it is not part of this state
+        for name, path, st in _listing(folder) if listing is None else listing:
             if not stat.S_ISREG(st.st_mode):
                 continue
             key = [st.st_mtime_ns, st.st_size, st.st_ctime_ns]
@@ -146,12 +165,14 @@ class _Cache:
             if good and hit[:3] == key and key[0] != -1:
                 new[name] = hit
                 continue
-            digest = _digest(de.path)
+            data, digest = _read(path)
             if good and digest is not None and hit[3] == digest:
                 new[name] = key + hit[3:]  # the same bytes (a copy, a fresh checkout): not parsed again
             else:
                 try:
-                    new[name] = key + [digest, summarize(_load(self.brain, kind_name, Path(de.path)))]
+                    record = (_load(self.brain, kind_name, Path(path)) if data is None
+                              else _parse(self.brain, kind_name, path, data))
+                    new[name] = key + [digest, summarize(record)]
                 except BrainError as exc:
                     if bad is None:
                         raise
@@ -175,6 +196,95 @@ class _Cache:
             pass  # a read-only state folder only costs speed
 
 
+def _listing(folder: Path) -> list[tuple[str, str, os.stat_result]]:
+    """(name, path, stat) of the folder's *.yml files (not dot files), by name; one removed while we
+    looked is not part of this state."""
+    out = []
+    try:
+        entries = os.scandir(folder)
+    except (FileNotFoundError, NotADirectoryError):
+        return out
+    with entries:
+        for de in entries:
+            name = de.name
+            if name.endswith(".yml") and not name.startswith("."):
+                try:
+                    out.append((name, de.path, de.stat()))
+                except FileNotFoundError:
+                    continue
+    out.sort()
+    return out
+
+
+_CODE = ("index.py", "../state/runs.py", "../state/workflows.py", "../state/kernels.py",
+         "../support/clock.py")   # the rendering code, for a checkout edited in place
+
+
+def _inputs(brain: Brain) -> tuple[list[Path], list[Path]]:
+    """(folders of *.yml, single files) that `model` and `render` read: the fingerprint covers each
+    (tests/engine/test_index_memo.py holds this list to every file a render opens)."""
+    folders = [brain.claims_dir, brain.gates_dir, brain.locks_dir, brain.breakers_dir, brain.runs_dir,
+               brain.workflows_dir, brain.root / "registry" / "handovers",
+               brain.root / "proposals", brain.grants_dir]
+    files = [brain.root / CONFIG_NAME, brain.journal_dir / "signals.jsonl"]
+    try:
+        files += [brain.kernels_dir / n / "kernel.yml" for n in sorted(os.listdir(brain.kernels_dir))]
+    except (FileNotFoundError, NotADirectoryError):
+        pass
+    files += [Path(__file__).parent / c for c in _CODE]
+    return folders, files
+
+
+def _fingerprint(brain: Brain, template: Path, listings: dict[Path, list]) -> str | None:
+    """A digest of the stat of every input (None when one changed in the racy window: its stat may
+    not show a second change in the same tick). Fills `listings` for the render that may follow."""
+    settled = time.time_ns() - _RACY_NS
+    h = hashlib.blake2b(digest_size=20)
+    h.update(f"{_CACHE_VERSION}\0{__version__}\0{brain.root}\0{template}\0".encode())
+    folders, files = _inputs(brain)
+    for folder in folders:
+        rows = listings[folder] = _listing(folder)
+        h.update(f"\1{folder.name}".encode())
+        for name, _, st in rows:
+            if st.st_mtime_ns >= settled or st.st_ctime_ns >= settled:
+                return None
+            h.update(f"{name}\0{st.st_ino}\0{st.st_mtime_ns}\0{st.st_size}\0{st.st_ctime_ns}\0{st.st_mode}\n"
+                     .encode())
+    for path in (*files, template):
+        try:
+            st = os.stat(path)
+        except OSError:
+            h.update(f"\2{path}\0-\n".encode())
+            continue
+        if st.st_mtime_ns >= settled or st.st_ctime_ns >= settled:
+            return None
+        h.update(f"\2{path}\0{st.st_ino}\0{st.st_mtime_ns}\0{st.st_size}\0{st.st_ctime_ns}\n".encode())
+    return h.hexdigest()
+
+
+def _memo_path(brain: Brain) -> Path:
+    return brain.state_dir / "cache" / "index-text.json"
+
+
+def _memo(brain: Brain, fingerprint: str, strict: bool) -> str | None:
+    try:
+        raw = json.loads(_memo_path(brain).read_bytes())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(raw, dict) or raw.get("fingerprint") != fingerprint or not isinstance(raw.get("text"), str):
+        return None
+    if strict and raw.get("clean") is not True:
+        return None  # an invalid file was listed: strict must fail on it, so render again
+    return raw["text"]
+
+
+def _remember(brain: Brain, fingerprint: str, text: str, clean: bool) -> None:
+    from nika_brain.support.fsio import atomic_write
+    with contextlib.suppress(OSError):  # a read-only state folder only costs speed
+        atomic_write(_memo_path(brain), json.dumps({"fingerprint": fingerprint, "clean": clean, "text": text}),
+                     fsync=False)
+
+
 def claim_summaries(brain: Brain) -> list[dict]:
     """Every claim's summary (id, workflow, step, scope, status, opened, closed, result) from the index
     cache: a claim file is parsed again only when it changed. The orchestrator's transitions read the
@@ -188,6 +298,7 @@ def claim_summaries(brain: Brain) -> list[dict]:
 # ---- the model the template renders ------------------------------------------------------------
 
 def _t(text: str | None) -> datetime | None:
+    from nika_brain.support import clock
     return clock.parse(text) if text else None
 
 
@@ -280,13 +391,17 @@ def federation_rows(brain: Brain) -> dict:
     return {"stealing": steal, "handovers": handovers, "proposals": pending, "grants": grants}
 
 
-def model(brain: Brain, strict: bool = False) -> dict:
+def model(brain: Brain, strict: bool = False, listings: dict[Path, list] | None = None) -> dict:
     """Everything the template may use (documented at the top of BRAIN-INDEX.md.j2). An invalid state
-    file is named in the index, which still shows the rest; `strict` (the git hooks) fails instead."""
+    file is named in the index, which still shows the rest; `strict` (the git hooks) fails instead.
+    `listings`: folder listings already made (by `_fingerprint`), not made again."""
+    from nika_brain.state import breakers, runs
+    from nika_brain.support import clock
     cache = _Cache(brain)
     bad: list[BrainError] | None = None if strict else []
-    claim_rows = cache.summaries(brain.claims_dir, "claims", bad)
-    gate_rows = cache.summaries(brain.gates_dir, "gates", bad)
+    listings = listings or {}
+    claim_rows = cache.summaries(brain.claims_dir, "claims", bad, listings.get(brain.claims_dir))
+    gate_rows = cache.summaries(brain.gates_dir, "gates", bad, listings.get(brain.gates_dir))
     lock_list = _load_all(brain, brain.locks_dir, "lock", bad)
     breaker_list = _load_all(brain, breakers.breakers_dir(brain), "breaker", bad)
     run_list = _load_all(brain, runs.runs_dir(brain), "run", bad)
@@ -408,9 +523,23 @@ def template_path(brain: Brain) -> Path:
 
 def render(brain: Brain, strict: bool = False) -> str:
     """The text of BRAIN-INDEX.md for the brain's current state."""
-    import jinja2
-    data = model(brain, strict)
     path = template_path(brain)
+    listings: dict[Path, list] = {}
+    fingerprint = _fingerprint(brain, path, listings)
+    if fingerprint is not None:
+        text = _memo(brain, fingerprint, strict)
+        if text is not None:
+            return text
+    text, clean = _render(brain, strict, path, listings)
+    if fingerprint is not None:
+        _remember(brain, fingerprint, text, clean)
+    return text
+
+
+def _render(brain: Brain, strict: bool, path: Path, listings: dict[Path, list]) -> tuple[str, bool]:
+    """(the text, whether every state file was valid)."""
+    import jinja2
+    data = model(brain, strict, listings)
     shown = brain.rel(path) or str(path)
     try:
         template = _environment(path.parent).get_template(path.name)
@@ -423,7 +552,7 @@ def render(brain: Brain, strict: bool = False) -> str:
         if path.parent == _PACKAGE_TEMPLATES:
             raise
         raise BrainError(f"template failed: {type(exc).__name__}: {exc}", file=shown) from exc
-    return text if text.endswith("\n") else text + "\n"
+    return (text if text.endswith("\n") else text + "\n"), not data["invalid"]
 
 
 def regenerate(brain: Brain, strict: bool = False) -> bool:

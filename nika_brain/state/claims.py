@@ -16,7 +16,7 @@ from nika_brain.errors import BrainError, InvalidScope, Refused
 from nika_brain.state.scopes import normalize_scope
 from nika_brain.support import clock
 from nika_brain.support.schema import F, fields, name, step_id, step_id_error, step_id_yaml, str_list
-from nika_brain.support.yamlsafe import dumps, load_doc
+from nika_brain.support.yamlsafe import Doc, dumps, load_doc
 
 SATELLITE_TYPES = ("code", "brain-write", "test", "deploy", "search")
 LEVELS = ("domain", "leaf")
@@ -130,8 +130,9 @@ def _time(doc, values: dict, key: str) -> datetime:
         raise doc.error(exc.message, key) from exc
 
 
-def load_path(path: Path) -> Claim:
-    doc = load_doc(path)
+def load_path(path: Path, doc: Doc | None = None) -> Claim:
+    """The claim in `path` (`doc`: its text already parsed, as the index does from the bytes it hashed)."""
+    doc = load_doc(path) if doc is None else doc
     v = fields(doc, doc.data, (), _SPEC)
     result = None
     if v["result"] is not None:

@@ -23,7 +23,7 @@ from nika_brain.state import authority
 from nika_brain.state.claims import check_id
 from nika_brain.support import clock
 from nika_brain.support.schema import F, fields, step_id, step_id_error, step_id_yaml
-from nika_brain.support.yamlsafe import dumps, load_doc
+from nika_brain.support.yamlsafe import Doc, dumps, load_doc
 
 STATUSES = ("pending", "approved", "rejected")
 DECISIONS = {"approve": "approved", "reject": "rejected", "approved": "approved", "rejected": "rejected"}
@@ -65,8 +65,9 @@ def gate_path(brain: Brain, gate_id: str) -> Path:
     return brain.gates_dir / f"{check_id(gate_id)}.yml"
 
 
-def load_path(path: Path) -> Gate:
-    doc = load_doc(path)
+def load_path(path: Path, doc: Doc | None = None) -> Gate:
+    """The gate in `path` (`doc`: its text already parsed, as the index does from the bytes it hashed)."""
+    doc = load_doc(path) if doc is None else doc
     v = fields(doc, doc.data, (), _SPEC)
     if v["id"] != path.stem:
         raise doc.error(f"id does not match the file name ({path.stem})", "id")

@@ -7,7 +7,6 @@ session after a handover must see them again.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -404,6 +403,7 @@ def readjust(brain: Brain, kernel_id: str, text: str, *, by: str,
     path = directives_path(brain, kernel_id)
     with brain.mutex("directives"):
         n = len(list_directives(brain, kernel_id)) + 1
+        import hashlib  # here, not at the top: the PreToolUse hook loads kernels without hashing
         digest = hashlib.sha1(f"{kernel_id}\0{at}\0{text}".encode()).hexdigest()[:6]
         d = Directive(f"d{n}-{digest}", at, text, by)
         line = json.dumps({"id": d.id, "at": d.at, "text": d.text, "by": d.by}, ensure_ascii=False)
@@ -417,6 +417,7 @@ def readjust(brain: Brain, kernel_id: str, text: str, *, by: str,
 
 def text_ref(text: str) -> str:
     """The hash a signal carries instead of a text (directives, goals' examples): sha256, 16 hex."""
+    import hashlib
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 

@@ -166,6 +166,12 @@ def read_text(path: Path | str, *, limit: int) -> str:
         raise BrainError(f"cannot read: {exc.strerror}", file=str(path)) from exc
     finally:
         os.close(fd)
+    return decode_text(data, path, limit=limit)
+
+
+def decode_text(data: bytes, path: Path | str, *, limit: int) -> str:
+    """The text of a regular file's bytes (already read, at most limit + 1 of them), refused as
+    `read_text` refuses it: too large, or not UTF-8."""
     if len(data) > limit:
         raise BrainError(f"file too large (over {limit} bytes)", file=str(path))
     try:

@@ -5,6 +5,9 @@ cannot blow the C stack), and refuses what a state file never needs: anchors and
 laughs), custom or exotic tags, merge keys, duplicate keys, more than one document, excessive size,
 depth or node count. It records the line of every key so that validation errors can name it.
 Timestamps stay strings: we never want a datetime that dumps back differently.
+
+Most brain files are plain (block mappings, one-line scalars): `yamlfast` reads those, exactly as the
+full loader would, without PyYAML, which is imported only for a file outside that subset or to write.
 """
 from __future__ import annotations
 
@@ -13,24 +16,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-from yaml import events as ev
-from yaml.nodes import ScalarNode
-from yaml.resolver import Resolver
-
 from nika_brain.errors import BrainError
+from nika_brain.support import yamlfast
 from nika_brain.support.fsio import read_text
 
 MAX_BYTES = 1 << 20
 MAX_DEPTH = 32
 MAX_NODES = 200_000
 
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-_Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-_resolver = Resolver()
-_constructor = yaml.constructor.SafeConstructor()
 _STD = "tag:yaml.org,2002:"
 _ALLOWED_EXPLICIT = {_STD + t for t in ("str", "int", "float", "bool", "null", "map", "seq", "timestamp")}
+_Y: dict[str, Any] = {}
+
+
+def _yaml() -> dict[str, Any]:
+    """PyYAML and the objects built from it, made on first use."""
+    if not _Y:
+        import yaml
+        from yaml.resolver import Resolver
+        _Y.update(yaml=yaml, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader),
+                  Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper), resolver=Resolver(),
+                  constructor=yaml.constructor.SafeConstructor(), ScalarNode=yaml.nodes.ScalarNode)
+    return _Y
 
 
 @dataclass(frozen=True)
@@ -59,11 +66,13 @@ _STR, _TS, _NULL, _BOOL, _INT, _FLOAT, _MERGE = (_STD + t for t in (
 _MAP, _SEQ = _STD + "map", _STD + "seq"
 
 
-def _scalar(event: ev.ScalarEvent, err) -> Any:
+def _scalar(event: Any, err) -> Any:
+    y = _yaml()
+    yaml, ScalarNode = y["yaml"], y["ScalarNode"]
     tag = event.tag
     value = event.value
     if tag is None:
-        tag = _resolver.resolve(ScalarNode, value, event.implicit)
+        tag = y["resolver"].resolve(ScalarNode, value, event.implicit)
     elif tag == "!":
         tag = _STR
     elif tag not in _ALLOWED_EXPLICIT:
@@ -77,9 +86,9 @@ def _scalar(event: ev.ScalarEvent, err) -> Any:
     node = ScalarNode(tag, value)
     try:
         if tag == _INT:
-            return _constructor.construct_yaml_int(node)
+            return y["constructor"].construct_yaml_int(node)
         if tag == _FLOAT:
-            return _constructor.construct_yaml_float(node)
+            return y["constructor"].construct_yaml_float(node)
     except (ValueError, yaml.YAMLError) as exc:
         raise err(f"bad {tag[len(_STD):]} value {value!r}") from exc
     if tag == _MERGE:
@@ -91,6 +100,12 @@ def loads(text: str, source: str = "<string>") -> Doc:
     """Parse one YAML document safely; raise BrainError naming source and line on any problem."""
     if len(text.encode("utf-8", "surrogatepass")) > MAX_BYTES:
         raise BrainError(f"file too large (over {MAX_BYTES} bytes)", file=source)
+    fast = yamlfast.parse(text)
+    if fast is not None:
+        return Doc(fast[0], source, fast[1])
+    y = _yaml()
+    yaml = y["yaml"]
+    from yaml import events as ev
     lines: dict[tuple, int] = {}
     root: list[Any] = []
     # Each frame: [container, path, pending_key_or_None, is_mapping]
@@ -130,7 +145,7 @@ def loads(text: str, source: str = "<string>") -> Doc:
 
     event: Any  # dispatched on type(event) below, which mypy does not narrow
     try:
-        for event in yaml.parse(text, Loader=_Loader):
+        for event in yaml.parse(text, Loader=y["Loader"]):
             kind = type(event)
             if event.start_mark is not None:
                 mark_line = event.start_mark.line + 1
@@ -200,23 +215,29 @@ def load_file(path: Path | str) -> Any:
     return load_doc(path).data
 
 
-class _StableDumper(_Dumper):  # type: ignore[misc, valid-type]
-    # Never emit &id001/*id001 for shared objects: our own loader refuses them.
-    def ignore_aliases(self, data: Any) -> bool:  # noqa: ARG002 (PyYAML's signature)
-        return True
+def _stable_dumper() -> Any:
+    y = _yaml()
+    if "StableDumper" not in y:
+        base: Any = y["Dumper"]
+
+        class _StableDumper(base):
+            # Never emit &id001/*id001 for shared objects: our own loader refuses them.
+            def ignore_aliases(self, data: Any) -> bool:  # noqa: ARG002 (PyYAML's signature)
+                return True
+        y["StableDumper"] = _StableDumper
+    return y["StableDumper"]
 
 
 def dumps(data: Any) -> str:
     """Deterministic YAML: insertion order kept (callers build dicts in schema order), block style."""
-    return yaml.dump(data, Dumper=_StableDumper, sort_keys=False, default_flow_style=False,
-                     allow_unicode=True, width=4096)
+    return _yaml()["yaml"].dump(data, Dumper=_stable_dumper(), sort_keys=False, default_flow_style=False,
+                                allow_unicode=True, width=4096)
 
 
 # Every acquire writes a lock file, and yaml.dump costs as much as the rest of the cycle. Lock files
 # hold only short identifiers, times and integers, whose text `dumps` we can predict exactly; anything
 # else (spaces, quotes, unicode...) goes through `dumps`. Tests hold the two to byte equality.
 _PLAIN = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_./:-]*[A-Za-z0-9_./-])?\Z")
-_RESOLVER = Resolver()
 _STR_TAG = "tag:yaml.org,2002:str"
 
 
@@ -225,7 +246,8 @@ def plain_scalar(value: object) -> str | None:
         return str(value)
     if isinstance(value, str) and _PLAIN.match(value):
         # A string that would read back as another type (a time, a number) is single-quoted.
-        plain = _RESOLVER.resolve(ScalarNode, value, (True, False)) == _STR_TAG
+        y = _yaml()
+        plain = y["resolver"].resolve(y["ScalarNode"], value, (True, False)) == _STR_TAG
         return value if plain else f"'{value}'"
     return None
 

@@ -25,6 +25,13 @@ from tests.kit.brain import (
 )
 
 
+@pytest.fixture(autouse=True)
+def no_remembered_text(monkeypatch):
+    """These tests are about the model and the summary cache: every file counts as just written, so the
+    remembered text (tests/engine/test_index_memo.py) never answers, however slow the machine."""
+    monkeypatch.setattr(index, "_RACY_NS", 10**18)
+
+
 def test_golden_index(brain):
     populate_golden(brain.root)
     assert index.render(brain) == (GOLDEN / "BRAIN-INDEX.md").read_text(encoding="utf-8")

@@ -192,7 +192,8 @@ def test_session_start_from_a_fork_binds_and_gets_every_directive(hb):
 HEAVY = ("typer", "click", "jinja2", "sqlite3", "redis", "chromadb", "onnxruntime", "numpy",
          "cryptography")
 PROBE = """
-import io, json, runpy, sys
+import io, json, os, runpy, sys
+os._exit = sys.exit  # a hook process ends with os._exit (no teardown); here the probe must go on
 sys.argv = ["nika-brain", "hook", "PreToolUse"]
 sys.stdin = io.TextIOWrapper(io.BytesIO(sys.argv and %r.encode()))
 try:

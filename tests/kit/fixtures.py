@@ -14,6 +14,7 @@ from nika_brain.brain import Brain
 from tests.kit.brain import IDENTITY, LEAKY, make_brain, new_brain
 from tests.kit.claude import hook_brain
 from tests.kit.github_standin import GitHubStandin
+from tests.kit.passwd import MISSING, nss_wrapper_installed, passwd_env
 from tests.kit.redis import RedisServer, RedisUnavailable
 
 # Every `python -m nika_brain` a test starts (the CLI, git hooks, satellites) must import the checkout
@@ -23,38 +24,14 @@ if os.environ.get("PYTHONPATH", "").split(os.pathsep)[0] != CHECKOUT:
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (CHECKOUT, os.environ.get("PYTHONPATH")) if p)
 
 
-# The operator's key folder comes from the passwd database, never from a variable (authority.py). So
-# that no test writes keys under the real ~/.config/nika-brain, every test gets a passwd database of
-# its own through nss_wrapper (a preloaded libc NSS module, apt package libnss-wrapper): the test's
-# processes see a home of their own, the way a second Unix account would; the pytest process itself
-# is pointed there in code. This is the harness's, not a nika-brain knob.
-NSS_WRAPPER = "libnss_wrapper.so"
-_NSS_PATHS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib")
-
-
-def passwd_env(folder: Path, home: Path) -> dict[str, str]:
-    """Variables that give the processes started with them a passwd home of `home`."""
-    import grp
-    import pwd
-    folder.mkdir(parents=True, exist_ok=True)
-    home.mkdir(parents=True, exist_ok=True)
-    me = pwd.getpwuid(os.getuid())
-    (folder / "passwd").write_text(f"{me.pw_name}:x:{me.pw_uid}:{me.pw_gid}::{home}:{me.pw_shell}\n")
-    try:
-        gname = grp.getgrgid(me.pw_gid).gr_name
-    except KeyError:
-        gname = me.pw_name
-    (folder / "group").write_text(f"{gname}:x:{me.pw_gid}:\n")
-    return {"LD_PRELOAD": NSS_WRAPPER, "NSS_WRAPPER_PASSWD": str(folder / "passwd"),
-            "NSS_WRAPPER_GROUP": str(folder / "group")}
-
-
+# Every test gets a passwd database of its own (tests/kit/passwd.py): its processes see a home of their
+# own, so no test writes keys under the real ~/.config/nika-brain; the pytest process itself is pointed
+# there in code.
 @pytest.fixture(autouse=True)
 def operator_home(tmp_path_factory, monkeypatch) -> Path:
     """This test's passwd home (its operator keys live under it); an empty one stands for an agent."""
-    if not any(os.path.isfile(os.path.join(d, NSS_WRAPPER)) for d in _NSS_PATHS):
-        pytest.fail("libnss-wrapper is not installed (apt-get install libnss-wrapper): the suite needs it "
-                    "to keep operator keys out of the real ~/.config/nika-brain", pytrace=False)
+    if not nss_wrapper_installed():
+        pytest.fail(MISSING, pytrace=False)
     from nika_brain.state import operator_home
     base = tmp_path_factory.mktemp("passwd")
     home = base / "home"

@@ -173,7 +173,6 @@ def for_hook(brain: Any, kernel_id: str) -> Doctrine | None:
     """What the kernel's hooks enforce: its start's snapshot; resolved now when there is none (a
     kernel started before snapshots, a session outside a kernel launch). None: no kernel record;
     a broken doctrine file raises."""
-    from nika_brain.state import kernels
     try:
         raw = json.loads((snapshot_dir(brain, kernel_id) / "doctrine.json").read_text(encoding="utf-8"))
         return Doctrine(text=str(raw.get("text", "")), sources=tuple(raw.get("sources", ())),
@@ -182,6 +181,7 @@ def for_hook(brain: Any, kernel_id: str) -> Doctrine | None:
                         tools_denied=tuple(raw.get("tools_denied", ())))
     except (OSError, ValueError, AttributeError):
         pass
+    from nika_brain.state import kernels
     try:
         kernel = kernels.load_kernel(brain, kernel_id)
     except BrainError:
