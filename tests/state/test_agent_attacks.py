@@ -404,3 +404,36 @@ def test_a_satellite_with_no_kernel_cannot_read_a_kernels_vault_by_naming_it(tmp
         out = nb(brain, *args, env=agent_env(tmp_path))
         assert out.returncode == 6 and "outside its session" in out.stderr, (args, out.stderr)
         assert "Traceback" not in out.stderr
+
+
+# ---- hole 5: caches an agent can rewrite ----------------------------------------------------------
+
+def _edit(brain, rel):
+    return {"session_id": SID, "cwd": str(brain.root), "hook_event_name": "PreToolUse", "tool_name": "Edit",
+            "tool_input": {"file_path": str(brain.root / rel), "old_string": "a", "new_string": "b"}}
+
+
+def test_a_rewritten_lock_index_hides_no_lock_from_the_hook_acquire_or_status(tmp_path, git_env):
+    import os
+    brain, claim_id = hook_brain(tmp_path / "brain")   # sess-other-claim holds src/auth/locked.py
+    (brain.root / "src" / "auth" / "locked.py").write_text("a = 1\n")
+    env = bound_env(brain, claim_id, None)
+    held = next((brain.root / "locks").glob("*.yml"))
+    # The red team's index: the held lock moved to a scope nobody asks for, under the header the old
+    # reader trusted (the locks folder's mtime, read with stat), and the same with every other shape.
+    mtime = os.stat(brain.locks_dir).st_mtime_ns
+    for forged in (f"nika-locks-index 2 {mtime}\n\t--\nelsewhere/\t{held.name}\n",
+                   f"nika-locks-index 2 {mtime}\n\t--\n", f"nika-locks-index 3 {mtime}\n"):
+        (brain.state_dir / "locks.index").write_text(forged)
+        os.utime(brain.locks_dir, ns=(mtime, mtime))
+        ans = hook("PreToolUse", _edit(brain, "src/auth/locked.py"), env=env, cwd=brain.root)
+        out = ans.json["hookSpecificOutput"]
+        assert out["permissionDecision"] == "deny" and "sess-other-claim" in out["permissionDecisionReason"]
+        got = nb(brain, "lock", "acquire", "src/auth/", "--owner", claim_id, "--no-pid", env=env)
+        assert got.returncode == 3 and "sess-other-claim" in got.stderr, got.stdout + got.stderr
+        status = nb(brain, "lock", "status", "src/auth/locked.py", env=env)
+        assert "sess-other-claim" in status.stdout, status.stdout
+    assert [p.name for p in brain.locks_dir.glob("*.yml")] == [held.name], "no second lock was taken"
+    # and the hook still lets the claim write what no lock covers
+    ans = hook("PreToolUse", _edit(brain, "src/auth/login.py"), env=env, cwd=brain.root)
+    assert ans.code == 0 and '"deny"' not in ans.stdout, ans.stdout
