@@ -437,3 +437,64 @@ def test_a_rewritten_lock_index_hides_no_lock_from_the_hook_acquire_or_status(tm
     # and the hook still lets the claim write what no lock covers
     ans = hook("PreToolUse", _edit(brain, "src/auth/login.py"), env=env, cwd=brain.root)
     assert ans.code == 0 and '"deny"' not in ans.stdout, ans.stdout
+
+
+def test_the_goals_index_lives_where_no_agent_writes(tmp_path, git_env):
+    from nika_brain.federation.triage import goals
+    brain, claim_id = hook_brain(tmp_path / "brain")
+    path = goals.index_path(brain)
+    assert path.parent == brain.guarded_dir
+    # Claude Code's sandbox (every satellite and every --no-sandbox kernel): the folder is denied to
+    # commands, and it exists before the sandbox starts (a denied path must be there to be bound)
+    for kid in (None, "alpha"):
+        data = json.loads(settings.install(brain.root if kid is None else brain.root / "kernels" / kid).read_text())
+        assert str(brain.guarded_dir) in data["sandbox"]["filesystem"]["denyWrite"], kid
+        assert path.parent.is_dir()
+    # the hook: the file tools and the commands it can read
+    env = bound_env(brain, claim_id, None)
+    for tool, given in (("Write", {"file_path": str(path), "content": "x"}),
+                        ("Bash", {"command": "cp /tmp/evil.npz .nika/guarded/goals-index.npz"}),
+                        ("Bash", {"command": f"mv /tmp/evil.npz {path}"}),
+                        ("Bash", {"command": "cd .nika/triage && cp /tmp/e goals-index.npz"})):
+        data = {"session_id": SID, "cwd": str(brain.root), "hook_event_name": "PreToolUse",
+                "tool_name": tool, "tool_input": given}
+        ans = hook("PreToolUse", data, env=env, cwd=brain.root)
+        assert ans.json["hookSpecificOutput"]["permissionDecision"] == "deny", (tool, given, ans.stdout)
+    # a kernel's bwrap sandbox: nothing of .nika/ but its hooks' folders (the goals index is not there)
+    from nika_brain.federation.kernels import sandbox
+    assert not any(s == "guarded" or s.startswith("guarded/") for s in (*sandbox.STATE_RW, *sandbox.STATE_RO))
+
+
+# ---- the inbox: a signed message is applied once -------------------------------------------------
+
+def test_a_signed_inbox_message_published_again_is_not_applied_again(tmp_path, git_env):
+    from datetime import timedelta
+
+    from nika_brain.support import clock
+    brain = orch_brain(tmp_path / "b", {"three": THREE}, config=satellite_config())
+    nb(brain, "workflow-launch", "three", check=0)
+    bus = open_bus(brain)
+    signed = inbox.sign(brain, {"type": "ADAPT", "workflow": "three", "changes": [{"op": "skip", "step": 2}]})
+    bus.publish(INBOX, signed)
+    out = nb(brain, "workflow", "listen", "--once", "--block", "0", check=0)
+    assert out.stdout.splitlines()[-1] == "ADAPT three: 1 change(s) recorded", out.stdout
+    applied = run_file(brain, "three")
+    # the same message again: on the bus (as an agent that read the stream would publish it), twice
+    # in one batch, and through the CLI as raw JSON
+    bus.publish(INBOX, signed)
+    bus.publish(INBOX, signed)
+    nb(brain, "bus", "publish", INBOX, json.dumps(signed), env=agent_env(tmp_path), check=0)
+    # signed long ago (its nonce is forgotten by then), and signed without a nonce (an older version)
+    old = inbox.sign(brain, {"type": "ABORT", "workflow": "three", "reason": "old",
+                             "signed_at": clock.iso(clock.now() - timedelta(days=8))})
+    bus.publish(INBOX, old)
+    out = nb(brain, "workflow", "listen", "--once", "--block", "0", check=0)
+    lines = out.stdout.splitlines()
+    assert sum("a replay" in x for x in lines) == 3 and sum("expired" in x for x in lines) == 1, out.stdout
+    assert run_file(brain, "three") == applied and applied["status"] != "aborted"
+    # a fresh signature of the same change is a new message: applied
+    bus.publish(INBOX, inbox.sign(brain, {"type": "ABORT", "workflow": "three", "reason": "operator"}))
+    out = nb(brain, "workflow", "listen", "--once", "--block", "0", check=0)
+    assert out.stdout.splitlines()[-1].startswith("ABORT three"), out.stdout
+    assert run_file(brain, "three")["status"] == "aborted"
+    assert len((brain.guarded_dir / inbox.NONCES).read_text().splitlines()) == 2
