@@ -168,39 +168,32 @@ def list_locks(brain: Brain) -> list[Lock]:
 # itself, which only nika-brain's writers do (and which the kernel sandbox forbids). A name of any
 # other shape (written by hand, by an older version) is always a candidate: it is parsed.
 _GLOB_MARK = "+"
-_PLAIN_NAME = re.compile(r"^(?![A-Za-z0-9._-]{1,60}-[0-9a-f]{12}\.yml$).+$", re.MULTILINE)  # not canonical
+# a name of any other shape than `<plain slug>-<12 hex>.yml` (a glob's `+`, by hand, an older version),
+# found over the listing's text in one C-speed pass (each line starts after a newline)
+_ODD_NAME = re.compile(r"\n(?![A-Za-z0-9._-]{1,60}-[0-9a-f]{12}\.yml\n)([^.\n][^\n]*\.yml)(?=\n)")
 _LEGACY_INDEX = "locks.index"   # an older version's index: its glob lines are read until migrated
 
 
-def _names(brain: Brain) -> list[str]:
-    """The lock files, as Brain.iter_yaml lists them (no parse, no stat)."""
-    try:
-        names = os.listdir(brain.locks_dir)
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    return [n for n in names if n.endswith(".yml") and not n.startswith(".")]
-
-
-def _legacy_globs(brain: Brain) -> set[str]:
+def _legacy_globs(brain: Brain) -> list[str]:
     """Lock files an older version's index knew as glob scopes (their names do not say so)."""
     try:
         with open(brain.state_dir / _LEGACY_INDEX, encoding="utf-8") as fh:
             text = fh.read()
     except (OSError, UnicodeDecodeError):
-        return set()
+        return []
     wild = text.partition("\n")[2].partition("\t--\n")[0]
-    return {line.rpartition("\t")[2] for line in wild.splitlines() if "\t" in line}
+    return [line.rpartition("\t")[2] for line in wild.splitlines() if "\t" in line]
 
 
 class _Names:
-    """The listing of locks/ as one text, `\\n<name>` per file: lookups are str.find over it."""
+    """The listing of locks/ as one text, `\\n<name>` per entry: lookups are str.find over it, and
+    only the lock files it lists (`*.yml`, not hidden) are ever named."""
 
-    def __init__(self, names: Iterable[str], extra: Iterable[str] = ()):
-        self.names = sorted(names)
-        self.text = "\n" + "\n".join(self.names) + "\n"
-        present = set(self.names)
-        self.always = {n for n in extra if n in present}
-        self.always.update(_PLAIN_NAME.findall(self.text))  # glob marks and names of any other shape
+    def __init__(self, names: list[str], extra: Iterable[str] = ()):
+        self.names = names
+        self.text = "\n" + "\n".join(names) + "\n"
+        self.always = set(_ODD_NAME.findall(self.text))  # glob marks and names of any other shape
+        self.always.update(n for n in extra if f"\n{n}\n" in self.text)
 
     def _starting(self, prefix: str, out: set[str]) -> None:
         text, needle = self.text, "\n" + prefix
@@ -215,18 +208,23 @@ class _Names:
         target = normalize_scope(target)
         whole = scope_slug(target)
         if target == "." or _WILD_CHARS.search(target) or whole == "root" and target != "root":
-            return set(self.names)   # the whole brain, a glob, or a name all stripped away: every lock
+            # the whole brain, a glob, or a name all stripped away: every lock
+            return {n for n in self.names if n.endswith(".yml") and not n.startswith(".")}
         out = set(self.always)
         self._starting("root-", out)           # the whole brain (and scopes whose slug is all stripped)
         parts = target.rstrip("/").split("/")
         for i in range(1, len(parts)):         # the ancestors: their slug, then the digest
             self._starting(scope_slug("/".join(parts[:i])) + "-", out)
         self._starting(whole, out)             # itself and everything below it (a slug's prefix)
-        return out
+        return {n for n in out if n.endswith(".yml")}   # a slug never starts with '.': no hidden file
 
 
 def _listing(brain: Brain) -> _Names:
-    return _Names(_names(brain), _legacy_globs(brain))
+    try:
+        names = os.listdir(brain.locks_dir)
+    except (FileNotFoundError, NotADirectoryError):
+        names = []
+    return _Names(names, _legacy_globs(brain))
 
 
 def _load_named(brain: Brain, names: Iterable[str], target: str | None = None) -> list[Lock]:
