@@ -498,3 +498,26 @@ def test_a_signed_inbox_message_published_again_is_not_applied_again(tmp_path, g
     assert out.stdout.splitlines()[-1].startswith("ABORT three"), out.stdout
     assert run_file(brain, "three")["status"] == "aborted"
     assert len((brain.guarded_dir / inbox.NONCES).read_text().splitlines()) == 2
+
+
+# ---- hole 8 for satellites: the runtime state the supervisor acts on ------------------------------
+
+def test_a_satellite_rewriting_a_kernels_runtime_json_changes_nothing_the_supervisor_reads(tmp_path, git_env):
+    from nika_brain.federation.kernels import runtimes
+    brain, claim_id = hook_brain(tmp_path / "brain")
+    state = {"pid": 4242, "started_at": "2031-05-06T07:08:09Z", "runtime": "headless"}
+    runtimes.save_state(brain, "beta", state)
+    assert runtimes.state_path(brain, "beta").parent == brain.guarded_dir / "runtimes"
+    # what the satellite can write under Claude Code's sandbox, with an interpreter the hook cannot read
+    script = ("import json; open('kernels/beta/runtime.json', 'w').write(json.dumps({'pid': 1, 'started_at': 'x'}))")
+    subprocess.run([sys.executable, "-c", script], cwd=brain.root, check=True, env=agent_env(tmp_path))
+    assert runtimes.load_state(brain, "beta") == state
+    # where the state is, the satellite's sandbox denies writes (created before the sandbox starts)
+    data = json.loads(settings.install(brain.root).read_text())
+    assert str(brain.guarded_dir) in data["sandbox"]["filesystem"]["denyWrite"]
+    # a runtime.json an older version left is read until the next save, which removes it
+    (brain.root / "kernels" / "gamma" / "runtime.json").write_text(json.dumps({"pid": 7}))
+    assert runtimes.load_state(brain, "gamma") == {"pid": 7}
+    runtimes.save_state(brain, "gamma", {"pid": 8})
+    assert not (brain.root / "kernels" / "gamma" / "runtime.json").exists()
+    assert runtimes.load_state(brain, "gamma") == {"pid": 8}
