@@ -85,8 +85,6 @@ def test_a_kernels_shell_changes_no_state_it_does_not_own(walled, cli):  # noqa:
                                             " --no-verify",
         "another kernel's runtime.json": f"mkdir -p {root}/kernels/beta && echo '{{}}' > "
                                          f"{root}/kernels/beta/runtime.json",
-        "another kernel's runtime state": f"mkdir -p {runtimes.state_path(brain, 'beta').parent} && echo '{{}}' > "
-                                          f"{runtimes.state_path(brain, 'beta')}",
     }
     script = "; ".join(f"( {cmd} ) >/dev/null 2>&1; echo \"@@{i} rc=$?\"" for i, cmd in
                        enumerate(attacks.values()))
