@@ -3,9 +3,9 @@
 Every process runs in a brain made by `nika-brain init`; each round runs a bare `python -c pass` and
 every case once (interleaved), and each case is judged by the paired ratios (min / median / max):
   1. PreToolUse (an allowed Edit) on a brain with 3,000 locks and 2,000 open claims vs the same hook
-     on an empty brain (target: under 1.2x). Nothing is prebuilt: the lock index is made by the first
-     hook that needs it, and a separate case removes it before each run (the first tool call after a
-     checkout or a merge that changed locks/).
+     on an empty brain (target: under 1.2x). Nothing is prebuilt or cached (the hook finds the locks
+     that may cover a path from the lock files' names), and a separate case gives every lock file a new
+     inode and the folder a new mtime before each run (the first tool call after a clone or a checkout).
   2. one in-process `locks.acquire` with 3,000 locks held vs an empty brain (target: under 2x)
   3. `nika-brain lock acquire` and an agent releasing its own lock (`lock release` with NIKA_CLAIM =
      the owner: no operator signature), `lock list` and `claim list`, vs `python -c pass` (each at
@@ -99,17 +99,19 @@ def hook_and_cli(args, tmp: Path) -> bool:
     nb = [sys.executable, "-m", "nika_brain"]
     env_e, _, own, _ = brains["empty"]
     env_f, edit_f, _, root_f = brains["full"]
-    lock_index = root_f / ".nika" / "locks.index"
-
     def first_call() -> float:
-        lock_index.unlink(missing_ok=True)  # as after a checkout that changed locks/
+        for p in sorted((root_f / "locks").iterdir()):   # as after a clone: new inodes, a new folder mtime
+            text = p.read_bytes()
+            p.unlink()
+            p.write_bytes(text)
+        (root_f / ".nika" / "locks.index").unlink(missing_ok=True)   # an older version's cache
         return cpu_once(hook, env_f, edit_f)
 
     full_name = f"PreToolUse, {args.locks} locks + {args.claims} claims"
     cases = {
         "PreToolUse, empty brain": lambda: cpu_once(hook, env_e, brains["empty"][1]),
         full_name: lambda: cpu_once(hook, env_f, edit_f),
-        full_name + ", first call (no lock index)": first_call,
+        full_name + ", first call after a clone": first_call,
         "CLI lock acquire (own claim)": lambda: cpu_once(nb + ["lock", "acquire", "bench/x/", "--owner", own,
                                                                "--no-pid"], env_e),
         "CLI lock release (own lock)": lambda: cpu_once(nb + ["lock", "release", "bench/x/", "--owner", own],
@@ -133,8 +135,8 @@ def hook_and_cli(args, tmp: Path) -> bool:
     base = times[base_name]
     ok = judge(f"{full_name} / the same hook on an empty brain (issue 10: <= 1.2x)",
                times["PreToolUse, empty brain"], times[full_name], ratio=1.2, base_name="empty brain")
-    ok &= judge(f"{full_name}, first call (no lock index) / empty brain (<= 1.2x)",
-                times["PreToolUse, empty brain"], times[full_name + ", first call (no lock index)"], ratio=1.2,
+    ok &= judge(f"{full_name}, first call after a clone / empty brain (<= 1.2x)",
+                times["PreToolUse, empty brain"], times[full_name + ", first call after a clone"], ratio=1.2,
                 base_name="empty brain")
     for name in ("CLI lock acquire (own claim)", "CLI lock release (own lock)", "CLI lock list", "CLI claim list"):
         ok &= judge(f"{name} (<= 3x python -c pass)", base, times[name], ratio=3.0)

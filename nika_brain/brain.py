@@ -15,6 +15,9 @@ from nika_brain.support.yamlsafe import load_doc
 T = TypeVar("T")
 CONFIG_NAME = "nika-brain.yml"
 STATE_DIR = ".nika"
+# .nika/guarded/: what the operator's processes trust and no agent writes (the goals index, the inbox's
+# nonces): write-denied in every agent's Claude Code sandbox, refused by the hook, absent from a kernel's.
+GUARDED_DIR = "guarded"
 
 
 @dataclass(frozen=True)
@@ -206,6 +209,8 @@ class Brain:
     def index_path(self) -> Path: return self.root / INDEX_FILE
     @property
     def state_dir(self) -> Path: return self.root / STATE_DIR
+    @property
+    def guarded_dir(self) -> Path: return self.root / STATE_DIR / GUARDED_DIR
     @property
     def worktrees_dir(self) -> Path: return self.root / self.config.worktrees_dir
 

@@ -63,7 +63,7 @@ def older_than_tested(version_text: str) -> bool | None:
 
 
 _NO_AGENT_WRITE = (".claude", ".git/hooks", ".git/config", "nika-brain.yml", "operator.pub", "brain", "agents",
-                   "workflows", "hooks")
+                   "workflows", "hooks", ".nika/guarded")   # .nika/guarded: caches and journals the operator trusts
 
 
 def default_command() -> str:
@@ -282,6 +282,8 @@ def install(target_dir: Path, *, command: str | None = None, kernel_id: str | No
         ours_env = {"NIKA_KERNEL_ID": kid, "NIKA_BRAIN_DIR": str(root)}
         _section(data, "env", settings_path).update(ours_env)
         mine.update(kernel=kid, env=ours_env)
+    if sandbox != "off":   # a denied folder must exist when the sandbox starts (bwrap binds it)
+        (root / ".nika" / "guarded").mkdir(parents=True, exist_ok=True)
     if sandbox != "off" and "sandbox" not in data:
         data["sandbox"] = sandbox_block(root, kid, sandbox)
         mine["sandbox"] = sandbox

@@ -561,6 +561,8 @@ def listen(brain: Brain, *, once: bool = False, block: float = 1.0, on_line: Cal
         for msg_id, msg in b.group_read(signals.INBOX, "orchestrator", consumer, count=10, block=block):
             from nika_brain.engine import inbox
             why = inbox.refusal(brain, msg)  # only the operator (signed) or a recorded trigger
+            if why is None:
+                why = inbox.once(brain, msg)   # a signed message is applied once (nonce journal)
             try:
                 if why is not None:
                     raise BrainError(why)

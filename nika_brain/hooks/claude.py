@@ -229,7 +229,7 @@ def _facts(hook: Hook, kind: str) -> Any:
         except BrainError as exc:
             problems.append(f"claim {claim_id}: {exc}")
     try:
-        lock_list = locks.LockView(brain)  # per-path lookups through the scope index
+        lock_list = locks.LockView(brain)  # per-path lookups by lock file name
     except BrainError as exc:
         problems.append(f"lock file {exc}")
         lock_list = ()

@@ -9,7 +9,6 @@ be alive. A holder on another host is never judged by a local pid check: there, 
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import time
@@ -22,7 +21,6 @@ from nika_brain.brain import Brain
 from nika_brain.errors import EXIT_REFUSED, BrainError, Busy, Invalid, Refused
 from nika_brain.state.scopes import check_scope, normalize_scope, scope_slug, scopes_overlap
 from nika_brain.support import clock
-from nika_brain.support.fsio import atomic_write
 from nika_brain.support.schema import MAX_PID, MAX_TTL, MAX_WAIT, F, fields, in_range, short_text
 from nika_brain.support.yamlsafe import dumps_fast, load_doc, plain_scalar
 
@@ -139,7 +137,8 @@ def lock_path(brain: Brain, scope: str, owner: str) -> Path:
     """One file per (scope, owner): several owners may hold one scope in shared mode."""
     scope = normalize_scope(scope)
     digest = _sha1(f"{scope}\0{owner}".encode()).hexdigest()[:12]
-    return brain.locks_dir / f"{scope_slug(scope)}-{digest}.yml"
+    mark = _GLOB_MARK if _WILD_CHARS.search(scope) else ""   # a glob's name must say so (lookups by name)
+    return brain.locks_dir / f"{mark}{scope_slug(scope)}-{digest}.yml"
 
 
 def _dump(lock: Lock) -> str:
@@ -159,161 +158,112 @@ def list_locks(brain: Brain) -> list[Lock]:
     return brain.load_all(brain.locks_dir, load_lock)
 
 
-# ---- the scope index: lookups that do not read every lock --------------------------------------------
-# .nika/locks.index maps each lock file to its scope, under a header holding the locks folder's mtime
-# when the index was last true. Every change to locks/ by nika-brain is a create, rename or unlink,
-# all of which move that mtime, and every writer rewrites the index under the locks mutex; a change by
-# anyone else (a hand edit, a git checkout) moves the mtime too, and the next reader rebuilds the index
-# from a full parse — which raises on an unreadable file, as list_locks does. A lookup then parses only
-# the lock files whose scope may overlap the target.
-_INDEX_HEADER = "nika-locks-index 2 "
-_SEP = "\t--\n"   # between the glob scopes and the plain ones (a scope holds no control character)
+# ---- candidate lookups: from the file names, never from a cache ---------------------------------------
+# A lock file's name says what it covers: `<slug of its scope>-<12 hex>.yml` (lock_path), and a glob
+# scope's file name starts with `+`. So the locks that may overlap a path are found from one listing
+# of locks/ (string searches over the names, at C speed), and only those are parsed. Nothing is read
+# from .nika/: the index that used to live there (`locks.index`, trusted on the folder's mtime) was a
+# file an agent could rewrite to hide a held lock from the hook, from `lock acquire` and from
+# `lock status` (issue 24, hole 5); the names cannot lie without moving or removing the lock file
+# itself, which only nika-brain's writers do (and which the kernel sandbox forbids). A name of any
+# other shape (written by hand, by an older version) is always a candidate: it is parsed.
+_GLOB_MARK = "+"
+# a name of any other shape than `<plain slug>-<12 hex>.yml` (a glob's `+`, by hand, an older version),
+# found over the listing's text in one C-speed pass (each line starts after a newline)
+_ODD_NAME = re.compile(r"\n(?![A-Za-z0-9._-]{1,60}-[0-9a-f]{12}\.yml\n)([^.\n][^\n]*\.yml)(?=\n)")
+_LEGACY_INDEX = "locks.index"   # an older version's index: its glob lines are read until migrated
 
 
-class _Index:
-    """Lines `scope<TAB>file name`, glob scopes first: lookups are str.find over the text (C speed),
-    never a Python loop over every lock."""
+def _legacy_globs(brain: Brain) -> list[str]:
+    """Lock files an older version's index knew as glob scopes (their names do not say so)."""
+    try:
+        with open(brain.state_dir / _LEGACY_INDEX, encoding="utf-8") as fh:
+            text = fh.read()
+    except (OSError, UnicodeDecodeError):
+        return []
+    wild = text.partition("\n")[2].partition("\t--\n")[0]
+    return [line.rpartition("\t")[2] for line in wild.splitlines() if "\t" in line]
 
-    def __init__(self, wild: str = "", plain: str = ""):
-        self.wild, self.plain = wild, "\n" + plain.lstrip("\n") if plain else "\n"
 
-    @classmethod
-    def of(cls, pairs: Iterable[tuple[str, str]]) -> "_Index":
-        idx = cls()
-        for name, scope in pairs:
-            idx.add(name, scope)
-        return idx
+class _Names:
+    """The listing of locks/ as one text, `\\n<name>` per entry: lookups are str.find over it, and
+    only the lock files it lists (`*.yml`, not hidden) are ever named."""
 
-    def text(self) -> str:
-        return self.wild + _SEP + self.plain[1:]
+    def __init__(self, names: list[str], extra: Iterable[str] = ()):
+        self.names = names
+        self.text = "\n" + "\n".join(names) + "\n"
+        self.always = set(_ODD_NAME.findall(self.text))  # glob marks and names of any other shape
+        self.always.update(n for n in extra if f"\n{n}\n" in self.text)
 
-    def add(self, name: str, scope: str) -> None:
-        self.remove(name)
-        line = f"{scope}\t{name}\n"
-        if _WILD_CHARS.search(scope):
-            self.wild += line
-        else:
-            self.plain += line
-
-    def remove(self, name: str) -> None:
-        for attr in ("wild", "plain"):
-            text = getattr(self, attr)
-            at = text.find(f"\t{name}\n")
-            if at >= 0:
-                begin = text.rfind("\n", 0, at) + 1
-                setattr(self, attr, text[:begin] + text[at + len(name) + 2:])
-
-    def _names_at(self, needle: str, out: set[str]) -> None:
-        text, at = self.plain, self.plain.find(needle)
+    def _starting(self, prefix: str, out: set[str]) -> None:
+        text, needle = self.text, "\n" + prefix
+        at = text.find(needle)
         while at >= 0:
             end = text.find("\n", at + 1)
-            out.add(text[text.rfind("\t", at, end) + 1:end])
+            out.add(text[at + 1:end])
             at = text.find(needle, end)
 
     def candidates(self, target: str) -> set[str]:
         """File names of the locks whose scope may overlap `target` (a superset)."""
-        out: set[str] = set()
-        for line in self.wild.splitlines():
-            out.add(line.rpartition("\t")[2])
-        if target == "." or _WILD_CHARS.search(target):
-            for line in self.plain.splitlines():
-                if line:
-                    out.add(line.rpartition("\t")[2])
-            return out
-        self._names_at("\n.\t", out)
+        target = normalize_scope(target)
+        whole = scope_slug(target)
+        if target == "." or _WILD_CHARS.search(target) or whole == "root" and target != "root":
+            # the whole brain, a glob, or a name all stripped away: every lock
+            return {n for n in self.names if n.endswith(".yml") and not n.startswith(".")}
+        out = set(self.always)
+        self._starting("root-", out)           # the whole brain (and scopes whose slug is all stripped)
         parts = target.rstrip("/").split("/")
-        for i in range(1, len(parts) + 1):   # ancestors and the scope itself, file or folder form
-            prefix = "/".join(parts[:i])
-            self._names_at(f"\n{prefix}\t", out)
-            self._names_at(f"\n{prefix}/\t", out)
-        self._names_at("\n" + "/".join(parts) + "/", out)   # everything below it
-        return out
+        for i in range(1, len(parts)):         # the ancestors: their slug, then the digest
+            self._starting(scope_slug("/".join(parts[:i])) + "-", out)
+        self._starting(whole, out)             # itself and everything below it (a slug's prefix)
+        return {n for n in out if n.endswith(".yml")}   # a slug never starts with '.': no hidden file
 
 
-def _index_path(brain: Brain) -> Path:
-    return brain.state_dir / "locks.index"
-
-
-def _folder_mtime(brain: Brain) -> int | None:
+def _listing(brain: Brain) -> _Names:
     try:
-        return os.stat(brain.locks_dir).st_mtime_ns
-    except FileNotFoundError:
-        return None
+        names = os.listdir(brain.locks_dir)
+    except (FileNotFoundError, NotADirectoryError):
+        names = []
+    return _Names(names, _legacy_globs(brain))
 
 
-def _read_index(brain: Brain) -> _Index | None:
-    """The index when it matches the locks folder, else None (missing, stale, changed by others)."""
-    mtime = _folder_mtime(brain)
-    if mtime is None:
-        return _Index()
-    try:
-        with open(_index_path(brain), encoding="utf-8") as fh:
-            text = fh.read()
-    except (OSError, UnicodeDecodeError):
-        return None
-    header, _, body = text.partition("\n")
-    wild, sep, plain = body.partition(_SEP)
-    if header != f"{_INDEX_HEADER}{mtime}" or not sep:
-        return None
-    return _Index(wild, plain)
-
-
-def _write_index(brain: Brain, idx: _Index, mtime: int | None) -> None:
-    if mtime is None:
-        return
-    with contextlib.suppress(OSError):  # only a cache: the next reader rebuilds it
-        atomic_write(_index_path(brain), f"{_INDEX_HEADER}{mtime}\n{idx.text()}", fsync=False)
-
-
-def _index(brain: Brain) -> _Index:
-    """The index, rebuilt from every lock file when it is not current (raises on an unreadable one)."""
-    idx = _read_index(brain)
-    if idx is None:
-        mtime = _folder_mtime(brain)  # before the scan: a change during it leaves the index stale
-        idx = _Index.of((lk.path.name, lk.scope) for lk in list_locks(brain) if lk.path is not None)
-        _write_index(brain, idx, mtime)
-    return idx
-
-
-def _reindex(brain: Brain, idx: _Index, add: dict[str, str] | None = None,
-             remove: Iterable[str] = ()) -> None:
-    """After a writer's own change to locks/ (under the locks mutex)."""
-    for n in remove:
-        idx.remove(n)
-    for n, scope in (add or {}).items():
-        idx.add(n, scope)
-    _write_index(brain, idx, _folder_mtime(brain))
-
-
-def overlapping(brain: Brain, target: str, idx: _Index | None = None) -> list[Lock]:
-    """The locks whose scope overlaps `target`, parsing only those (an unreadable one raises)."""
-    target = normalize_scope(target)
-    idx = _index(brain) if idx is None else idx
+def _load_named(brain: Brain, names: Iterable[str], target: str | None = None) -> list[Lock]:
+    """Parse these lock files (those of `target`'s overlap when given); one released meanwhile is
+    skipped, an unreadable one raises."""
     out = []
-    for name in sorted(idx.candidates(target)):
+    for name in sorted(names):
         path = brain.locks_dir / name
         try:
             lk = load_lock(path)
         except BrainError:
             if path.exists():
                 raise
-            continue  # released since the index was read
-        if scopes_overlap(lk.scope, target):
+            continue  # released since the listing
+        if target is None or scopes_overlap(lk.scope, target):
             out.append(lk)
     return out
 
 
+def overlapping(brain: Brain, target: str, listing: _Names | None = None) -> list[Lock]:
+    """The locks whose scope overlaps `target`, parsing only those whose name may (an unreadable one raises)."""
+    target = normalize_scope(target)
+    listing = _listing(brain) if listing is None else listing
+    return _load_named(brain, listing.candidates(target), target)
+
+
 class LockView:
-    """The locks for a Claude Code hook: the index checked up front (an unreadable lock file found
-    while rebuilding it raises there, so the hook fails closed), then per-path lookups."""
+    """The locks for a Claude Code hook: one listing of locks/ up front, the files whose name says
+    nothing (glob scopes, names of another shape) parsed there (an unreadable one raises: the hook
+    fails closed), then per-path lookups that parse only the candidates."""
 
     def __init__(self, brain: Brain):
         self.brain = brain
-        self.entries = _index(brain)
+        self.listing = _listing(brain)
+        _load_named(brain, self.listing.always)
 
     def covering(self, rel: str) -> list[Lock]:
         try:
-            return overlapping(self.brain, rel, self.entries)
+            return overlapping(self.brain, rel, self.listing)
         except BrainError as exc:  # fail closed: an unreadable record that may cover rel holds it
             far = clock.now() + timedelta(days=3650)
             return [Lock(normalize_scope(rel), f"<unreadable lock file: {exc}>", "exclusive", 0, far, far,
@@ -321,6 +271,21 @@ class LockView:
 
     def __iter__(self):
         return iter(list_locks(self.brain))
+
+
+def _migrate_legacy(brain: Brain) -> None:
+    """Under the locks mutex: give the glob locks an older version wrote their marked name, then drop
+    its index (read until then for exactly those files)."""
+    legacy = brain.state_dir / _LEGACY_INDEX
+    if not legacy.exists():
+        return
+    for lk in list_locks(brain):
+        if lk.path is None or not _WILD_CHARS.search(lk.scope):
+            continue
+        canonical = lock_path(brain, lk.scope, lk.owner)
+        if lk.path != canonical and not canonical.exists():
+            os.replace(lk.path, canonical)
+    legacy.unlink(missing_ok=True)
 
 
 _MAX_TOKEN_DIGITS = 18   # a token fits a signed 64-bit integer, everywhere it is stored (YAML, Redis)
@@ -462,8 +427,8 @@ def _try_acquire(brain: Brain, scope: str, owner: str, mode: str, ttl: float, pi
         blocking: list[Lock] = []
         stale: list[Lock] = []
         mine, seen = None, 0
-        entries = _index(brain)
-        for lk in overlapping(brain, scope, entries):   # not every lock: those that may overlap
+        _migrate_legacy(brain)
+        for lk in overlapping(brain, scope):   # not every lock: those whose name may overlap
             seen = max(seen, lk.token)
             if lk.owner == owner:
                 if lk.scope == scope:
@@ -474,11 +439,9 @@ def _try_acquire(brain: Brain, scope: str, owner: str, mode: str, ttl: float, pi
             (stale if may_take_over(lk, now) else blocking).append(lk)
         if blocking:
             return blocking
-        removed = []
         for lk in stale:
             if lk.path is not None:
                 os.unlink(lk.path)
-                removed.append(lk.path.name)
         token = mine.token if mine else _next_token(brain, seen)
         acquired = mine.acquired if mine else now
         path = mine.path if mine and mine.path else lock_path(brain, scope, owner)
@@ -487,7 +450,6 @@ def _try_acquire(brain: Brain, scope: str, owner: str, mode: str, ttl: float, pi
         holder = mine.holder if mine is not None and pid is None else holder_for(pid)
         lock = Lock(scope, owner, mode, token, acquired, now + timedelta(seconds=ttl), holder, path)
         brain.write(path, _dump(lock))
-        _reindex(brain, entries, {path.name: scope}, removed)
         return lock
 
 
@@ -565,8 +527,8 @@ def release(brain: Brain, scope: str, owner: str, *, missing_ok: bool = False) -
     scope = normalize_scope(scope)
     short_text(owner, "lock owner")
     with brain.mutex("locks"):
+        _migrate_legacy(brain)
         path = lock_path(brain, scope, owner)
-        before = _read_index(brain)  # current before our change: then it stays current after it
         if _plainly_owned(path, scope, owner):
             os.unlink(path)
         else:
@@ -578,8 +540,6 @@ def release(brain: Brain, scope: str, owner: str, *, missing_ok: bool = False) -
                 raise
             path = lk.path or path
             os.unlink(path)
-        if before is not None:
-            _reindex(brain, before, remove=[path.name])
         return True
 
 
@@ -592,14 +552,12 @@ def renew(brain: Brain, scope: str, owner: str, *, ttl: float | None = None,
                    max(MAX_RENEW, brain.config.lock_ttl), lo_open=True)
     short_text(owner, "lock owner")
     with brain.mutex("locks"):
-        before = _read_index(brain)
+        _migrate_legacy(brain)
         lk = _owned(brain, scope, owner)
         target = lk.path or lock_path(brain, lk.scope, lk.owner)
         new = Lock(lk.scope, lk.owner, lk.mode, lk.token, lk.acquired, now + timedelta(seconds=ttl),
                    lk.holder, target)
         brain.write(target, _dump(new))
-        if before is not None:
-            _reindex(brain, before)  # same files: only the folder's mtime moved
         return new
 
 
@@ -607,13 +565,9 @@ def release_all(brain: Brain, owner: str) -> list[str]:
     """Release every lock of `owner` (used when a step ends or on crash recovery)."""
     released = []
     with brain.mutex("locks"):
-        before = _read_index(brain)
-        gone = []
+        _migrate_legacy(brain)
         for lk in list_locks(brain):
             if lk.owner == owner and lk.path is not None:
                 os.unlink(lk.path)
                 released.append(lk.scope)
-                gone.append(lk.path.name)
-        if before is not None:
-            _reindex(brain, before, remove=gone)
     return released

@@ -12,7 +12,7 @@ from nika_brain.errors import BrainError, InvalidScope
 
 _WILD = re.compile(r"[*?\[]")
 MAX_SCOPE = 1024
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")   # never in a scope (the lock index is tab-separated)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")   # never in a scope (one line in every listing)
 
 
 def normalize_scope(scope: str) -> str:

@@ -261,7 +261,7 @@ def test_the_cli_under_test_is_this_checkout(cli):
     assert probe.stdout.strip() == str(Path(__file__).resolve().parents[2] / "nika_brain" / "__init__.py")
 
 
-# ---- 7. lookups through the scope index ------------------------------------------------------------
+# ---- 7. lookups by lock file name ----------------------------------------------------------------------
 
 def test_the_index_finds_exactly_the_overlapping_locks_a_full_scan_finds(brain):
     import random

@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 from nika_brain.engine.signals import INBOX
+from nika_brain.federation.kernels import runtimes
 from nika_brain.state import gates, kernels
 
 from .fedkit import fbrain, until  # noqa: F401
@@ -58,7 +59,7 @@ def test_a_kernels_shell_changes_no_state_it_does_not_own(walled, cli):  # noqa:
         subprocess.run(["git", "-C", str(root), "add", f"history{n}.txt"], check=True)
         subprocess.run(["git", "-C", str(root), "commit", "-qm", f"history {n}", "--no-verify"], check=True)
     git_head = _head(root)
-    beta_runtime = (kernels.kernel_dir(brain, "beta") / "runtime.json").read_text()
+    beta_runtime = runtimes.state_path(brain, "beta").read_text()
     rows = _inbox_rows(brain)
     nb = f"{PY} -m nika_brain"
     forged = json.dumps({"type": "ABORT", "workflow": "w", "reason": "forged"})
@@ -107,8 +108,8 @@ def test_a_kernels_shell_changes_no_state_it_does_not_own(walled, cli):  # noqa:
         effects.append("claim written")
     if _pin_changed(root):
         effects.append("operator.pub changed")
-    if (kernels.kernel_dir(brain, "beta") / "runtime.json").read_text() != beta_runtime:
-        effects.append("beta's runtime.json changed")
+    if runtimes.load_state(brain, "beta") != json.loads(beta_runtime):
+        effects.append("beta's runtime state changed")
     if codes[names.index("its own lock (refused in one line)")] != 1:
         effects.append("taking a lock inside the sandbox ended in a traceback")
     report = {names[i]: codes[i] for i in codes}

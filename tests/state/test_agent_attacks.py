@@ -404,3 +404,120 @@ def test_a_satellite_with_no_kernel_cannot_read_a_kernels_vault_by_naming_it(tmp
         out = nb(brain, *args, env=agent_env(tmp_path))
         assert out.returncode == 6 and "outside its session" in out.stderr, (args, out.stderr)
         assert "Traceback" not in out.stderr
+
+
+# ---- hole 5: caches an agent can rewrite ----------------------------------------------------------
+
+def _edit(brain, rel):
+    return {"session_id": SID, "cwd": str(brain.root), "hook_event_name": "PreToolUse", "tool_name": "Edit",
+            "tool_input": {"file_path": str(brain.root / rel), "old_string": "a", "new_string": "b"}}
+
+
+def test_a_rewritten_lock_index_hides_no_lock_from_the_hook_acquire_or_status(tmp_path, git_env):
+    import os
+    brain, claim_id = hook_brain(tmp_path / "brain")   # sess-other-claim holds src/auth/locked.py
+    (brain.root / "src" / "auth" / "locked.py").write_text("a = 1\n")
+    env = bound_env(brain, claim_id, None)
+    held = next((brain.root / "locks").glob("*.yml"))
+    # The red team's index: the held lock moved to a scope nobody asks for, under the header the old
+    # reader trusted (the locks folder's mtime, read with stat), and the same with every other shape.
+    mtime = os.stat(brain.locks_dir).st_mtime_ns
+    for forged in (f"nika-locks-index 2 {mtime}\n\t--\nelsewhere/\t{held.name}\n",
+                   f"nika-locks-index 2 {mtime}\n\t--\n", f"nika-locks-index 3 {mtime}\n"):
+        (brain.state_dir / "locks.index").write_text(forged)
+        os.utime(brain.locks_dir, ns=(mtime, mtime))
+        ans = hook("PreToolUse", _edit(brain, "src/auth/locked.py"), env=env, cwd=brain.root)
+        out = ans.json["hookSpecificOutput"]
+        assert out["permissionDecision"] == "deny" and "sess-other-claim" in out["permissionDecisionReason"]
+        got = nb(brain, "lock", "acquire", "src/auth/", "--owner", claim_id, "--no-pid", env=env)
+        assert got.returncode == 3 and "sess-other-claim" in got.stderr, got.stdout + got.stderr
+        status = nb(brain, "lock", "status", "src/auth/locked.py", env=env)
+        assert "sess-other-claim" in status.stdout, status.stdout
+    assert [p.name for p in brain.locks_dir.glob("*.yml")] == [held.name], "no second lock was taken"
+    # and the hook still lets the claim write what no lock covers
+    ans = hook("PreToolUse", _edit(brain, "src/auth/login.py"), env=env, cwd=brain.root)
+    assert ans.code == 0 and '"deny"' not in ans.stdout, ans.stdout
+
+
+def test_the_goals_index_lives_where_no_agent_writes(tmp_path, git_env):
+    from nika_brain.federation.triage import goals
+    brain, claim_id = hook_brain(tmp_path / "brain")
+    path = goals.index_path(brain)
+    assert path.parent == brain.guarded_dir
+    # Claude Code's sandbox (every satellite and every --no-sandbox kernel): the folder is denied to
+    # commands, and it exists before the sandbox starts (a denied path must be there to be bound)
+    for kid in (None, "alpha"):
+        data = json.loads(settings.install(brain.root if kid is None else brain.root / "kernels" / kid).read_text())
+        assert str(brain.guarded_dir) in data["sandbox"]["filesystem"]["denyWrite"], kid
+        assert path.parent.is_dir()
+    # the hook: the file tools and the commands it can read
+    env = bound_env(brain, claim_id, None)
+    for tool, given in (("Write", {"file_path": str(path), "content": "x"}),
+                        ("Bash", {"command": "cp /tmp/evil.npz .nika/guarded/goals-index.npz"}),
+                        ("Bash", {"command": f"mv /tmp/evil.npz {path}"}),
+                        ("Bash", {"command": "cd .nika/triage && cp /tmp/e goals-index.npz"})):
+        data = {"session_id": SID, "cwd": str(brain.root), "hook_event_name": "PreToolUse",
+                "tool_name": tool, "tool_input": given}
+        ans = hook("PreToolUse", data, env=env, cwd=brain.root)
+        assert ans.json["hookSpecificOutput"]["permissionDecision"] == "deny", (tool, given, ans.stdout)
+    # a kernel's bwrap sandbox: nothing of .nika/ but its hooks' folders (the goals index is not there)
+    from nika_brain.federation.kernels import sandbox
+    assert not any(s == "guarded" or s.startswith("guarded/") for s in (*sandbox.STATE_RW, *sandbox.STATE_RO))
+
+
+# ---- the inbox: a signed message is applied once -------------------------------------------------
+
+def test_a_signed_inbox_message_published_again_is_not_applied_again(tmp_path, git_env):
+    from datetime import timedelta
+
+    from nika_brain.support import clock
+    brain = orch_brain(tmp_path / "b", {"three": THREE}, config=satellite_config())
+    nb(brain, "workflow-launch", "three", check=0)
+    bus = open_bus(brain)
+    signed = inbox.sign(brain, {"type": "ADAPT", "workflow": "three", "changes": [{"op": "skip", "step": 2}]})
+    bus.publish(INBOX, signed)
+    out = nb(brain, "workflow", "listen", "--once", "--block", "0", check=0)
+    assert out.stdout.splitlines()[-1] == "ADAPT three: 1 change(s) recorded", out.stdout
+    applied = run_file(brain, "three")
+    # the same message again: on the bus (as an agent that read the stream would publish it), twice
+    # in one batch, and through the CLI as raw JSON
+    bus.publish(INBOX, signed)
+    bus.publish(INBOX, signed)
+    nb(brain, "bus", "publish", INBOX, json.dumps(signed), env=agent_env(tmp_path), check=0)
+    # signed long ago (its nonce is forgotten by then), and signed without a nonce (an older version)
+    old = inbox.sign(brain, {"type": "ABORT", "workflow": "three", "reason": "old",
+                             "signed_at": clock.iso(clock.now() - timedelta(days=8))})
+    bus.publish(INBOX, old)
+    out = nb(brain, "workflow", "listen", "--once", "--block", "0", check=0)
+    lines = out.stdout.splitlines()
+    assert sum("a replay" in x for x in lines) == 3 and sum("expired" in x for x in lines) == 1, out.stdout
+    assert run_file(brain, "three") == applied and applied["status"] != "aborted"
+    # a fresh signature of the same change is a new message: applied
+    bus.publish(INBOX, inbox.sign(brain, {"type": "ABORT", "workflow": "three", "reason": "operator"}))
+    out = nb(brain, "workflow", "listen", "--once", "--block", "0", check=0)
+    assert out.stdout.splitlines()[-1].startswith("ABORT three"), out.stdout
+    assert run_file(brain, "three")["status"] == "aborted"
+    assert len((brain.guarded_dir / inbox.NONCES).read_text().splitlines()) == 2
+
+
+# ---- hole 8 for satellites: the runtime state the supervisor acts on ------------------------------
+
+def test_a_satellite_rewriting_a_kernels_runtime_json_changes_nothing_the_supervisor_reads(tmp_path, git_env):
+    from nika_brain.federation.kernels import runtimes
+    brain, claim_id = hook_brain(tmp_path / "brain")
+    state = {"pid": 4242, "started_at": "2031-05-06T07:08:09Z", "runtime": "headless"}
+    runtimes.save_state(brain, "beta", state)
+    assert runtimes.state_path(brain, "beta").parent == brain.guarded_dir / "runtimes"
+    # what the satellite can write under Claude Code's sandbox, with an interpreter the hook cannot read
+    script = ("import json; open('kernels/beta/runtime.json', 'w').write(json.dumps({'pid': 1, 'started_at': 'x'}))")
+    subprocess.run([sys.executable, "-c", script], cwd=brain.root, check=True, env=agent_env(tmp_path))
+    assert runtimes.load_state(brain, "beta") == state
+    # where the state is, the satellite's sandbox denies writes (created before the sandbox starts)
+    data = json.loads(settings.install(brain.root).read_text())
+    assert str(brain.guarded_dir) in data["sandbox"]["filesystem"]["denyWrite"]
+    # a runtime.json an older version left is read until the next save, which removes it
+    (brain.root / "kernels" / "gamma" / "runtime.json").write_text(json.dumps({"pid": 7}))
+    assert runtimes.load_state(brain, "gamma") == {"pid": 7}
+    runtimes.save_state(brain, "gamma", {"pid": 8})
+    assert not (brain.root / "kernels" / "gamma" / "runtime.json").exists()
+    assert runtimes.load_state(brain, "gamma") == {"pid": 8}

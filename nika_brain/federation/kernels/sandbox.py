@@ -4,7 +4,7 @@ Whatever the agent or Claude Code do, from inside its sandbox a kernel sees:
 - the machine as usual (its tools, /tmp, the brain's files it works on), but
 - of `kernels/`, only its own folder: the parent is an empty tmpfs with `kernels/<id>/` bound back, so
   kernels spawned later are hidden too;
-- of `.nika/` (vault, bus, embeddings cache, locks index, doors, other kernels' events), only what its
+- of `.nika/` (vault, bus, embeddings cache, doors, other kernels' events), only what its
   hooks write (`sessions/`, `mutex/`, `federation/<id>/`); the rest is an empty tmpfs;
 - the brain's decision folders (`gates/`, `grants/`, `breakers/`, `proposals/`, `runs/`, `doctrines/`)
   read-only, and its doctrine's snapshot (`.nika/doctrines/<id>/`, what its hooks enforce) read-only;

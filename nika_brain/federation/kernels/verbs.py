@@ -234,6 +234,7 @@ def kernel_spawn(brain: Brain, goal: str, scope=(), resource_limits: Mapping[str
             folder.mkdir(mode=0o700)
         except FileExistsError:
             raise BrainError(f"kernel {kid} exists already ({brain.rel(folder)})") from None
+        runtimes.forget_state(brain, kid)   # a folder removed by hand: its old runtime is not this one
         try:
             k = kernels.save_kernel(brain, k)
             (folder / "memory").mkdir(mode=0o700)

@@ -5,9 +5,14 @@ its policy (region, data class). Two copies:
 
 - the Chroma collection `nika_federation_goals` (one record per kernel, the goal line's embedding,
   the text and the policy as metadata), for other tools and other machines;
-- the compact index `<brain>/.nika/federation/goals-index.npz`: the routing model of router.py
+- the compact index `<brain>/.nika/guarded/goals-index.npz`: the routing model of router.py
   (vectors, sub-topic centroids, thresholds, lexical tables) in one file, replaced atomically. The
-  triage's hot path reads only this file (numpy), never chromadb.
+  triage's hot path reads only this file (numpy), never chromadb. Its digest says whether it is
+  current, not whether it is authentic (anyone who writes the file writes the digest too), so the
+  file lives where no agent writes (issue 24, hole 5): `.nika/guarded/` is write-denied in the Claude
+  Code sandbox of every session (claude/settings.py), refused to the file tools and to commands by
+  the hook (a state folder), and absent from a kernel's bwrap sandbox (its `.nika/` is a tmpfs). An
+  agent's own process that cannot save it routes with what it built, in memory.
 
 `refresh(brain)` rebuilds both when the goals changed (a digest of every entry, the model id and the
 calibration settings), under one inter-process mutex so two writers never interleave, and announces
@@ -259,7 +264,7 @@ ARRAYS = ("mean", "examples", "owner", "centroids", "subs", "sub_owner", "loc", 
 
 
 def index_path(brain: Brain) -> Path:
-    return brain.state_dir / "federation" / INDEX_NAME
+    return brain.guarded_dir / INDEX_NAME   # out of every agent's reach (Brain.guarded_dir)
 
 
 def save(index: Index, path: Path) -> None:
@@ -349,7 +354,11 @@ def refresh(brain: Brain, *, force: bool = False, store: bool = True, publish: b
         if changed or old is None:
             lab = read_labelled(cal_path) if cal_path else None
             index = build(entries, embedder, st, labelled=lab, digest_=dig, fixes=fixes)
-            save(index, path)
+            try:
+                save(index, path)
+            except OSError as exc:   # an agent's sandbox denies the folder: route with this one
+                import sys
+                print(f"nika-brain: goals index not saved ({path}: {exc.strerror or exc})", file=sys.stderr)
         else:
             index = old
         if store:

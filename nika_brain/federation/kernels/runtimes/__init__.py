@@ -4,12 +4,14 @@ A runtime starts the kernel's agent, says whether it is alive, hands it a prompt
 not confirm delivery: the service (federation.verbs) waits for the agent's own acknowledgement (the
 UserPromptSubmit hook's record), the same way for every runtime. What a runtime needs to find its
 kernel again (tmux session, pid, headless session id, cgroup plan) is kept in
-`kernels/<id>/runtime.json` (0600), written by the service.
+`.nika/guarded/runtimes/<id>.json` (0600), written by the service: the supervisor declares a kernel
+dead, releases its locks and fails its claims on what it says, so it lives where no agent writes
+(issue 24, hole 8: `kernels/<id>/runtime.json`, its place before, was writable from a satellite under
+Claude Code's sandbox). A runtime.json left there by an older version is read until the next save.
 """
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -17,7 +19,7 @@ from typing import Protocol, runtime_checkable
 from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
 from nika_brain.state.kernels import Kernel, kernel_dir
-from nika_brain.support import procs
+from nika_brain.support import fsio, procs
 
 
 class RuntimeMissing(BrainError):
@@ -100,12 +102,19 @@ def require(brain: Brain, name: str) -> Runtime:
 # ---- runtime.json ----------------------------------------------------------------------------------
 
 def state_path(brain: Brain, kernel_id: str) -> Path:
+    return brain.guarded_dir / "runtimes" / f"{kernel_id}.json"
+
+
+def _legacy_path(brain: Brain, kernel_id: str) -> Path:
     return kernel_dir(brain, kernel_id) / "runtime.json"
 
 
 def load_state(brain: Brain, kernel_id: str) -> dict:
+    path = state_path(brain, kernel_id)
+    if not path.exists():
+        path = _legacy_path(brain, kernel_id)   # an older version's, until the next save
     try:
-        data = json.loads(state_path(brain, kernel_id).read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
@@ -113,8 +122,14 @@ def load_state(brain: Brain, kernel_id: str) -> dict:
 
 def save_state(brain: Brain, kernel_id: str, state: dict) -> None:
     path = state_path(brain, kernel_id)
-    brain.write(path, json.dumps(state, indent=1, sort_keys=True))
-    os.chmod(path, 0o600)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fsio.atomic_write(path, json.dumps(state, indent=1, sort_keys=True), fsync=brain.config.fsync, mode=0o600)
+    _legacy_path(brain, kernel_id).unlink(missing_ok=True)
+
+
+def forget_state(brain: Brain, kernel_id: str) -> None:
+    """A new kernel folder: no state of an earlier one under the same id counts."""
+    state_path(brain, kernel_id).unlink(missing_ok=True)
 
 
 pid_alive = procs.alive   # one answer everywhere (support/procs.py)
