@@ -145,3 +145,23 @@ def test_a_machine_killed_has_its_kernels_lost_its_locks_freed_and_its_prompts_h
     taken = [e for e in health.tail_events(m2, "k2") if e.get("event") == "taken" and e.get("sha") == sha]
     assert len(taken) == 1
     assert [x for x in queue.pending(m2, "k2") if x["prompt"] == "held while m2 is away"] == []
+
+
+def test_a_spawn_refused_for_its_region_names_the_machine_of_that_region_that_is_up(machines):
+    (m1, m2, m3), _procs = machines
+    from nika_brain.federation.daemon.machines import MachineService
+    for b, region in ((m1, "de"), (m2, "fr"), (m3, "fr")):
+        machine.save(b, region=region)
+        MachineService(b)._beat()  # what each machine's daemon does every machine_ttl/3
+    until(lambda: remote.alive(m1, "m2") is None, what="m2's heartbeat expired (its daemon gone)")
+    MachineService(m3)._beat()
+    with pytest.raises(verbs.BrainError) as exc:
+        verbs.kernel_spawn(m1, "client data in France", kernel_id="kfr", region="fr", sandboxed=False)
+    msg = str(exc.value)
+    assert exc.value.exit_code == 6 and "\n" not in msg
+    assert "region fr" in msg and "machine m3 of region fr is up: run this spawn there" in msg
+    assert "m2" not in msg.split(";")[-1] and not verbs.kernels.kernel_dir(m1, "kfr").exists()
+    until(lambda: remote.alive(m1, "m3") is None, what="m3's heartbeat expired too")
+    with pytest.raises(verbs.BrainError) as exc:
+        verbs.kernel_spawn(m1, "client data in France", kernel_id="kfr", region="fr", sandboxed=False)
+    assert "no machine of region fr is up (m2, m3 lost)" in str(exc.value)

@@ -84,6 +84,25 @@ def machines(brain: Brain) -> dict[str, dict]:
     return out
 
 
+def placement_hint(brain: Brain, region: str) -> str:
+    """For a spawn refused here because of its region: which machine could take it (those of that
+    region whose daemon heartbeats on the bus), or why none can now. Never raises."""
+    try:
+        from nika_brain import bus
+        if bus.backend_name(brain) != "redis":
+            return "no bus tells which machines are up (bus: embedded)"
+        known = machines(brain)
+    except BrainError as exc:
+        return f"the bus did not say which machines are up ({exc.message})"
+    up = [m for m, v in known.items() if v["up"] and (v["last"] or {}).get("region") == region]
+    if up:
+        return f"machine{'s' if len(up) > 1 else ''} {', '.join(up)} of region {region} " \
+               f"{'are' if len(up) > 1 else 'is'} up: run this spawn there"
+    gone = [m for m, v in known.items() if not v["up"] and (v["last"] or {}).get("region") == region]
+    return (f"no machine of region {region} is up" + (f" ({', '.join(gone)} lost)" if gone else "")
+            + " among those registered on the bus")
+
+
 def status_of(brain: Brain, k: Kernel) -> str:
     """k.status, or `lost` when k is live on a machine that was registered and is up no more."""
     if not k.live or not k.machine or k.runtime == "kubernetes":

@@ -20,7 +20,7 @@ from datetime import timedelta
 from typing import Any, Mapping
 
 from nika_brain.brain import Brain
-from nika_brain.errors import BrainError
+from nika_brain.errors import BrainError, Refused
 from nika_brain.federation import options
 from nika_brain.federation.kernels import claude_config, credentials, health, limits, remote, runtimes, sandbox
 from nika_brain.state import kernels
@@ -225,7 +225,11 @@ def kernel_spawn(brain: Brain, goal: str, scope=(), resource_limits: Mapping[str
     k = sandbox.choose(k, sandboxed)  # bwrap, or off when the operator said --no-sandbox
     from nika_brain.state import machine
     here = machine.load(brain)
-    machine.check_placement(here, kid, region, runtime)
+    try:
+        machine.check_placement(here, kid, region, runtime)
+    except Refused as exc:
+        from nika_brain.federation.kernels import remote
+        raise Refused(f"{exc.message}; {remote.placement_hint(brain, region or '')}") from None
     k = replace(k, machine=here.id if runtime != "kubernetes" else None)
     folder = kernels.kernel_dir(brain, kid)
     brain.kernels_dir.mkdir(parents=True, exist_ok=True)
