@@ -27,8 +27,10 @@ def _row(brain: Brain, k: kernels.Kernel) -> dict:
         hb = None
     from nika_brain.federation.kernels import remote, runtimes
     state = runtimes.load_state(brain, k.id)
+    st = remote.status_of(brain, k)
     return {"id": k.id, "goal": k.goal, "tags": list(k.tags), "card": k.card, "parent": k.parent,
-            "status": remote.status_of(brain, k), "reason": k.status_reason, "runtime": k.runtime,
+            "status": st, "held": len(remote.held(brain, k.id)) if st == "lost" else 0,
+            "reason": k.status_reason, "runtime": k.runtime,
             "limits": k.limits.to_dict(), "enforcement": k.enforcement, "sandbox": k.sandbox,
             "cpu_enforced": bool(state.get("cpu_enforced")) if k.limits.cpu_percent is not None else None,
             "restarts": k.restarts, "last_heartbeat": hb.get("at") if hb else None,
@@ -47,7 +49,8 @@ def kernel_list(as_json: bool = typer.Option(False, "--json")):
         lim = " ".join(f"{k}={v}" for k, v in r["limits"].items()) or "no-limits"
         if r["cpu_enforced"] is False and r["enforcement"] not in (None, "kubernetes"):
             lim += " (cpu not enforced)"
-        print(f"{r['id']}\t{r['status']}\t{r['runtime']}@{r['machine'] or '-'}\t{lim} [{r['enforcement'] or '-'}]\t"
+        status = r["status"] + (f", {r['held']} held (machine lost)" if r["held"] else "")
+        print(f"{r['id']}\t{status}\t{r['runtime']}@{r['machine'] or '-'}\t{lim} [{r['enforcement'] or '-'}]\t"
               f"sandbox={r['sandbox'] or '-'}\thb={r['last_heartbeat'] or '-'}\t{r['goal']}")
 
 

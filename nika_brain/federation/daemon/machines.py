@@ -11,7 +11,7 @@ from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
 from nika_brain.federation.kernels import remote, runtimes, verbs
 from nika_brain.state import machine
-from nika_brain.support import clock
+from nika_brain.support import clock, faults
 
 
 def run_request(brain: Brain, msg: dict) -> dict:
@@ -25,6 +25,7 @@ def run_request(brain: Brain, msg: dict) -> dict:
         rep = b.get(key) or {"ok": False, "error": f"request {rid} was interrupted on this machine (its "
                                                    "daemon stopped while running it); not run twice"}
         b.set(key, rep, ttl=remote.REPLY_TTL)
+        b.delete(remote.HELD + f"{remote.here(brain)}:{rid}")
         return rep
     verb = msg.get("verb")
     kid = msg.get("kernel")
@@ -48,6 +49,7 @@ def run_request(brain: Brain, msg: dict) -> dict:
         else:
             os.environ["NIKA_REMOTE_RUNNING"] = prev
     b.set(key, rep, ttl=remote.REPLY_TTL)
+    b.delete(remote.HELD + f"{remote.here(brain)}:{rid}")  # held while this machine was lost: ran once now
     return rep
 
 
@@ -61,8 +63,10 @@ class MachineService:
         self.every = max(0.2, min(5.0, remote.machine_ttl(brain) / 3))
         self.stopping = threading.Event()
         self.thread: threading.Thread | None = None
+        self.beating: threading.Thread | None = None
         self.served = 0
         self.freed = 0
+        self.dropped: list[str] = []
         self.enabled = False
 
     def _beat(self) -> None:
@@ -80,9 +84,22 @@ class MachineService:
         if bus.backend_name(self.brain) != "redis":
             return  # one machine's bus: nothing travels between machines
         self.enabled = True
+        self.dropped += remote.reconcile_returned(self.brain)  # before it says it is up again
         self._beat()
         self.thread = threading.Thread(target=self._serve, name="machine-requests", daemon=True)
         self.thread.start()
+        # the heartbeat has its own thread: a slow sync or supervisor tick in the daemon's main loop
+        # must not let this machine's heartbeat expire (the others would call it lost and free its leases)
+        self.beating = threading.Thread(target=self._beats, name="machine-heartbeat", daemon=True)
+        self.beating.start()
+
+    def _beats(self) -> None:
+        while not self.stopping.wait(self.every):
+            try:
+                self._beat()
+            except BrainError:
+                pass  # Redis unreachable: the heartbeat expires, which is the truth
+
 
     def _serve(self) -> None:
         me = remote.here(self.brain)
@@ -109,6 +126,7 @@ class MachineService:
         try:
             run_request(self.brain, msg)
             self.served += 1
+            faults.point("after-remote-request")
         finally:
             try:
                 remote._bus(self.brain).ack(ch, remote.GROUP, mid)
@@ -118,13 +136,14 @@ class MachineService:
     def tick(self) -> None:
         if not self.enabled:
             return
-        self._beat()
+        self.dropped += remote.reconcile_returned(self.brain)  # back from a partition: no restart
         self.freed += remote.free_lost_leases(self.brain)
 
     def stop(self) -> None:
         self.stopping.set()
-        if self.thread is not None:
-            self.thread.join(timeout=5)
+        for t in (self.thread, self.beating):
+            if t is not None:
+                t.join(timeout=5)
 
 
 def service(brain: Brain) -> MachineService:
