@@ -76,12 +76,16 @@ def test_a_takeover_is_the_operators_explicit_act_refused_while_the_driver_is_up
     assert run_file(m1, "g")["driver"] == "tk2"
     refused = nb(m1, "workflow", "resume", "g", check=6)
     assert "driven by machine tk2" in refused.stderr and "workflow takeover g" in refused.stderr
-    daemon_machines.MachineService(m2)._beat()  # what tk2's daemon does every machine_ttl/3
-    refused = nb(m1, "workflow", "takeover", "g", check=6)
-    assert "machine tk2 still drives workflow g" in refused.stderr and "--force" in refused.stderr
-    assert "Traceback" not in refused.stderr and run_file(m1, "g")["driver"] == "tk2"
-    agent = nb(m1, "workflow", "takeover", "g", "--force", env={"CLAUDECODE": "1"}, check=6)
-    assert "operator's decision" in agent.stderr and run_file(m1, "g")["driver"] == "tk2"
+    beat = daemon_machines.MachineService(m2)  # tk2's daemon's machine service: its heartbeat thread
+    beat.start()
+    try:
+        refused = nb(m1, "workflow", "takeover", "g", check=6)
+        assert "machine tk2 still drives workflow g" in refused.stderr and "--force" in refused.stderr
+        assert "Traceback" not in refused.stderr and run_file(m1, "g")["driver"] == "tk2"
+        agent = nb(m1, "workflow", "takeover", "g", "--force", env={"CLAUDECODE": "1"}, check=6)
+        assert "operator's decision" in agent.stderr and run_file(m1, "g")["driver"] == "tk2"
+    finally:
+        beat.stop()  # tk2's daemon stops
     until(lambda: remote.alive(m1, "tk2") is None, what="tk2's heartbeat expired (its daemon is gone)")
     out = nb(m1, "workflow", "takeover", "g", "--note", "tk2 is down", check=0).stdout
     assert "driven by tk1 from now on (was tk2)" in out and "synced" in out
