@@ -209,3 +209,39 @@ def test_a_spawn_refused_for_its_region_names_the_machine_of_that_region_that_is
     with pytest.raises(verbs.BrainError) as exc:
         verbs.kernel_spawn(m1, "client data in France", kernel_id="kfr", region="fr", sandboxed=False)
     assert "no machine of region fr is up (m2, m3 lost)" in str(exc.value)
+
+
+def test_a_machine_cut_off_from_redis_is_lost_and_reconciles_when_its_path_comes_back(machines,
+                                                                                      redis_server):
+    """A network partition, not a kill: machine 3 reaches Redis only through its own relay; cut, its
+    daemon runs on but its heartbeat expires, so machine 1 frees its lease and takes the scope; the
+    path restored, machine 3's daemon (never restarted) drops its lock file of the freed lease
+    (journaled) and no sync brings it back beside machine 1's lock."""
+    from nika_brain.engine import signals
+    from tests.kit.redis import Proxy
+    (m1, _m2, m3), procs = machines
+    proxy = Proxy(int(redis_server.rsplit(":", 1)[1].split("/")[0]))
+    try:
+        tmp = m3.root.parent
+        (m3.root / "nika-brain.yml").write_text(_config(tmp, proxy.url, "m3"))
+        m3 = Brain.at(m3.root)
+        procs += [_daemon(m1), _daemon(m3)]
+        leases.lock_acquire(m3, "docs/", "claim-k3", pid=None, ttl=3600)
+        proxy.cut()
+        until(lambda: not remote.machines(m1)["m3"]["up"], what="m3 lost once cut off")
+        until(lambda: not [v for v in leases.open_leases(m1).held() if v["owner"] == "claim-k3"],
+              what="m3's lease freed by m1's daemon")
+        assert leases.lock_acquire(m1, "docs/a.md", "claim-m1", pid=None, ttl=3600).scope == "docs/a.md"
+        assert procs[-1].poll() is None  # m3's daemon never stopped
+        assert ("docs/", "claim-k3") in _lock_files(m3)
+        proxy.restore()
+        until(lambda: ("docs/", "claim-k3") not in _lock_files(m3), what="m3's freed lock dropped on return")
+        (dropped,) = signals.read(m3, types=("LOCK_DROPPED",))
+        assert dropped["payload"]["scope"] == "docs/" and "m1 freed its lease" in dropped["reason"]
+        until(lambda: remote.machines(m1)["m3"]["up"], what="m3 up again")
+        for b in (m3, m1, m3):
+            sync.sync(b)
+        for b in (m1, m3):
+            assert _lock_files(b) == [("docs/a.md", "claim-m1")]
+    finally:
+        proxy.cut()
