@@ -42,14 +42,14 @@ def _config(tmp: Path, url: str, name: str) -> str:
             "federation: " + json.dumps(fed) + "\n")
 
 
-def _daemon(b: Brain, fault: str | None = None) -> subprocess.Popen:
+def _daemon(b: Brain, fault: str | None = None, wrap=lambda argv: argv) -> subprocess.Popen:
     env = {**os.environ, "NIKA_BRAIN_DIR": str(b.root),
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     env.pop("NIKA_FAULT", None)
     if fault:
         env["NIKA_FAULT"] = fault  # a named point where it kills itself (support/faults.py)
     log = open(b.state_dir / "daemon-test.log", "ab")
-    p = subprocess.Popen([sys.executable, "-m", "nika_brain.federation.daemon.host"], cwd=b.root, env=env,
+    p = subprocess.Popen(wrap([sys.executable, "-m", "nika_brain.federation.daemon.host"]), cwd=b.root, env=env,
                          stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
     until(lambda: p.poll() is not None or remote.alive(b, machine.load(b).id) is not None,
           what=f"{b.root.name}'s daemon on the bus")
