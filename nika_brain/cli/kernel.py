@@ -126,6 +126,12 @@ def kernel_spawn(goal: str,
                            restart=restart, max_restarts=max_restarts, temporary=temporary, ttl=ttl,
                            env=env, sandboxed=not no_sandbox)
     brain = Brain.find()
+    from nika_brain.federation.kernels import remote
+    where = remote.elsewhere(brain, k)
+    if where:  # placed on a machine of its region: that machine's daemon spawned it
+        print(f"spawned {k.id} on machine {where} (region {k.region}: placed there through the bus; "
+              f"{k.runtime}, sandbox {k.sandbox or '-'}); its record comes here with the next sync")
+        return
     print(f"spawned {k.id} ({k.runtime}, limits {k.limits} [{k.enforcement}], sandbox {k.sandbox or '-'})"
           + (f"; credentials: {', '.join(sorted(env))}" if env else ""))
     _say_trust(runtimes.load_state(brain, k.id))

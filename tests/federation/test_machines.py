@@ -191,7 +191,7 @@ def test_a_machine_killed_has_its_kernels_lost_its_locks_freed_and_its_prompts_h
         assert [x for x in queue.pending(m2, "k2") if x["prompt"] == prompt] == []
 
 
-def test_a_spawn_refused_for_its_region_names_the_machine_of_that_region_that_is_up(machines):
+def test_a_spawn_not_placed_for_its_region_names_the_machine_of_that_region_that_is_up(machines):
     (m1, m2, m3), _procs = machines
     from nika_brain.federation.daemon.machines import MachineService
     for b, region in ((m1, "de"), (m2, "fr"), (m3, "fr")):
@@ -199,11 +199,13 @@ def test_a_spawn_refused_for_its_region_names_the_machine_of_that_region_that_is
         MachineService(b)._beat()  # what each machine's daemon does every machine_ttl/3
     until(lambda: remote.alive(m1, "m2") is None, what="m2's heartbeat expired (its daemon gone)")
     MachineService(m3)._beat()
-    with pytest.raises(verbs.BrainError) as exc:
-        verbs.kernel_spawn(m1, "client data in France", kernel_id="kfr", region="fr", sandboxed=False)
+    with pytest.raises(verbs.BrainError) as exc:  # with credentials: not placed (they never go on the bus)
+        verbs.kernel_spawn(m1, "client data in France", kernel_id="kfr", region="fr", sandboxed=False,
+                           env={"API_TOKEN": "secret"})
     msg = str(exc.value)
-    assert exc.value.exit_code == 6 and "\n" not in msg
+    assert exc.value.exit_code == 6 and "\n" not in msg and "secret" not in msg
     assert "region fr" in msg and "machine m3 of region fr is up: run this spawn there" in msg
+    assert "credentials never travel over the bus" in msg
     assert "m2" not in msg.split(";")[-1] and not verbs.kernels.kernel_dir(m1, "kfr").exists()
     until(lambda: remote.alive(m1, "m3") is None, what="m3's heartbeat expired too")
     with pytest.raises(verbs.BrainError) as exc:
@@ -245,3 +247,36 @@ def test_a_machine_cut_off_from_redis_is_lost_and_reconciles_when_its_path_comes
             assert _lock_files(b) == [("docs/a.md", "claim-m1")]
     finally:
         proxy.cut()
+
+
+def test_a_region_fr_kernel_spawned_on_a_machine_elsewhere_is_placed_on_the_fr_machine(machines):
+    """Placement by region through the bus: spawned on m1 (region de) while m3 (region fr) is up, the
+    kernel is spawned by m3's daemon, on m3; the request carries the operator's signature over what is
+    spawned and where, so an unsigned, retargeted or replayed one is refused there and spawns nothing."""
+    (m1, _m2, m3), procs = machines
+    from nika_brain.state import authority
+    from tests.kit.orch import nb
+    machine.save(m1, region="de")
+    machine.save(m3, region="fr")
+    procs.append(_daemon(m3))
+    out = nb(m1, "kernel", "spawn", "client data in France", "--id", "kfr", "--region", "fr", "--no-sandbox",
+             check=0).stdout
+    assert "spawned kfr on machine m3 (region fr: placed there through the bus" in out
+    assert not verbs.kernels.kernel_dir(m1, "kfr").exists()
+    k = verbs.kernels.load_kernel(m3, "kfr")
+    assert (k.machine, k.region) == ("m3", "fr")
+    until(lambda: verbs.ready(m3, verbs.kernels.load_kernel(m3, "kfr")), what="kfr's session on m3")
+    fields = {"machine": "m3", "kernel": "kforged", "goal": "g", "kw": {"sandboxed": False},
+              "at": remote.clock.iso(remote.clock.now()), "nonce": "n1"}
+    for sig, why in (("00" * 64, "not signed by the operator"),
+                     (authority.sign(m1, remote.SPAWN_KIND, {**fields, "machine": "m2"}), "is for machine m2")):
+        spawn = {**fields, "machine": "m2"} if "m2" in why else fields
+        with pytest.raises(verbs.BrainError) as exc:
+            remote.call(m1, "m3", "kernel_spawn", "kforged", spawn=spawn, signature=sig)
+        assert why in str(exc.value) and exc.value.exit_code == 6
+    signed = authority.sign(m1, remote.SPAWN_KIND, fields)
+    assert remote.call(m1, "m3", "kernel_spawn", "kforged", spawn=fields, signature=signed)
+    with pytest.raises(verbs.BrainError) as exc:  # the same signed request again: a replay
+        remote.call(m1, "m3", "kernel_spawn", "kforged", spawn=fields, signature=signed)
+    assert "replay" in str(exc.value)
+    assert sorted(k.id for k in verbs.kernels.list_kernels(m3)) == ["kforged", "kfr"]

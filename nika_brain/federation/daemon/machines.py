@@ -35,7 +35,10 @@ def run_request(brain: Brain, msg: dict) -> dict:
         if verb not in remote.VERBS or not isinstance(kid, str) or not isinstance(kw, dict):
             raise BrainError(f"a malformed request ({verb!r} on {kid!r})")
         os.environ["NIKA_REMOTE_RUNNING"] = kid
-        result = getattr(verbs, verb)(brain, kid, *args, **kw)
+        if verb == "kernel_spawn":  # placed here for its region: the operator's signature decides
+            result = remote.spawn_placed(brain, kid, **kw)
+        else:
+            result = getattr(verbs, verb)(brain, kid, *args, **kw)
         rep = {"ok": True, "result": remote._plain(result)}
     except runtimes.NotTaken as exc:
         rep = {"ok": False, "type": "NotTaken", "error": str(exc), "queued": exc.queued}

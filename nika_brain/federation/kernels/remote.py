@@ -37,7 +37,7 @@ CHANNEL = "nika:federation:machine:"
 GROUP = "daemon"
 REGISTRY = "machines"
 REPLY_TTL = 3600.0
-VERBS = ("kernel_invoke", "await_answer", "kernel_readjust", "kernel_observe", "kernel_kill")
+VERBS = ("kernel_invoke", "await_answer", "kernel_readjust", "kernel_observe", "kernel_kill", "kernel_spawn")
 
 
 HELD = "machine:held:"            # machine:held:<machine>:<request>: a request held for a lost machine
@@ -122,6 +122,66 @@ def machines(brain: Brain) -> dict[str, dict]:
         beat = b.get(f"machine:{mid}")
         out[mid] = {"up": beat is not None, "last": beat or last}
     return out
+
+
+SPAWN_KIND = "remote-spawn"
+SPAWN_FRESH = 600.0               # seconds a signed placement request stays valid
+
+
+def machines_of_region(brain: Brain, region: str) -> list[str]:
+    """The machines of `region` whose daemon heartbeats on the bus now ([] when none, or no Redis bus)."""
+    try:
+        from nika_brain import bus
+        if not region or bus.backend_name(brain) != "redis":
+            return []
+        return [m for m, v in machines(brain).items() if v["up"] and (v["last"] or {}).get("region") == region
+                and m != here(brain)]
+    except BrainError:
+        return []
+
+
+def place_spawn(brain: Brain, machine_id: str, kernel_id: str, goal: str, kw: dict) -> Kernel:
+    """Spawn on `machine_id` (a machine of the kernel's region): the request carries the operator's
+    signature over exactly what is spawned, where, and when; that machine's daemon verifies it before it
+    spawns (a message on the bus is no authority by itself). Returns the record as written there."""
+    from nika_brain.state import authority
+    fields = {"machine": machine_id, "kernel": kernel_id, "goal": goal, "kw": kw,
+              "at": clock.iso(clock.now()), "nonce": uuid.uuid4().hex}
+    sig = authority.sign(brain, SPAWN_KIND, fields, what=f"placing kernel {kernel_id} on machine {machine_id}")
+    text = call(brain, machine_id, "kernel_spawn", kernel_id, spawn=fields, signature=sig)
+    import tempfile
+    from pathlib import Path
+
+    from nika_brain.state import kernels
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / kernel_id / "kernel.yml"  # a record is read from its kernel's folder
+        path.parent.mkdir()
+        path.write_text(str(text), encoding="utf-8")
+        return kernels.load_path(path)
+
+
+def spawn_placed(brain: Brain, kernel_id: str, spawn: Any = None, signature: Any = None) -> str:
+    """On the machine a spawn was placed on: verify the operator's signature, its target and freshness,
+    then spawn here; returns the kernel.yml text."""
+    from nika_brain.errors import Refused
+    from nika_brain.federation.kernels import verbs
+    from nika_brain.state import authority, kernels
+    if not isinstance(spawn, dict) or not authority.verify(brain, SPAWN_KIND, spawn, signature):
+        raise Refused(f"refused: a spawn of {kernel_id} placed here is not signed by the operator")
+    if spawn.get("machine") != here(brain) or spawn.get("kernel") != kernel_id:
+        raise Refused(f"refused: the signed spawn of {spawn.get('kernel')} is for machine {spawn.get('machine')}")
+    try:
+        age = clock.now().timestamp() - clock.parse(str(spawn.get("at")), what="at").timestamp()
+    except BrainError:
+        age = SPAWN_FRESH + 1
+    if age < -30 or age > SPAWN_FRESH:  # 30 s of clock skew between machines allowed
+        raise Refused(f"refused: the signed spawn of {kernel_id} is {age:.0f}s old (at most {SPAWN_FRESH:g}s)")
+    if not _bus(brain).set_if_absent(f"machine:spawn-nonce:{spawn.get('nonce')}", {"kernel": kernel_id},
+                                     ttl=SPAWN_FRESH * 2):
+        raise Refused(f"refused: the signed spawn of {kernel_id} was used already (a replay)")
+    kw = dict(spawn.get("kw") or {})
+    k = verbs.kernel_spawn(brain, str(spawn.get("goal") or ""), kernel_id=kernel_id, **kw)
+    return kernels.kernel_dir(brain, k.id).joinpath("kernel.yml").read_text(encoding="utf-8")
 
 
 def placement_hint(brain: Brain, region: str) -> str:

@@ -229,7 +229,18 @@ def kernel_spawn(brain: Brain, goal: str, scope=(), resource_limits: Mapping[str
         machine.check_placement(here, kid, region, runtime)
     except Refused as exc:
         from nika_brain.federation.kernels import remote
-        raise Refused(f"{exc.message}; {remote.placement_hint(brain, region or '')}") from None
+        up = remote.machines_of_region(brain, region or "")
+        if up and not env:  # placed on a machine of its region, whose daemon spawns it (signed request)
+            return remote.place_spawn(brain, up[0], kid, goal, {
+                "scope": list(scope), "resource_limits": lim.to_dict(), "tags": list(tags),
+                "examples": list(examples), "region": region, "data_class": data_class, "doctrine": doctrine,
+                "card": card, "parent": parent, "runtime": runtime, "restart": restart,
+                "max_restarts": max_restarts, "temporary": temporary, "ttl": ttl,
+                "install_settings": install_settings, "sandboxed": sandboxed})
+        hint = remote.placement_hint(brain, region or "")
+        if up:
+            hint += " (with its own --env-file: credentials never travel over the bus)"
+        raise Refused(f"{exc.message}; {hint}") from None
     k = replace(k, machine=here.id if runtime != "kubernetes" else None)
     folder = kernels.kernel_dir(brain, kid)
     brain.kernels_dir.mkdir(parents=True, exist_ok=True)
