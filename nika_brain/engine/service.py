@@ -479,11 +479,10 @@ def _machine_alive(brain: Brain, machine_id: str):
     """The machine's heartbeat line when its daemon is up, False when it is registered and gone or
     never registered, None when the bus cannot tell."""
     from nika_brain import bus
-    from nika_brain.federation.kernels import remote
     if bus.backend_name(brain) != "redis":
         return None
-    try:
-        beat = remote.alive(brain, machine_id)
+    try:  # the heartbeat key every machine's daemon keeps (federation/kernels/remote.py)
+        beat = bus.open_bus(brain).get(f"machine:{machine_id}")
     except BrainError:
         return None
     if beat is None:

@@ -6,12 +6,36 @@ from __future__ import annotations
 
 import os
 import threading
+from typing import Any
 
 from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
 from nika_brain.federation.kernels import remote, runtimes, verbs
 from nika_brain.state import machine
 from nika_brain.support import clock, faults
+
+
+def spawn_placed(brain: Brain, kernel_id: str, spawn: Any = None, signature: Any = None) -> str:
+    """On the machine a spawn was placed on: verify the operator's signature, its target and freshness,
+    then spawn here; returns the kernel.yml text."""
+    from nika_brain.errors import Refused
+    from nika_brain.state import authority, kernels
+    if not isinstance(spawn, dict) or not authority.verify(brain, remote.SPAWN_KIND, spawn, signature):
+        raise Refused(f"refused: a spawn of {kernel_id} placed here is not signed by the operator")
+    if spawn.get("machine") != remote.here(brain) or spawn.get("kernel") != kernel_id:
+        raise Refused(f"refused: the signed spawn of {spawn.get('kernel')} is for machine {spawn.get('machine')}")
+    try:
+        age = clock.now().timestamp() - clock.parse(str(spawn.get("at")), what="at").timestamp()
+    except BrainError:
+        age = remote.SPAWN_FRESH + 1
+    if age < -30 or age > remote.SPAWN_FRESH:  # 30 s of clock skew between machines allowed
+        raise Refused(f"refused: the signed spawn of {kernel_id} is {age:.0f}s old (at most {remote.SPAWN_FRESH:g}s)")
+    if not remote._bus(brain).set_if_absent(f"machine:spawn-nonce:{spawn.get('nonce')}",
+                                            {"kernel": kernel_id}, ttl=remote.SPAWN_FRESH * 2):
+        raise Refused(f"refused: the signed spawn of {kernel_id} was used already (a replay)")
+    kw = dict(spawn.get("kw") or {})
+    k = verbs.kernel_spawn(brain, str(spawn.get("goal") or ""), kernel_id=kernel_id, **kw)
+    return kernels.kernel_dir(brain, k.id).joinpath("kernel.yml").read_text(encoding="utf-8")
 
 
 def run_request(brain: Brain, msg: dict) -> dict:
@@ -36,7 +60,7 @@ def run_request(brain: Brain, msg: dict) -> dict:
             raise BrainError(f"a malformed request ({verb!r} on {kid!r})")
         os.environ["NIKA_REMOTE_RUNNING"] = kid
         if verb == "kernel_spawn":  # placed here for its region: the operator's signature decides
-            result = remote.spawn_placed(brain, kid, **kw)
+            result = spawn_placed(brain, kid, **kw)
         else:
             result = getattr(verbs, verb)(brain, kid, *args, **kw)
         rep = {"ok": True, "result": remote._plain(result)}

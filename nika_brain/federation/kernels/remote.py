@@ -160,30 +160,6 @@ def place_spawn(brain: Brain, machine_id: str, kernel_id: str, goal: str, kw: di
         return kernels.load_path(path)
 
 
-def spawn_placed(brain: Brain, kernel_id: str, spawn: Any = None, signature: Any = None) -> str:
-    """On the machine a spawn was placed on: verify the operator's signature, its target and freshness,
-    then spawn here; returns the kernel.yml text."""
-    from nika_brain.errors import Refused
-    from nika_brain.federation.kernels import verbs
-    from nika_brain.state import authority, kernels
-    if not isinstance(spawn, dict) or not authority.verify(brain, SPAWN_KIND, spawn, signature):
-        raise Refused(f"refused: a spawn of {kernel_id} placed here is not signed by the operator")
-    if spawn.get("machine") != here(brain) or spawn.get("kernel") != kernel_id:
-        raise Refused(f"refused: the signed spawn of {spawn.get('kernel')} is for machine {spawn.get('machine')}")
-    try:
-        age = clock.now().timestamp() - clock.parse(str(spawn.get("at")), what="at").timestamp()
-    except BrainError:
-        age = SPAWN_FRESH + 1
-    if age < -30 or age > SPAWN_FRESH:  # 30 s of clock skew between machines allowed
-        raise Refused(f"refused: the signed spawn of {kernel_id} is {age:.0f}s old (at most {SPAWN_FRESH:g}s)")
-    if not _bus(brain).set_if_absent(f"machine:spawn-nonce:{spawn.get('nonce')}", {"kernel": kernel_id},
-                                     ttl=SPAWN_FRESH * 2):
-        raise Refused(f"refused: the signed spawn of {kernel_id} was used already (a replay)")
-    kw = dict(spawn.get("kw") or {})
-    k = verbs.kernel_spawn(brain, str(spawn.get("goal") or ""), kernel_id=kernel_id, **kw)
-    return kernels.kernel_dir(brain, k.id).joinpath("kernel.yml").read_text(encoding="utf-8")
-
-
 def placement_hint(brain: Brain, region: str) -> str:
     """For a spawn refused here because of its region: which machine could take it (those of that
     region whose daemon heartbeats on the bus), or why none can now. Never raises."""
