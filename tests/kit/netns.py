@@ -25,8 +25,9 @@ class NetNs:
         tag = f"{os.getpid() % 100000}{index}"
         self.name = f"nika-{tag}"
         self.host_if, ns_if = f"nbh{tag}"[:15], f"nbn{tag}"[:15]
-        octet = 16 + (os.getpid() % 200)
-        self.host_ip, self.ns_ip = f"10.{octet}.{index}.1", f"10.{octet}.{index}.2"
+        pid = os.getpid()  # a /30 per machine, from this process's pid: parallel test workers never meet
+        net = f"10.{(pid >> 8) & 255}.{pid & 255}"
+        self.host_ip, self.ns_ip = f"{net}.{4 * index + 1}", f"{net}.{4 * index + 2}"
         _ip("netns", "add", self.name)
         try:
             _ip("link", "add", self.host_if, "type", "veth", "peer", "name", ns_if)
