@@ -179,6 +179,9 @@ def test_a_machine_killed_has_its_kernels_lost_its_locks_freed_and_its_prompts_h
     assert _row(m1, verbs.kernels.load_kernel(m1, "k2"))["status"] == "active"
     after = json.loads(nb(m1, "ask", "show", rec["ask"], "--json", check=0).stdout)
     assert after["routes"][0]["status"] == "taken" and after["routes"][0]["prompt_id"]
+    from nika_brain.federation.asking import record
+    stored = json.loads((record.folder(m1) / f"{rec['ask']}.json").read_text())
+    assert stored["routes"][0]["status"] == "taken"  # kept after the reply on the bus expires
     procs[-1].terminate()
     procs[-1].wait(timeout=30)
     procs.append(_daemon(m2))  # a second restart runs nothing again

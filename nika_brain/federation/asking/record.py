@@ -2,7 +2,8 @@
 
 A record holds the prompt, the triage's decision (kernel | split | fallback, its reason, its highest
 scores) and one route per kernel the prompt (or a part of it) went to: kernel, prompt, prompt_id (the
-kernel queue's id), status (taken | queued | answered | failed), the reason of a failure. Answers are kept by reference,
+kernel queue's id), status (taken | queued | held | answered | failed: held = its kernel's machine is
+lost, the request waits on that machine's stream), the reason of a failure. Answers are kept by reference,
 never copied: the route names the kernel, its session and the time of the `answered` event in
 `.nika/federation/<kernel>/events.jsonl` (the agent's Stop hook, or the headless result), and
 `load_ask` resolves them.
@@ -81,7 +82,10 @@ def _held(brain: Brain, route: dict) -> dict:
 
 def resolve(brain: Brain, rec: dict) -> dict:
     rec = dict(rec)
-    routes = [_held(brain, r) for r in rec.get("routes", [])]
+    before = rec.get("routes", [])
+    routes = [_held(brain, r) for r in before]
+    if routes != before and rec.get("ask"):
+        save(brain, {**rec, "routes": routes})  # the reply on the bus expires; the record keeps what it said
     rec["routes"] = [{**r, "answer": _answer(brain, r)} for r in routes]
     return rec
 
