@@ -37,7 +37,8 @@ def federation_status(as_json: bool = typer.Option(False, "--json")):
           f"  mean context: {a['mean_context_pct'] if a['mean_context_pct'] is not None else '-'}%"
           f"  queued: {a['queue_depth']}")
     for k in s["kernels"]:
-        print(f"{k['id']}\t{k['state']}\t{k['runtime']}@{k.get('machine') or '-'}\thb={k['last_heartbeat'] or '-'}\t"
+        state = k["state"] + (f", {k['held']} held (machine lost)" if k.get("held") else "")
+        print(f"{k['id']}\t{state}\t{k['runtime']}@{k.get('machine') or '-'}\thb={k['last_heartbeat'] or '-'}\t"
               f"ctx={k['context_pct'] if k['context_pct'] is not None else '-'}\t{k['reason'] or ''}")
     raise typer.Exit(0 if s["bus_ok"] else 1)  # the records are shown; the bus is not there
 

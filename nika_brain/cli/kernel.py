@@ -27,8 +27,10 @@ def _row(brain: Brain, k: kernels.Kernel) -> dict:
         hb = None
     from nika_brain.federation.kernels import remote, runtimes
     state = runtimes.load_state(brain, k.id)
+    st = remote.status_of(brain, k)
     return {"id": k.id, "goal": k.goal, "tags": list(k.tags), "card": k.card, "parent": k.parent,
-            "status": remote.status_of(brain, k), "reason": k.status_reason, "runtime": k.runtime,
+            "status": st, "held": len(remote.held(brain, k.id)) if st == "lost" else 0,
+            "reason": k.status_reason, "runtime": k.runtime,
             "limits": k.limits.to_dict(), "enforcement": k.enforcement, "sandbox": k.sandbox,
             "cpu_enforced": bool(state.get("cpu_enforced")) if k.limits.cpu_percent is not None else None,
             "restarts": k.restarts, "last_heartbeat": hb.get("at") if hb else None,
@@ -47,7 +49,8 @@ def kernel_list(as_json: bool = typer.Option(False, "--json")):
         lim = " ".join(f"{k}={v}" for k, v in r["limits"].items()) or "no-limits"
         if r["cpu_enforced"] is False and r["enforcement"] not in (None, "kubernetes"):
             lim += " (cpu not enforced)"
-        print(f"{r['id']}\t{r['status']}\t{r['runtime']}@{r['machine'] or '-'}\t{lim} [{r['enforcement'] or '-'}]\t"
+        status = r["status"] + (f", {r['held']} held (machine lost)" if r["held"] else "")
+        print(f"{r['id']}\t{status}\t{r['runtime']}@{r['machine'] or '-'}\t{lim} [{r['enforcement'] or '-'}]\t"
               f"sandbox={r['sandbox'] or '-'}\thb={r['last_heartbeat'] or '-'}\t{r['goal']}")
 
 
@@ -123,6 +126,12 @@ def kernel_spawn(goal: str,
                            restart=restart, max_restarts=max_restarts, temporary=temporary, ttl=ttl,
                            env=env, sandboxed=not no_sandbox)
     brain = Brain.find()
+    from nika_brain.federation.kernels import remote
+    where = remote.elsewhere(brain, k)
+    if where:  # placed on a machine of its region: that machine's daemon spawned it
+        print(f"spawned {k.id} on machine {where} (region {k.region}: placed there through the bus; "
+              f"{k.runtime}, sandbox {k.sandbox or '-'}); its record comes here with the next sync")
+        return
     print(f"spawned {k.id} ({k.runtime}, limits {k.limits} [{k.enforcement}], sandbox {k.sandbox or '-'})"
           + (f"; credentials: {', '.join(sorted(env))}" if env else ""))
     _say_trust(runtimes.load_state(brain, k.id))

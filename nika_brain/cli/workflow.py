@@ -141,6 +141,22 @@ def workflow_abort(name: str, reason: str = typer.Option("aborted by request")):
     print(f"[{out.workflow}] ABORT: {out.message}")
 
 
+@wf_app.command("takeover")
+def workflow_takeover(name: str,
+                      force: bool = typer.Option(False, "--force", help="take it over even while its driving "
+                                                 "machine still heartbeats, or when nobody can tell"),
+                      note: str = typer.Option("", help="why (journaled)")):
+    """This machine drives the run from now on (a brain on several machines: the run's one writer)."""
+    operator_only("taking over a workflow run")
+    t = launch.take_over(Brain.find(), name, force=force, note=note)
+    if t.previous == t.driver:
+        print(f"{t.workflow}: already driven by this machine ({t.driver})")
+        return
+    print(f"{t.workflow}: driven by {t.driver} from now on (was {t.previous or 'no machine'})"
+          + (" — synced" if t.synced else ""))
+    print(f"next: `nika-brain workflow resume {t.workflow}`")
+
+
 @wf_app.command("orchestrate")
 def workflow_orchestrate(name: str, step: Optional[str] = None, context: Optional[str] = None,
                          mode: str = typer.Option("swarm"), wait: bool = typer.Option(False, "--wait"),

@@ -416,9 +416,78 @@ def resume(brain: Brain, name: str, *, retry: bool = False, skip: bool = False, 
     name = find_workflow(brain, name).name
     from nika_brain.engine import sync
     sync.pull_if_shared(brain)  # a gate decided on another machine is read fresh
+    run = runs.load_run(brain, name)
+    other = runs.driven_elsewhere(brain, run) if run is not None and run.active else None
+    if other:
+        raise Refused(f"workflow {name} is driven by machine {other} (its one writer): resume it there, or "
+                      f"take it over here with `nika-brain workflow takeover {name}`")
     if retry or skip:
         halts.resume_halted(brain, name, retry=retry, skip=skip)
     return drive(brain, name, wait=wait, poll=poll, timeout=timeout, on_event=on_event)
+
+
+@dataclass(frozen=True)
+class Takeover:
+    workflow: str
+    driver: str
+    previous: str | None
+    previous_alive: bool | None   # None: nobody could tell (no Redis bus, or it did not answer)
+    synced: bool
+
+
+def take_over(brain: Brain, name: str, *, force: bool = False, note: str = "") -> Takeover:
+    """`workflow takeover`: this machine drives the run from now on (the operator's explicit act).
+    Refused while the driving machine's daemon still heartbeats on the bus, or when nobody can tell,
+    unless `force`; journaled (RUN_TAKEN_OVER) and pushed at once when the brain syncs, so the old
+    driver's daemon sees after its next pull that the run is no longer its own."""
+    from nika_brain.engine import sync
+    from nika_brain.state import machine
+    name = find_workflow(brain, name).name
+    sync.pull_if_shared(brain)
+    me = machine.load(brain).id
+    with orchestrator.lock_workflow(brain, name):
+        run = runs.load_run(brain, name)
+        if run is None:
+            raise BrainError(f"workflow {name} has no run: nothing to take over")
+        if not run.active:
+            raise Refused(f"workflow {name}'s run is {run.status}: a finished run has no driver to take over")
+        prev = run.driver
+        if prev == me:
+            return Takeover(name, me, prev, True, False)
+        alive = _machine_alive(brain, prev) if prev else None
+        if prev and not force:
+            if alive:
+                raise Refused(f"machine {prev} still drives workflow {name}: its daemon heartbeats on the bus "
+                              f"({alive}); stop it there first, or --force to take the run over anyway "
+                              "(two machines would then both advance it)")
+            if alive is None:
+                raise Refused(f"cannot tell whether machine {prev}, which drives workflow {name}, is still up "
+                              "(no Redis bus to read its heartbeat): --force if you know it is gone")
+        runs.update(brain, run, driver=me)
+        signals.emit(brain, "RUN_TAKEN_OVER", workflow=name, step=run.cursor, claim=run.claim,
+                     reason=f"driven by {me} from now on (was {prev or 'no machine'})"
+                            + (" (forced)" if force else "") + (f": {note}" if note else ""),
+                     payload={"from": prev, "to": me, "forced": force, "previous_alive": bool(alive)})
+    synced = False
+    if sync.settings(brain).configured:
+        sync.sync(brain)
+        synced = True
+    return Takeover(name, me, prev, None if alive is None else bool(alive), synced)
+
+
+def _machine_alive(brain: Brain, machine_id: str):
+    """The machine's heartbeat line when its daemon is up, False when it is registered and gone or
+    never registered, None when the bus cannot tell."""
+    from nika_brain import bus
+    if bus.backend_name(brain) != "redis":
+        return None
+    try:  # the heartbeat key every machine's daemon keeps (federation/kernels/remote.py)
+        beat = bus.open_bus(brain).get(f"machine:{machine_id}")
+    except BrainError:
+        return None
+    if beat is None:
+        return False
+    return f"pid {beat.get('pid')}, last beat {beat.get('at')}"
 
 
 def decide_gate(brain: Brain, gate_id: str, decision: str, *,

@@ -11,6 +11,8 @@ import signal
 
 POINTS = ("after-preflight", "after-lock", "after-claim-open", "after-claim-close", "after-route",
           "after-gate-open", "before-merge", "after-merge")
+# the federation daemon's: a machine's daemon ran another machine's request and has not acked it yet
+DAEMON_POINTS = ("after-remote-request",)
 
 
 def point(name: str) -> None:

@@ -19,7 +19,7 @@ from nika_brain.state import claims, leasemirror
 from tests.kit.brain import git_out as git
 from tests.kit.brain import make_brain
 from tests.kit.claude import bound_env, hook
-from tests.kit.redis import RedisServer
+from tests.kit.redis import Proxy, RedisServer
 from tests.kit.wait import until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -161,6 +161,48 @@ def test_redis_unreachable_refuses_writes_with_the_reason_and_they_come_back_aft
             again.wait()
     finally:
         server.stop()
+
+
+def test_redis_cut_for_one_machine_refuses_that_machines_writes_only_and_they_come_back(
+        tmp_path, git_env, redis_server, mirror):  # noqa: F811
+    """Redis unreachable for ONE machine (its own path to the shared server is cut; the server runs on):
+    its agents' writes are refused by the PreToolUse hook with the reason, its CLI cannot lock, reads go
+    on; the other machine's mirror, hook and locks go on; restored, it sees what was taken meanwhile."""
+    a, b, claim_a = _machines(tmp_path, redis_server, lease_mirror_every=0.2)
+    proxy = Proxy(int(redis_server.rsplit(":", 1)[1].split("/")[0]))
+    try:
+        (b.root / "nika-brain.yml").write_text(_config(proxy.url, f"nika:lease:{tmp_path.name}:",
+                                                       lease_mirror_every=0.2))
+        b = Brain.at(b.root)  # machine b reaches Redis only through its proxy
+        claim_b = claims.open_claim(b, workflow="w", step=2, satellite_type="code", scope=["src/", "docs/"],
+                                    story_angle="edit docs").id
+        mirror(a)
+        svc_b = mirror(b)
+        assert _edit(a, claim_a, "src/core/x.py").allowed and _edit(b, claim_b, "docs/b.md").allowed
+        proxy.cut()
+        until(lambda: json.loads(leasemirror.path(b).read_text()).get("error"), what="b's mirror error")
+        ans = _edit(b, claim_b, "docs/b.md")
+        assert ans.denied and "redis unreachable" in ans.reason, ans.reason
+        assert _read(b, claim_b, "docs/b.md").allowed
+        with pytest.raises(leases.BrainError) as exc:
+            leases.lock_acquire(b, "docs/", claim_b, pid=None)
+        assert "Traceback" not in str(exc.value) and exc.value.exit_code == 1
+        # machine a goes on: its mirror is fresh, its agents write, its CLI locks
+        assert json.loads(leasemirror.path(a).read_text())["error"] is None
+        assert _edit(a, claim_a, "src/core/x.py").allowed
+        leases.lock_acquire(a, "src/core/", claim_a, pid=None, ttl=600)
+        until(_mirror_has(a, 1), what="a's lease on a's mirror")
+        assert _edit(a, claim_a, "src/core/x.py").allowed  # its own lock
+        assert _edit(b, claim_b, "docs/b.md").denied       # b still cut off
+        proxy.restore()
+        until(_mirror_has(b, 1), what="b's mirror back, with the lease a took meanwhile")
+        until(lambda: svc_b.error is None, what="b's service clear of its error")
+        assert _edit(b, claim_b, "docs/b.md").allowed
+        ans = _edit(b, claim_b, "src/core/x.py")
+        assert ans.denied and claim_a in ans.reason and "redis lease" in ans.reason
+        assert leases.lock_acquire(b, "docs/", claim_b, pid=None).scope == "docs/"
+    finally:
+        proxy.cut()
 
 
 def test_eight_agents_across_three_machines_hook_calls_and_cli_acquires_never_overlap(tmp_path, git_env,  # noqa: F811

@@ -18,7 +18,7 @@ import pytest
 from nika_brain.brain import Brain
 from nika_brain.engine import sync
 from nika_brain.federation.asking import route
-from nika_brain.federation.kernels import health, leases, remote, runtimes, verbs
+from nika_brain.federation.kernels import health, leases, remote, verbs
 from nika_brain.state import machine
 from nika_brain.state import prompts as queue
 from tests.federation.fedkit import STANDIN
@@ -42,11 +42,14 @@ def _config(tmp: Path, url: str, name: str) -> str:
             "federation: " + json.dumps(fed) + "\n")
 
 
-def _daemon(b: Brain) -> subprocess.Popen:
+def _daemon(b: Brain, fault: str | None = None, wrap=lambda argv: argv) -> subprocess.Popen:
     env = {**os.environ, "NIKA_BRAIN_DIR": str(b.root),
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env.pop("NIKA_FAULT", None)
+    if fault:
+        env["NIKA_FAULT"] = fault  # a named point where it kills itself (support/faults.py)
     log = open(b.state_dir / "daemon-test.log", "ab")
-    p = subprocess.Popen([sys.executable, "-m", "nika_brain.federation.daemon.host"], cwd=b.root, env=env,
+    p = subprocess.Popen(wrap([sys.executable, "-m", "nika_brain.federation.daemon.host"]), cwd=b.root, env=env,
                          stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
     until(lambda: p.poll() is not None or remote.alive(b, machine.load(b).id) is not None,
           what=f"{b.root.name}'s daemon on the bus")
@@ -113,35 +116,170 @@ def test_ask_and_verbs_on_machine_1_reach_a_kernel_on_machine_3(machines, monkey
     assert done["status"] == "killed" and verbs.kernels.load_kernel(m3, "k3").status == "killed"
 
 
-def test_a_machine_killed_has_its_kernels_lost_its_locks_freed_and_its_prompts_held_once(machines):
+def _taken(b: Brain, kid: str, prompt: str) -> list[dict]:
+    sha = health.prompt_sha(prompt)
+    return [e for e in health.tail_events(b, kid) if e.get("event") == "taken" and e.get("sha") == sha]
+
+
+def _lock_files(b: Brain) -> list[tuple[str, str]]:
+    from nika_brain.state import locks
+    return sorted((lk.scope, lk.owner) for lk in locks.list_locks(b))
+
+
+def test_a_machine_killed_has_its_kernels_lost_its_locks_freed_and_its_prompts_held_once(machines,
+                                                                                         monkeypatch):
+    """kill -9 of machine 2's daemon at a named point (it ran machine 1's prompt, not acked yet) → k2
+    `lost` once its heartbeat expired, its lease freed and its synced lock file dropped on machine 1
+    (journaled); prompts for k2 meanwhile are held, and kernel list, federation status and ask show say
+    so; machine 2 back → its own lock file of the freed lease dropped (journaled), not resurrected by
+    its sync, the held prompts delivered once, the interrupted one not again, no two locks overlap."""
     (m1, m2, _m3), procs = machines
+    from tests.kit.orch import nb
     procs.append(_daemon(m1))
-    d2 = _daemon(m2)
+    d2 = _daemon(m2, fault="after-remote-request")
     procs.append(d2)
     _spawn(m2, "k2")
-    sync.sync(m1)
     leases.lock_acquire(m2, "src/", "claim-k2", pid=None, ttl=3600)
+    sync.sync(m2)  # its lock file travels to the others with the state
+    sync.sync(m1)
+    assert ("src/", "claim-k2") in _lock_files(m1)
     from nika_brain.cli.kernel import _row
     assert _row(m1, verbs.kernels.load_kernel(m1, "k2"))["status"] == "active"
-    os.kill(d2.pid, signal.SIGKILL)  # machine 2's daemon dies; its kernel's agent goes on
-    d2.wait()
+    out = verbs.kernel_invoke(m1, "k2", "delivered then killed")  # m2's daemon dies right after running it
+    assert out["kernel"] == "k2"
+    assert d2.wait(timeout=60) == -signal.SIGKILL
     until(lambda: _row(m1, verbs.kernels.load_kernel(m1, "k2"))["status"] == "lost", timeout=60,
           what="k2 lost once m2's heartbeat expired")
     until(lambda: not [v for v in leases.open_leases(m1).held() if v["owner"] == "claim-k2"], timeout=60,
           what="m2's lease freed by m1's daemon")
-    assert leases.lock_acquire(m1, "src/a.py", "claim-m1", pid=None).scope == "src/a.py"
-    # a prompt for k2 meanwhile: held on m2's stream, said so at once
-    with pytest.raises(runtimes.NotTaken) as exc:
+    until(lambda: ("src/", "claim-k2") not in _lock_files(m1), what="m2's synced lock file dropped on m1")
+    from nika_brain.engine import signals
+    assert [r["payload"]["scope"] for r in signals.read(m1, types=("LOCK_FREED",))] == ["src/"]
+    assert leases.lock_acquire(m1, "src/a.py", "claim-m1", pid=None, ttl=3600).scope == "src/a.py"
+    # prompts for k2 meanwhile: held on m2's stream (not re-routed), said so at once and where one looks
+    with pytest.raises(remote.Held) as exc:
         verbs.kernel_invoke(m1, "k2", "held while m2 is away")
-    assert "lost" in str(exc.value) and "held" in str(exc.value)
-    procs.append(_daemon(m2))  # machine 2 comes back: the held request runs once
-    sha = health.prompt_sha("held while m2 is away")
-    until(lambda: [e for e in health.tail_events(m2, "k2") if e.get("event") == "taken"
-                   and e.get("sha") == sha], timeout=90, what="the held prompt taken on m2")
+    assert str(exc.value).startswith("held (machine m2 lost)")
+    monkeypatch.setattr(route, "decide", lambda brain, prompt: {"decision": "kernel", "kernels": ["k2"],
+                                                                 "reason": "pinned"})
+    rec = route.ask(m1, "asked while m2 is away")
+    assert rec["routes"][0]["status"] == "held" and rec["routes"][0]["machine"] == "m2"
+    listed = nb(m1, "kernel", "list", check=0).stdout
+    assert "k2\tlost, 2 held (machine lost)\t" in listed
+    assert "k2\tlost, 2 held (machine lost)\t" in nb(m1, "federation", "status").stdout
+    shown = nb(m1, "ask", "show", rec["ask"]).stdout
+    assert "[held]" in shown and "held (machine m2 lost)" in shown
+    procs.append(_daemon(m2))  # machine 2 comes back
+    assert ("src/", "claim-k2") not in _lock_files(m2)  # dropped before it said it was up
+    (dropped,) = signals.read(m2, types=("LOCK_DROPPED",))
+    assert dropped["payload"]["scope"] == "src/" and "freed its lease" in dropped["reason"]
+    for prompt in ("held while m2 is away", "asked while m2 is away"):
+        until(lambda p=prompt: _taken(m2, "k2", p), timeout=90, what=f"{prompt!r} taken on m2")
+    until(lambda: remote.held(m1, "k2") == [], what="m2 ran what was held for it")
     assert _row(m1, verbs.kernels.load_kernel(m1, "k2"))["status"] == "active"
+    after = json.loads(nb(m1, "ask", "show", rec["ask"], "--json", check=0).stdout)
+    assert after["routes"][0]["status"] == "taken" and after["routes"][0]["prompt_id"]
+    from nika_brain.federation.asking import record
+    stored = json.loads((record.folder(m1) / f"{rec['ask']}.json").read_text())
+    assert stored["routes"][0]["status"] == "taken"  # kept after the reply on the bus expires
     procs[-1].terminate()
     procs[-1].wait(timeout=30)
     procs.append(_daemon(m2))  # a second restart runs nothing again
-    taken = [e for e in health.tail_events(m2, "k2") if e.get("event") == "taken" and e.get("sha") == sha]
-    assert len(taken) == 1
-    assert [x for x in queue.pending(m2, "k2") if x["prompt"] == "held while m2 is away"] == []
+    for b in (m2, m1, m2):
+        sync.sync(b)  # m2's dropped lock is not resurrected by the sync, on either clone
+    for b in (m1, m2):
+        assert _lock_files(b) == [("src/a.py", "claim-m1")]
+    for prompt in ("delivered then killed", "held while m2 is away", "asked while m2 is away"):
+        assert len(_taken(m2, "k2", prompt)) == 1, prompt
+        assert [x for x in queue.pending(m2, "k2") if x["prompt"] == prompt] == []
+
+
+def test_a_spawn_not_placed_for_its_region_names_the_machine_of_that_region_that_is_up(machines):
+    (m1, m2, m3), _procs = machines
+    from nika_brain.federation.daemon.machines import MachineService
+    for b, region in ((m1, "de"), (m2, "fr"), (m3, "fr")):
+        machine.save(b, region=region)
+        MachineService(b)._beat()  # what each machine's daemon does every machine_ttl/3
+    until(lambda: remote.alive(m1, "m2") is None, what="m2's heartbeat expired (its daemon gone)")
+    MachineService(m3)._beat()
+    with pytest.raises(verbs.BrainError) as exc:  # with credentials: not placed (they never go on the bus)
+        verbs.kernel_spawn(m1, "client data in France", kernel_id="kfr", region="fr", sandboxed=False,
+                           env={"API_TOKEN": "secret"})
+    msg = str(exc.value)
+    assert exc.value.exit_code == 6 and "\n" not in msg and "secret" not in msg
+    assert "region fr" in msg and "machine m3 of region fr is up: run this spawn there" in msg
+    assert "credentials never travel over the bus" in msg
+    assert "m2" not in msg.split(";")[-1] and not verbs.kernels.kernel_dir(m1, "kfr").exists()
+    until(lambda: remote.alive(m1, "m3") is None, what="m3's heartbeat expired too")
+    with pytest.raises(verbs.BrainError) as exc:
+        verbs.kernel_spawn(m1, "client data in France", kernel_id="kfr", region="fr", sandboxed=False)
+    assert "no machine of region fr is up (m2, m3 lost)" in str(exc.value)
+
+
+def test_a_machine_cut_off_from_redis_is_lost_and_reconciles_when_its_path_comes_back(machines,
+                                                                                      redis_server):
+    """A network partition, not a kill: machine 3 reaches Redis only through its own relay; cut, its
+    daemon runs on but its heartbeat expires, so machine 1 frees its lease and takes the scope; the
+    path restored, machine 3's daemon (never restarted) drops its lock file of the freed lease
+    (journaled) and no sync brings it back beside machine 1's lock."""
+    from nika_brain.engine import signals
+    from tests.kit.redis import Proxy
+    (m1, _m2, m3), procs = machines
+    proxy = Proxy(int(redis_server.rsplit(":", 1)[1].split("/")[0]))
+    try:
+        tmp = m3.root.parent
+        (m3.root / "nika-brain.yml").write_text(_config(tmp, proxy.url, "m3"))
+        m3 = Brain.at(m3.root)
+        procs += [_daemon(m1), _daemon(m3)]
+        leases.lock_acquire(m3, "docs/", "claim-k3", pid=None, ttl=3600)
+        proxy.cut()
+        until(lambda: not remote.machines(m1)["m3"]["up"], what="m3 lost once cut off")
+        until(lambda: not [v for v in leases.open_leases(m1).held() if v["owner"] == "claim-k3"],
+              what="m3's lease freed by m1's daemon")
+        assert leases.lock_acquire(m1, "docs/a.md", "claim-m1", pid=None, ttl=3600).scope == "docs/a.md"
+        assert procs[-1].poll() is None  # m3's daemon never stopped
+        assert ("docs/", "claim-k3") in _lock_files(m3)
+        proxy.restore()
+        until(lambda: ("docs/", "claim-k3") not in _lock_files(m3), what="m3's freed lock dropped on return")
+        (dropped,) = signals.read(m3, types=("LOCK_DROPPED",))
+        assert dropped["payload"]["scope"] == "docs/" and "m1 freed its lease" in dropped["reason"]
+        until(lambda: remote.machines(m1)["m3"]["up"], what="m3 up again")
+        for b in (m3, m1, m3):
+            sync.sync(b)
+        for b in (m1, m3):
+            assert _lock_files(b) == [("docs/a.md", "claim-m1")]
+    finally:
+        proxy.cut()
+
+
+def test_a_region_fr_kernel_spawned_on_a_machine_elsewhere_is_placed_on_the_fr_machine(machines):
+    """Placement by region through the bus: spawned on m1 (region de) while m3 (region fr) is up, the
+    kernel is spawned by m3's daemon, on m3; the request carries the operator's signature over what is
+    spawned and where, so an unsigned, retargeted or replayed one is refused there and spawns nothing."""
+    (m1, _m2, m3), procs = machines
+    from nika_brain.state import authority
+    from tests.kit.orch import nb
+    machine.save(m1, region="de")
+    machine.save(m3, region="fr")
+    procs.append(_daemon(m3))
+    out = nb(m1, "kernel", "spawn", "client data in France", "--id", "kfr", "--region", "fr", "--no-sandbox",
+             check=0).stdout
+    assert "spawned kfr on machine m3 (region fr: placed there through the bus" in out
+    assert not verbs.kernels.kernel_dir(m1, "kfr").exists()
+    k = verbs.kernels.load_kernel(m3, "kfr")
+    assert (k.machine, k.region) == ("m3", "fr")
+    until(lambda: verbs.ready(m3, verbs.kernels.load_kernel(m3, "kfr")), what="kfr's session on m3")
+    fields = {"machine": "m3", "kernel": "kforged", "goal": "g", "kw": {"sandboxed": False},
+              "at": remote.clock.iso(remote.clock.now()), "nonce": "n1"}
+    for sig, why in (("00" * 64, "not signed by the operator"),
+                     (authority.sign(m1, remote.SPAWN_KIND, {**fields, "machine": "m2"}), "is for machine m2")):
+        spawn = {**fields, "machine": "m2"} if "m2" in why else fields
+        with pytest.raises(verbs.BrainError) as exc:
+            remote.call(m1, "m3", "kernel_spawn", "kforged", spawn=spawn, signature=sig)
+        assert why in str(exc.value) and exc.value.exit_code == 6
+    signed = authority.sign(m1, remote.SPAWN_KIND, fields)
+    assert remote.call(m1, "m3", "kernel_spawn", "kforged", spawn=fields, signature=signed)
+    with pytest.raises(verbs.BrainError) as exc:  # the same signed request again: a replay
+        remote.call(m1, "m3", "kernel_spawn", "kforged", spawn=fields, signature=signed)
+    assert "replay" in str(exc.value)
+    assert sorted(k.id for k in verbs.kernels.list_kernels(m3)) == ["kforged", "kfr"]

@@ -2,7 +2,8 @@
 
 A record holds the prompt, the triage's decision (kernel | split | fallback, its reason, its highest
 scores) and one route per kernel the prompt (or a part of it) went to: kernel, prompt, prompt_id (the
-kernel queue's id), status (taken | queued | answered | failed), the reason of a failure. Answers are kept by reference,
+kernel queue's id), status (taken | queued | held | answered | failed: held = its kernel's machine is
+lost, the request waits on that machine's stream), the reason of a failure. Answers are kept by reference,
 never copied: the route names the kernel, its session and the time of the `answered` event in
 `.nika/federation/<kernel>/events.jsonl` (the agent's Stop hook, or the headless result), and
 `load_ask` resolves them.
@@ -62,9 +63,30 @@ def _answer(brain: Brain, route: dict) -> str | None:
     return ref.get("result")  # a headless run's result text has no event to point at
 
 
+def _held(brain: Brain, route: dict) -> dict:
+    """A route held for a lost machine, as it is now: still held, or taken once the machine returned
+    and ran it (its reply names the prompt)."""
+    if route.get("status") != "held" or not route.get("machine") or not route.get("request"):
+        return route
+    from nika_brain.federation.kernels import remote
+    rep = remote.request_outcome(brain, route["machine"], route["request"])
+    if rep is None:
+        return route
+    if rep.get("ok") and isinstance(rep.get("result"), dict):
+        res = rep["result"]
+        return {**route, "status": "taken", "prompt_id": res.get("id"), "session": res.get("session"),
+                "reason": f"held while machine {route['machine']} was lost, delivered once when it returned"}
+    return {**route, "status": "failed", "reason": f"{rep.get('error') or 'failed'} (on machine "
+                                                  f"{route['machine']}, after it returned)"}
+
+
 def resolve(brain: Brain, rec: dict) -> dict:
     rec = dict(rec)
-    rec["routes"] = [{**r, "answer": _answer(brain, r)} for r in rec.get("routes", [])]
+    before = rec.get("routes", [])
+    routes = [_held(brain, r) for r in before]
+    if routes != before and rec.get("ask"):
+        save(brain, {**rec, "routes": routes})  # the reply on the bus expires; the record keeps what it said
+    rec["routes"] = [{**r, "answer": _answer(brain, r)} for r in routes]
     return rec
 
 

@@ -7,7 +7,9 @@ part, each to its kernel; `fallback` -> one route to the generalist kernel the t
 included) -> recorded with no route, and Refused (exit 6) with the triage's reason. Each route is
 delivered with kernel_invoke (queued first, so nothing
 is lost: a kernel not ready yet gets it when it is); with `wait`, each route's answer is the kernel's
-reply to that prompt. Statuses: taken, queued (it waits in the kernel's queue), answered, failed.
+reply to that prompt. Statuses: taken, queued (it waits in the kernel's queue),
+held (its kernel's machine is lost: held on that machine's stream, not re-routed; `ask show` says
+taken once the machine came back and ran it), answered, failed.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from nika_brain.brain import Brain
 from nika_brain.errors import BrainError, Refused
 from nika_brain.federation import resident
 from nika_brain.federation.asking import record
-from nika_brain.federation.kernels import runtimes, verbs
+from nika_brain.federation.kernels import remote, runtimes, verbs
 from nika_brain.state import prompts as queue
 from nika_brain.support import clock
 
@@ -65,6 +67,9 @@ def ask(brain: Brain, prompt: str, *, wait: bool = False, timeout: float = 600.0
     for r in rec["routes"]:
         try:
             out = verbs.kernel_invoke(brain, r["kernel"], r["prompt"], by=by or "ask")
+        except remote.Held as exc:  # its machine is lost: held there, delivered once when it returns
+            r.update(status="held", machine=exc.machine, request=exc.request, reason=str(exc))
+            continue
         except runtimes.NotTaken as exc:
             r.update(status="queued" if exc.queued else "failed", prompt_id=exc.queued, reason=str(exc))
             continue

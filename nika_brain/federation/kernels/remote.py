@@ -37,7 +37,47 @@ CHANNEL = "nika:federation:machine:"
 GROUP = "daemon"
 REGISTRY = "machines"
 REPLY_TTL = 3600.0
-VERBS = ("kernel_invoke", "await_answer", "kernel_readjust", "kernel_observe", "kernel_kill")
+VERBS = ("kernel_invoke", "await_answer", "kernel_readjust", "kernel_observe", "kernel_kill", "kernel_spawn")
+
+
+HELD = "machine:held:"            # machine:held:<machine>:<request>: a request held for a lost machine
+HELD_TTL = REPLY_TTL * 24
+
+
+class Held(runtimes.NotTaken):
+    """The kernel's machine is lost: the request is held on its stream (not re-routed) and runs once
+    when the machine's daemon comes back."""
+
+    def __init__(self, message: str, *, machine: str, request: str):
+        super().__init__(message, queued=None)
+        self.machine = machine
+        self.request = request
+
+
+def held(brain: Brain, kernel_id: str | None = None) -> list[dict]:
+    """The requests held for lost machines (optionally for one kernel), oldest first. [] when the bus
+    is not Redis or does not answer (nothing can be held then)."""
+    try:
+        from nika_brain import bus
+        if bus.backend_name(brain) != "redis":
+            return []
+        b = bus.open_bus(brain)
+        out = [v for key in b.keys(HELD) if (v := b.get(key)) is not None]
+    except BrainError:
+        return []
+    return sorted((v for v in out if kernel_id is None or v.get("kernel") == kernel_id),
+                  key=lambda v: str(v.get("at")))
+
+
+def request_outcome(brain: Brain, machine_id: str, rid: str) -> dict | None:
+    """A held request's reply once its machine ran it, None while it is held (or the bus cannot tell)."""
+    try:
+        b = _bus(brain)
+        if b.get(HELD + f"{machine_id}:{rid}") is not None:
+            return None
+        return b.get(f"machine:reply:{rid}")
+    except BrainError:
+        return None
 
 
 def machine_ttl(brain: Brain) -> float:
@@ -84,6 +124,61 @@ def machines(brain: Brain) -> dict[str, dict]:
     return out
 
 
+SPAWN_KIND = "remote-spawn"
+SPAWN_FRESH = 600.0               # seconds a signed placement request stays valid
+
+
+def machines_of_region(brain: Brain, region: str) -> list[str]:
+    """The machines of `region` whose daemon heartbeats on the bus now ([] when none, or no Redis bus)."""
+    try:
+        from nika_brain import bus
+        if not region or bus.backend_name(brain) != "redis":
+            return []
+        return [m for m, v in machines(brain).items() if v["up"] and (v["last"] or {}).get("region") == region
+                and m != here(brain)]
+    except BrainError:
+        return []
+
+
+def place_spawn(brain: Brain, machine_id: str, kernel_id: str, goal: str, kw: dict) -> Kernel:
+    """Spawn on `machine_id` (a machine of the kernel's region): the request carries the operator's
+    signature over exactly what is spawned, where, and when; that machine's daemon verifies it before it
+    spawns (a message on the bus is no authority by itself). Returns the record as written there."""
+    from nika_brain.state import authority
+    fields = {"machine": machine_id, "kernel": kernel_id, "goal": goal, "kw": kw,
+              "at": clock.iso(clock.now()), "nonce": uuid.uuid4().hex}
+    sig = authority.sign(brain, SPAWN_KIND, fields, what=f"placing kernel {kernel_id} on machine {machine_id}")
+    text = call(brain, machine_id, "kernel_spawn", kernel_id, spawn=fields, signature=sig)
+    import tempfile
+    from pathlib import Path
+
+    from nika_brain.state import kernels
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / kernel_id / "kernel.yml"  # a record is read from its kernel's folder
+        path.parent.mkdir()
+        path.write_text(str(text), encoding="utf-8")
+        return kernels.load_path(path)
+
+
+def placement_hint(brain: Brain, region: str) -> str:
+    """For a spawn refused here because of its region: which machine could take it (those of that
+    region whose daemon heartbeats on the bus), or why none can now. Never raises."""
+    try:
+        from nika_brain import bus
+        if bus.backend_name(brain) != "redis":
+            return "no bus tells which machines are up (bus: embedded)"
+        known = machines(brain)
+    except BrainError as exc:
+        return f"the bus did not say which machines are up ({exc.message})"
+    up = [m for m, v in known.items() if v["up"] and (v["last"] or {}).get("region") == region]
+    if up:
+        return f"machine{'s' if len(up) > 1 else ''} {', '.join(up)} of region {region} " \
+               f"{'are' if len(up) > 1 else 'is'} up: run this spawn there"
+    gone = [m for m, v in known.items() if not v["up"] and (v["last"] or {}).get("region") == region]
+    return (f"no machine of region {region} is up" + (f" ({', '.join(gone)} lost)" if gone else "")
+            + " among those registered on the bus")
+
+
 def status_of(brain: Brain, k: Kernel) -> str:
     """k.status, or `lost` when k is live on a machine that was registered and is up no more."""
     if not k.live or not k.machine or k.runtime == "kubernetes":
@@ -122,12 +217,17 @@ def call(brain: Brain, machine_id: str, verb: str, kernel_id: str, *args: Any,
     b = _bus(brain)
     rid = uuid.uuid4().hex
     me = here(brain)
-    b.publish(CHANNEL + machine_id, {"id": rid, "verb": verb, "kernel": kernel_id, "args": list(args),
-                                     "kw": kw, "from": me, "at": clock.iso(clock.now())})
+    msg = {"id": rid, "verb": verb, "kernel": kernel_id, "args": list(args), "kw": kw, "from": me,
+           "at": clock.iso(clock.now())}
     if alive(brain, machine_id) is None:
-        raise runtimes.NotTaken(f"kernel {kernel_id}'s machine {machine_id} is lost (no heartbeat): the "
-                                f"request is held on its stream and runs once when it comes back "
-                                f"(request {rid})", queued=None)
+        # marked before it is published: the machine, back meanwhile, unmarks it once it ran it
+        b.set(HELD + f"{machine_id}:{rid}", {"id": rid, "machine": machine_id, "kernel": kernel_id,
+                                              "verb": verb, "from": me, "at": msg["at"]}, ttl=HELD_TTL)
+        b.publish(CHANNEL + machine_id, msg)
+        raise Held(f"held (machine {machine_id} lost): kernel {kernel_id}'s machine has no heartbeat; the "
+                   f"request waits on its stream and runs once when it comes back (request {rid})",
+                   machine=machine_id, request=rid)
+    b.publish(CHANNEL + machine_id, msg)
     limit = wait_for if wait_for is not None else _timeout_for(kw, brain)
     deadline = time.monotonic() + limit
     step = 0.01
@@ -162,8 +262,14 @@ def _timeout_for(kw: dict, brain: Brain) -> float:
     return base
 
 
+FREED = "machine:freed:"          # machine:freed:<machine>:<id>: a lease the others freed while it was lost
+FREED_TTL = 30 * 86400.0
+
+
 def free_lost_leases(brain: Brain) -> int:
-    """Drop the Redis leases of every registered machine that is up no more (its locks)."""
+    """Drop the Redis leases of every registered machine that is up no more (its locks), and record
+    them under `machine:freed:<machine>` so that machine drops its lock files when it returns; the
+    same lock files synced to this clone are dropped here (journaled LOCK_FREED)."""
     from nika_brain.federation.kernels import leases
     if not leases.enabled(brain):
         return 0
@@ -172,8 +278,63 @@ def free_lost_leases(brain: Brain) -> int:
     if not lost:
         return 0
     le = leases.open_leases(brain)
+    b = _bus(brain)
     n = 0
     for v in le.held():
-        if v.get("machine") in lost and le.release(v["scope"], v["owner"], v.get("token")):
+        mid = v.get("machine")
+        if mid in lost and le.release(v["scope"], v["owner"], v.get("token")):
             n += 1
+            b.set(FREED + f"{mid}:{uuid.uuid4().hex}", {"scope": v["scope"], "owner": v["owner"],
+                                                          "token": v.get("token"), "by": here(brain),
+                                                          "at": clock.iso(clock.now())}, ttl=FREED_TTL)
+            _drop_lock_file(brain, v["scope"], v["owner"], clock.now(), "LOCK_FREED",
+                            f"machine {mid} lost (no heartbeat): its lease was freed by {here(brain)}")
     return n
+
+
+def _drop_lock_file(brain: Brain, scope: str, owner: str, before, signal: str, why: str) -> bool:
+    """Remove this clone's lock file of (scope, owner) when it was acquired before `before` (one
+    taken again since is a new lock, kept); journaled. False when there was none to drop."""
+    from nika_brain.engine import signals
+    from nika_brain.state import locks
+    try:
+        lk = locks.load_lock(locks.lock_path(brain, scope, owner))
+    except (BrainError, OSError):
+        return False
+    if lk.owner != owner or lk.acquired > before:
+        return False
+    if not locks.release(brain, scope, owner, missing_ok=True):
+        return False
+    signals.emit(brain, signal, claim=owner, reason=f"lock {scope} of {owner} dropped: {why}",
+                 payload={"scope": scope, "owner": owner, "machine": here(brain)})
+    return True
+
+
+def reconcile_returned(brain: Brain) -> list[str]:
+    """On a machine that comes back: drop (journaled LOCK_DROPPED) its lock files whose leases the
+    other machines freed while it was lost, so neither this clone nor its next sync keeps or
+    resurrects them beside the locks taken since; the record is cleared once done. Returns the
+    scopes dropped."""
+    from nika_brain.federation.kernels import leases
+    if not leases.enabled(brain):
+        return []
+    b = _bus(brain)
+    me = here(brain)
+    keys = b.keys(FREED + me + ":")
+    if not keys:
+        return []
+    live = {(v["scope"], v["owner"]) for v in leases.open_leases(brain).held()}
+    dropped = []
+    for key in keys:
+        f = b.get(key)
+        b.delete(key)
+        if not isinstance(f, dict) or (f.get("scope"), f.get("owner")) in live:
+            continue  # taken again since (by this machine): a live lock
+        try:
+            at = clock.parse(str(f.get("at")), what="at")
+        except BrainError:
+            continue
+        if _drop_lock_file(brain, str(f["scope"]), str(f["owner"]), at, "LOCK_DROPPED",
+                           f"this machine ({me}) was lost and {f.get('by')} freed its lease at {f.get('at')}"):
+            dropped.append(str(f["scope"]))
+    return dropped

@@ -42,9 +42,11 @@ def status(brain: Brain) -> dict:
                 where, bus_ok = f"{bus.backend_name(brain)} (unreachable: {exc})", False
         m = health.metrics(brain, k.id)
         state = kernel_state(k, hb, ttl, now)
+        held = 0
         if bus_ok and remote.status_of(brain, k) == "lost":
             state = "lost"  # its machine is up no more (remote.py)
-        rows.append({"id": k.id, "state": state, "status": k.status, "machine": k.machine,
+            held = len(remote.held(brain, k.id))  # its requests wait on that machine's stream
+        rows.append({"id": k.id, "state": state, "status": k.status, "machine": k.machine, "held": held,
                      "reason": k.status_reason, "runtime": k.runtime, "goal": k.goal,
                      "limits": k.limits.to_dict(), "enforcement": k.enforcement,
                      "last_heartbeat": hb.get("at") if hb else None, **m})

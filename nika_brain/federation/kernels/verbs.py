@@ -20,7 +20,7 @@ from datetime import timedelta
 from typing import Any, Mapping
 
 from nika_brain.brain import Brain
-from nika_brain.errors import BrainError
+from nika_brain.errors import BrainError, Refused
 from nika_brain.federation import options
 from nika_brain.federation.kernels import claude_config, credentials, health, limits, remote, runtimes, sandbox
 from nika_brain.state import kernels
@@ -225,7 +225,22 @@ def kernel_spawn(brain: Brain, goal: str, scope=(), resource_limits: Mapping[str
     k = sandbox.choose(k, sandboxed)  # bwrap, or off when the operator said --no-sandbox
     from nika_brain.state import machine
     here = machine.load(brain)
-    machine.check_placement(here, kid, region, runtime)
+    try:
+        machine.check_placement(here, kid, region, runtime)
+    except Refused as exc:
+        from nika_brain.federation.kernels import remote
+        up = remote.machines_of_region(brain, region or "")
+        if up and not env:  # placed on a machine of its region, whose daemon spawns it (signed request)
+            return remote.place_spawn(brain, up[0], kid, goal, {
+                "scope": list(scope), "resource_limits": lim.to_dict(), "tags": list(tags),
+                "examples": list(examples), "region": region, "data_class": data_class, "doctrine": doctrine,
+                "card": card, "parent": parent, "runtime": runtime, "restart": restart,
+                "max_restarts": max_restarts, "temporary": temporary, "ttl": ttl,
+                "install_settings": install_settings, "sandboxed": sandboxed})
+        hint = remote.placement_hint(brain, region or "")
+        if up:
+            hint += " (with its own --env-file: credentials never travel over the bus)"
+        raise Refused(f"{exc.message}; {hint}") from None
     k = replace(k, machine=here.id if runtime != "kubernetes" else None)
     folder = kernels.kernel_dir(brain, kid)
     brain.kernels_dir.mkdir(parents=True, exist_ok=True)
