@@ -64,7 +64,9 @@ def ask(brain: Brain, prompt: str, *, wait: bool = False, timeout: float = 600.0
     taken: list[tuple[dict, dict]] = []
     for r in rec["routes"]:
         try:
-            out = verbs.kernel_invoke(brain, r["kernel"], r["prompt"], by=by or "ask")
+            # with wait, each route's prompt gets a turn of its own: the answer awaited is its own
+            out = verbs.kernel_invoke(brain, r["kernel"], r["prompt"], by=by or "ask", own_turn=wait,
+                                      timeout=timeout)
         except runtimes.NotTaken as exc:
             r.update(status="queued" if exc.queued else "failed", prompt_id=exc.queued, reason=str(exc))
             continue
