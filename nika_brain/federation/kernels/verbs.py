@@ -296,11 +296,35 @@ def _deliver(brain: Brain, k: Kernel, item: dict, timeout: float) -> tuple[dict 
         state.update(changes)
         runtimes.save_state(brain, k.id, state)
     sha = health.prompt_sha(item["prompt"])
-    ev, offset = _wait_event(brain, k.id, offset, lambda e: e.get("event") == "taken" and
-                             e.get("sha") == sha, timeout, rt, k, state)
+    taken = lambda e: e.get("event") == "taken" and e.get("sha") == sha  # noqa: E731
+    deadline = time.monotonic() + timeout
+    confirm = getattr(rt, "confirm", None)
+    look, nudges, looks = CONFIRM_FIRST, [], 0
+    while True:
+        ev, offset = _wait_event(brain, k.id, offset, taken, max(0.0, min(look, deadline - time.monotonic())),
+                                 rt, k, state)
+        if ev is not None or confirm is None or time.monotonic() >= deadline or len(nudges) >= CONFIRM_TRIES \
+                or not rt.alive(brain, k, state).alive:
+            break
+        # typed, and no UserPromptSubmit yet: the runtime looks at the screen (Enter again, or the
+        # keys typed again once when they were lost), bounded
+        looks += 1
+        did = confirm(brain, k, state, item["prompt"], retype=looks > 1 and "retyped" not in nudges)
+        if did:
+            nudges.append(did)
+        look = CONFIRM_AGAIN
+    if nudges:
+        health.record_event(brain, k.id, "delivery", prompt=item["id"], sha=sha, tries=nudges,
+                            taken=ev is not None)
+        item["nudges"] = nudges
     if ev is not None:
         queue.settle(brain, k.id, item["id"])
     return ev, offset
+
+
+CONFIRM_FIRST = 3.0   # seconds after typing before the first look at the screen
+CONFIRM_AGAIN = 4.0   # between two looks
+CONFIRM_TRIES = 4     # looks that acted (Enter again, typed again) before giving up: the prompt stays queued
 
 
 def successor(brain: Brain, k: Kernel) -> Kernel:
@@ -396,9 +420,10 @@ def _invoke_queued(brain: Brain, k: Kernel, item: dict, *, wait: bool, timeout: 
         with brain.mutex(f"deliver-{k.id}"):
             ev, offset = _deliver(brain, k, item, limit)
     if ev is None:
+        tried = f"; tried: {', '.join(item['nudges'])}" if item.get("nudges") else ""
         raise runtimes.NotTaken(f"kernel {k.id} did not take prompt {item['id']} within {limit:g}s (busy or "
-                                "gone); it stays queued, handed over once, confirmed when taken",
-                                queued=item["id"])
+                                f"gone{tried}); it stays queued, confirmed when taken (see `nika-brain kernel "
+                                f"observe {k.id}`)", queued=item["id"])
     out = {"kernel": k.id, "id": item["id"], "taken": ev["at"], "session": ev.get("session"),
            "sha": ev.get("sha"), "offset": offset}
     if wait:
