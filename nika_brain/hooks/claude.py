@@ -510,7 +510,9 @@ HANDLERS: dict[str, list[Handler | str]] = {
     # federation.handover: auto-handover past the kernel's context threshold (Stop, PreCompact), a
     # handed-over session refusing prompts, and the successor's lineage and summary at SessionStart;
     # federation.triggers: `/kernel new <goal>` typed in a session writes a spawn proposal.
-    "UserPromptSubmit": [on_user_prompt_submit, "nika_brain.federation.kernels.health:on_hook",
+    # federation.hint's prefetch comes first: the daemon computes the hint while the others run.
+    "UserPromptSubmit": ["nika_brain.federation.triage.hint:prefetch", on_user_prompt_submit,
+                         "nika_brain.federation.kernels.health:on_hook",
                          "nika_brain.federation.triage.hint:on_user_prompt_submit",
                          "nika_brain.federation.lineage.handover:on_prompt",
                          "nika_brain.federation.spawning.triggers:on_prompt"],

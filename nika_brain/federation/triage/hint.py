@@ -31,17 +31,48 @@ def hint_text(d: Any) -> str:
             f"goal; otherwise say so and suggest `nika-brain kernel invoke {d.kernels[0]} \"...\"`.")
 
 
-def on_user_prompt_submit(hook: Any) -> Hint | None:
+_SENT: dict[int, Any] = {}   # hook -> its hint request, sent by prefetch, answered meanwhile
+
+
+def _asked(hook: Any) -> tuple[Any, str, str] | None:
     brain = hook.brain
     prompt = hook.data.get("prompt")
     if brain is None or not isinstance(prompt, str) or not prompt.strip():
         return None
     kernel = hook.kernel()
-    if not kernel:
+    return (brain, prompt, kernel) if kernel else None
+
+
+def prefetch(hook: Any) -> None:
+    """The first UserPromptSubmit handler: the hint asked of the daemon now, so that its model works
+    while the other handlers run (record the prompt taken, the heartbeat, directives); the hint
+    handler then only reads the answer. Silent on any failure (the hint handler asks again)."""
+    asked = _asked(hook)
+    if asked is None:
         return None
+    brain, prompt, kernel = asked
+    from nika_brain.federation import resident
+    try:
+        s = resident.send(brain.state_dir, "hint", timeout=10.0, prompt=prompt, kernel=kernel)
+    except OSError:
+        return None
+    if s is not None:
+        _SENT[id(hook)] = s
+    return None
+
+
+def on_user_prompt_submit(hook: Any) -> Hint | None:
+    asked = _asked(hook)
+    sent = _SENT.pop(id(hook), None)
+    if asked is None:
+        if sent is not None:
+            sent.close()
+        return None
+    brain, prompt, kernel = asked
     from nika_brain.federation import resident
     try:  # the federation daemon's resident model: this hook process loads none
-        served = resident.request(brain.state_dir, "hint", timeout=10.0, prompt=prompt, kernel=kernel)
+        served = resident.receive(sent) if sent is not None else \
+            resident.request(brain.state_dir, "hint", timeout=10.0, prompt=prompt, kernel=kernel)
     except resident.ResidentError:
         return None
     if served is not None:
