@@ -443,6 +443,8 @@ def on_user_prompt_submit(hook: Hook) -> Reply | None:
     kernel = hook.kernel()
     if not kernel:
         return None
+    if not os.path.exists(os.path.join(hook.brain.kernels_dir, kernel, "directives.jsonl")):
+        return None   # never readjusted: no need to load the kernels' state module (each prompt pays it)
     text = _directives_text(hook, kernel)
     return Reply(context=text) if text else None
 

@@ -18,14 +18,18 @@ from pathlib import Path
 
 from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
-from nika_brain.state.kernels import kernel_dir
 from nika_brain.support import clock, fsio
+from nika_brain.support.schema import name
 
 MAX_PROMPT = 100_000
 
 
 def path(brain: Brain, kernel_id: str) -> Path:
-    return kernel_dir(brain, kernel_id) / "queue.jsonl"
+    """kernels/<id>/queue.jsonl (the id checked as state.kernels.kernel_dir does; that module is not
+    loaded here: the UserPromptSubmit hook's heartbeat counts the queue)."""
+    if name(kernel_id or "") is not None:
+        raise BrainError(f"not a valid kernel id: {kernel_id!r}")
+    return brain.kernels_dir / kernel_id / "queue.jsonl"
 
 
 def _lines(brain: Brain, kernel_id: str) -> list[dict]:

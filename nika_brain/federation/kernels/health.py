@@ -174,11 +174,8 @@ def _kernel_of(hook: Any) -> str | None:
     kid = os.environ.get("NIKA_KERNEL_ID") or (hook.kernel() if hook.brain is not None else None)
     if not kid:
         return None
-    from nika_brain.state.kernels import check_id
-    try:
-        return check_id(kid)
-    except Exception:
-        return None
+    from nika_brain.support.schema import name  # what state.kernels.check_id checks, without loading it
+    return kid if name(kid) is None else None
 
 
 def _is_prompt(obj: dict) -> bool:
