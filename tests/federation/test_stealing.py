@@ -502,19 +502,24 @@ def test_a_failed_task_does_not_end_the_worker(tmp_path, git_env, monkeypatch):
     assert bus.get("ws:done:t-bad")["result"] == {"failed": "kernel alpha died before answering"}
 
 
+@pytest.mark.parametrize("backend", ["embedded", "redis"])
 def test_the_daemon_steps_every_kernel_in_one_poller_and_runs_a_task_in_a_thread_of_its_own(
-        tmp_path, git_env, monkeypatch):
+        tmp_path, git_env, monkeypatch, backend, request):
     """Idle CPU with 20 kernels: one thread polls for every kernel (not one thread each); a kernel
     running a task gets a thread while it runs, and the others are stepped meanwhile: here the owner
     offers its second task while the first runs, the idle kernel claims it within the same poller
-    and runs it in its own thread; both are done exactly by the kernel granted each."""
+    and runs it in its own thread; both are done exactly by the kernel granted each. On Redis the
+    poller waits on the broadcast stream (XREAD BLOCK), on the embedded bus it sleeps."""
     import threading
 
     from nika_brain.federation.daemon import stealing as daemon_stealing
     from nika_brain.federation.kernels import verbs
     from tests.kit.wait import until
 
-    use_bus(monkeypatch, "embedded")
+    if backend == "redis":
+        use_bus(monkeypatch, "redis", fresh_redis(request.getfixturevalue("redis_server"), 9))
+    else:
+        use_bus(monkeypatch, "embedded")
     config = STRESS_CONFIG.replace("threshold: 0.8", "threshold: -1").replace("grant: best", "grant: sole")
     brain = fed_brain(tmp_path / "b", config)
     import shutil
@@ -531,6 +536,7 @@ def test_the_daemon_steps_every_kernel_in_one_poller_and_runs_a_task_in_a_thread
     monkeypatch.setattr(verbs, "kernel_invoke", kernel_invoke)
     monkeypatch.setattr(verbs, "ready", lambda *_a, **_k: True)
     svc = daemon_stealing.StealingService(brain)
+    assert svc.blocking == (backend == "redis")
     svc.start()
     try:
         svc.tick()
