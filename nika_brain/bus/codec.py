@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from typing import TYPE_CHECKING
 
@@ -13,12 +14,13 @@ if TYPE_CHECKING:
 
 
 _MAX_NAME = 256
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")   # one C-level scan: every bus call checks its names
 
 
 def check_name(what: str, value: str, *, empty: bool = False) -> str:
     if not isinstance(value, str) or (not value and not empty):
         raise BrainError(f"bus: {what} must be a non-empty string, got {value!r}")
-    if len(value) > _MAX_NAME or any(ord(c) < 32 or ord(c) == 127 for c in value):
+    if len(value) > _MAX_NAME or _CONTROL.search(value):
         raise BrainError(f"bus: {what} {value[:40]!r} is too long or has control characters")
     if what == "channel" and ("/" in value or "\\" in value or value in (".", "..")):
         raise BrainError(f"bus: channel {value[:40]!r} looks like a path; a channel is a name "

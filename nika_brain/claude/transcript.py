@@ -151,6 +151,27 @@ def last_usage(path: str | Path | None, window: int | None = None) -> ContextUsa
     return None
 
 
+def answered(path: str | Path | None) -> bool:
+    """Whether the newest user line of the transcript has an assistant line after it: the turn's
+    response has reached the file (Claude Code may write it just after its Stop hook starts)."""
+    if not path:
+        return False
+    try:
+        for raw in _lines_backwards(Path(path)):
+            try:
+                obj = json.loads(raw)
+            except ValueError:
+                continue
+            kind = obj.get("type") if isinstance(obj, dict) else None
+            if kind == "assistant":
+                return True
+            if kind == "user":
+                return False
+    except OSError:
+        return False
+    return False
+
+
 def scan(path: str | Path, window: int | None = None) -> Totals:
     """Whole-transcript totals, de-duplicated by message id (rows without an id count alone)."""
     rows: dict[object, _Row] = {}

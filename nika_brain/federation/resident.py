@@ -33,18 +33,31 @@ def socket_path(state_dir: Path) -> Path:
 
 
 def request(state_dir: Path, op: str, timeout: float = 30.0, **args: Any) -> dict | None:
+    s = send(state_dir, op, timeout, **args)
+    return None if s is None else receive(s)
+
+
+def send(state_dir: Path, op: str, timeout: float = 30.0, **args: Any) -> socket.socket | None:
+    """The request sent (the daemon works on it meanwhile); receive() reads its answer. None when no
+    daemon listens."""
     path = socket_path(state_dir)
     if os.environ.get("NIKA_NO_DAEMON") or not path.exists():
         return None
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(timeout)
     try:
-        try:
-            s.connect(str(path))
-        except OSError:
-            return None  # a socket file left by a daemon that is gone
+        s.connect(str(path))
         s.sendall(json.dumps({"op": op, **args}).encode("utf-8") + b"\n")
         s.shutdown(socket.SHUT_WR)
+    except OSError:
+        s.close()
+        return None  # a socket file left by a daemon that is gone
+    return s
+
+
+def receive(s: socket.socket) -> dict | None:
+    """The answer to a request sent(); the socket closed."""
+    try:
         chunks, size = [], 0
         while True:
             try:

@@ -443,6 +443,8 @@ def on_user_prompt_submit(hook: Hook) -> Reply | None:
     kernel = hook.kernel()
     if not kernel:
         return None
+    if not os.path.exists(os.path.join(hook.brain.kernels_dir, kernel, "directives.jsonl")):
+        return None   # never readjusted: no need to load the kernels' state module (each prompt pays it)
     text = _directives_text(hook, kernel)
     return Reply(context=text) if text else None
 
@@ -474,6 +476,9 @@ def on_post_tool_use(hook: Hook) -> Reply | None:
     return None
 
 
+STOP_TRANSCRIPT_WAIT = 3.0   # seconds a Stop hook waits for the turn's response in the transcript
+
+
 def on_context_checkpoint(hook: Hook) -> Reply | None:
     """Stop and PreCompact: measure the context use from the transcript, record a heartbeat."""
     from nika_brain.claude import transcript
@@ -481,8 +486,16 @@ def on_context_checkpoint(hook: Hook) -> Reply | None:
     if hook.brain is None or not sessions.valid_id(hook.session_id):
         return None
     tpath = hook.data.get("transcript_path")
+    tpath = tpath if isinstance(tpath, str) else None
+    if hook.event == "Stop" and tpath:
+        # the turn's last response may reach the transcript just after Stop fires: its usage is the
+        # context now (read before, the previous turn's is, and a handover threshold is missed)
+        import time
+        deadline = time.monotonic() + STOP_TRANSCRIPT_WAIT
+        while not transcript.answered(tpath) and time.monotonic() < deadline:
+            time.sleep(0.05)
     window, source = sessions.choose_window(hook.brain, hook.record, hook.kernel())
-    usage = transcript.last_usage(tpath if isinstance(tpath, str) else None, window)
+    usage = transcript.last_usage(tpath, window)
     sessions.heartbeat(hook.brain, hook.session_id, used=usage.used if usage else None,
                        window=usage.window if usage else None, pct=usage.pct if usage else None,
                        event=hook.event, window_source=source)
@@ -510,7 +523,9 @@ HANDLERS: dict[str, list[Handler | str]] = {
     # federation.handover: auto-handover past the kernel's context threshold (Stop, PreCompact), a
     # handed-over session refusing prompts, and the successor's lineage and summary at SessionStart;
     # federation.triggers: `/kernel new <goal>` typed in a session writes a spawn proposal.
-    "UserPromptSubmit": [on_user_prompt_submit, "nika_brain.federation.kernels.health:on_hook",
+    # federation.hint's prefetch comes first: the daemon computes the hint while the others run.
+    "UserPromptSubmit": ["nika_brain.federation.triage.hint:prefetch", on_user_prompt_submit,
+                         "nika_brain.federation.kernels.health:on_hook",
                          "nika_brain.federation.triage.hint:on_user_prompt_submit",
                          "nika_brain.federation.lineage.handover:on_prompt",
                          "nika_brain.federation.spawning.triggers:on_prompt"],

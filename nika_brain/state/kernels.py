@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -248,7 +249,32 @@ def kernel_dir(brain: Brain, kernel_id: str) -> Path:
     return brain.kernels_dir / check_id(kernel_id)
 
 
+_PARSED: dict[str, tuple[tuple[int, int, int], Kernel]] = {}
+_SETTLED_NS = 100_000_000   # a record last written this long ago: any later write changes its mtime
+
+
 def load_path(path: Path) -> Kernel:
+    """The record, parsed again only when its file changed (the daemon lists every kernel several
+    times a tick: YAML parses were most of its idle CPU). A file written in the last 100 ms is always
+    read: within the file system clock's granularity two writes of one size may share an mtime."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return _parse(path)
+    stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+    key = str(path)
+    hit = _PARSED.get(key)
+    if hit is not None and hit[0] == stamp:
+        return hit[1]
+    k = _parse(path)
+    if time.time_ns() - st.st_mtime_ns > _SETTLED_NS:   # the real clock: mtimes are real
+        if len(_PARSED) > 4096:
+            _PARSED.clear()
+        _PARSED[key] = (stamp, k)
+    return k
+
+
+def _parse(path: Path) -> Kernel:
     doc = load_doc(path)
     # Keys a later version adds may sit beside ours: tolerate them (an old nika-brain keeps working).
     v = fields(doc, doc.data, (), _SPEC, allow_extra=True)

@@ -6,7 +6,9 @@ for a dead kernel stays queued and is delivered when the kernel runs again. One 
 take in time (busy with a long turn) stays "sent": the supervisor confirms it when the agent takes
 it, and never types it twice; a restart sends it again. Lines: {"id", "at", "prompt", "by"} to
 queue, {"id", "sent": at}, {"id", "resend": at}, {"id", "taken": at} or {"id", "dropped": at,
-"reason"}.
+"reason"}. A prompt queued with "hold": <pid> is delivered by that process itself (`invoke --wait`
+types it once the kernel's running turn has ended: its own turn, so its own answer); the redelivery
+leaves it alone until {"id", "unhold": at} or that process's end.
 """
 from __future__ import annotations
 
@@ -16,14 +18,18 @@ from pathlib import Path
 
 from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
-from nika_brain.state.kernels import kernel_dir
 from nika_brain.support import clock, fsio
+from nika_brain.support.schema import name
 
 MAX_PROMPT = 100_000
 
 
 def path(brain: Brain, kernel_id: str) -> Path:
-    return kernel_dir(brain, kernel_id) / "queue.jsonl"
+    """kernels/<id>/queue.jsonl (the id checked as state.kernels.kernel_dir does; that module is not
+    loaded here: the UserPromptSubmit hook's heartbeat counts the queue)."""
+    if name(kernel_id or "") is not None:
+        raise BrainError(f"not a valid kernel id: {kernel_id!r}")
+    return brain.kernels_dir / kernel_id / "queue.jsonl"
 
 
 def _lines(brain: Brain, kernel_id: str) -> list[dict]:
@@ -54,11 +60,14 @@ def check(prompt: object) -> str:
     return prompt
 
 
-def enqueue(brain: Brain, kernel_id: str, prompt: str, *, by: str) -> dict:
+def enqueue(brain: Brain, kernel_id: str, prompt: str, *, by: str, hold: bool = False) -> dict:
+    """Queue a prompt; with `hold` this process delivers it itself (the redelivery leaves it to it
+    until `settle(..., "unhold")` or this process ends)."""
     check(prompt)
     with brain.mutex(f"queue-{kernel_id}"):
         n = sum(1 for x in _lines(brain, kernel_id) if "prompt" in x) + 1
-        item = {"id": f"q{n}", "at": clock.iso(clock.now()), "prompt": prompt, "by": by}
+        item = {"id": f"q{n}", "at": clock.iso(clock.now()), "prompt": prompt, "by": by,
+                **({"hold": os.getpid()} if hold else {})}
         _append(brain, kernel_id, item)
     return item
 
@@ -86,13 +95,23 @@ def pending(brain: Brain, kernel_id: str) -> list[dict]:
             items[x["id"]]["sent"] = x["sent"]
         elif "resend" in x:
             items[x["id"]].pop("sent", None)
+        elif "hold" in x:
+            items[x["id"]]["hold"] = x["hold"]
+        elif "unhold" in x:
+            items[x["id"]].pop("hold", None)
     return list(items.values())
+
+
+def held(item: dict) -> bool:
+    """Whether the item's invoker (a live process) delivers it itself (queued with hold)."""
+    from nika_brain.support import procs
+    return procs.alive(item.get("hold"))
 
 
 def unsent(brain: Brain, kernel_id: str) -> list[dict]:
     """What may be handed to the agent: typed into a busy agent's terminal, a prompt is waiting
     there, and sending it again would run it twice."""
-    return [x for x in pending(brain, kernel_id) if "sent" not in x]
+    return [x for x in pending(brain, kernel_id) if "sent" not in x and not held(x)]
 
 
 def reset_sent(brain: Brain, kernel_id: str) -> None:

@@ -111,3 +111,28 @@ def test_large_transcript_read_from_the_end_across_block_boundaries(tmp_path):
     p = write(tmp_path, [assistant("first", read=5)] + filler + [big] + filler)
     assert transcript.last_usage(p).used == 77_000
     assert transcript.scan(p).responses == 2
+
+
+def test_answered_says_whether_the_newest_prompt_has_its_response_in_the_file(tmp_path):
+    """What a Stop hook waits for before it reads the context use: Claude Code may write the turn's
+    response just after Stop fires, and the usage read before that is the previous turn's."""
+    import json as _json
+
+    from nika_brain.claude import transcript as tr
+    p = tmp_path / "t.jsonl"
+
+    def line(obj):
+        with open(p, "a", encoding="utf-8") as fh:
+            fh.write(_json.dumps(obj) + "\n")
+
+    assert tr.answered(str(p)) is False and tr.answered(None) is False   # no file yet
+    line({"type": "user", "message": {"role": "user", "content": "first"}})
+    line({"type": "assistant", "message": {"id": "m1", "role": "assistant", "content": [{"type": "text", "text": "a"}],
+                                           "usage": {"input_tokens": 1200, "output_tokens": 1}}})
+    assert tr.answered(str(p)) is True
+    line({"type": "user", "message": {"role": "user", "content": "second"}})
+    line({"type": "system", "subtype": "stop_hook_summary"})
+    assert tr.answered(str(p)) is False   # its response is not in the file yet
+    line({"type": "assistant", "message": {"id": "m2", "role": "assistant", "content": [{"type": "text", "text": "b"}],
+                                           "usage": {"input_tokens": 450000, "output_tokens": 1}}})
+    assert tr.answered(str(p)) is True and tr.last_usage(str(p)).used >= 450000

@@ -360,3 +360,40 @@ def test_two_real_kernels_and_one_stolen_task(tmp_path, daemon_down):
         finally:
             release.set()
         until(lambda: not health.turn_in_progress(brain, ids["it"]), timeout=120)
+
+
+def test_a_prompt_whose_enter_was_taken_into_a_paste_is_submitted_by_the_confirmation(tmp_path, realfed,
+                                                                                     monkeypatch):
+    """The flaky stolen task, made certain: on a loaded machine the text and the Enter that invoke
+    types reach Claude Code in one read; it takes that for a paste, the Enter for a newline in it,
+    and the prompt sits in its input box, never submitted (no UserPromptSubmit). Here the keys are
+    typed exactly so (one write); the delivery counts the prompt as delivered only once its
+    UserPromptSubmit hook fired, sees the text still in the input box, presses Enter again, and
+    records what it did."""
+    import subprocess
+
+    from nika_brain.federation.kernels import verbs
+    from nika_brain.federation.kernels.runtimes import tmux
+
+    brain, cfg = realfed
+    with MessagesStandin(respond=lambda body: [text("compte rendu envoyé au client")]) as standin:
+        spawn = nb(brain, "kernel", "spawn", "keep the ledger", "--id", "alpha",
+                   "--env-file", _env_file(tmp_path, standin.url, cfg), env=_cli_env())
+        assert spawn.returncode == 0, spawn.stderr
+        typed: list[str] = []
+
+        def one_write(self, brain, kernel, state, prompt, launch):   # text and Enter in one read
+            typed.append(prompt)
+            subprocess.run([*self.base(brain), "send-keys", "-t", f"={state['tmux_session']}:", "-l",
+                            prompt + "\r"], check=True)
+            return {}
+
+        monkeypatch.setattr(tmux.TmuxRuntime, "deliver", one_write)
+        task = "rédige le compte rendu de la réunion d'hier et envoie-le au client"
+        got = verbs.kernel_invoke(brain, "alpha", task, wait=True, timeout=120)
+        assert got["answer"] == "compte rendu envoyé au client", _screen(brain, "alpha")
+        (d,) = [e for e in health.read_events(brain, "alpha")[0] if e["event"] == "delivery"]
+        assert d["taken"] is True and d["tries"][:1] == ["enter"] and "retyped" not in d["tries"], d
+        assert typed == [task]   # pressed Enter again, never typed twice
+        taken = [e for e in health.read_events(brain, "alpha")[0] if e["event"] == "taken"]
+        assert [e["sha"] for e in taken] == [health.prompt_sha(task)]

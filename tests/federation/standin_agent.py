@@ -17,16 +17,23 @@ limit), `crash` exits 3 at once, `sleep=S` waits S seconds before answering, `en
 is in its environment (never its value), `sh=B64` runs the base64-encoded shell command and adds its
 exit code and output (the sandbox tests' attacks). The answer is
 `stand-in answer to: <prompt>` followed by any hook context it was given (directives).
+
+`--steer` (interactive): like Claude Code 2.1, a prompt typed while a turn runs is taken at once
+(its UserPromptSubmit fires) and joins that turn; the turn's one answer (at its one Stop) is then
+`stand-in answer to: <first> + <joined> ...`.
 """
 from __future__ import annotations
 
 import json
 import os
+import queue
 import re
 import subprocess
 import sys
+import threading
 import time
 import uuid
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 USED_PER_TURN = 2000
@@ -75,6 +82,30 @@ class Session:
         self.turns = sum(1 for _ in open(self.transcript)) // 2 if os.path.exists(self.transcript) else 0
         self.base = {"session_id": sid, "transcript_path": self.transcript, "cwd": os.getcwd()}
         self.context = run_hooks("SessionStart", {**self.base, "source": source})
+        self.inbox: queue.Queue[str] | None = None   # --steer: lines typed while a turn runs
+        self.joined: list[str] = []
+
+    def steer(self) -> None:
+        """Take what was typed meanwhile into the running turn (its UserPromptSubmit fires now)."""
+        while self.inbox is not None:
+            try:
+                line = self.inbox.get_nowait().strip()
+            except queue.Empty:
+                return
+            if line == "\0":   # EOF: the session ends after this turn
+                self.inbox.put(line)
+                return
+            if line:
+                run_hooks("UserPromptSubmit", {**self.base, "prompt": line})
+                self.write({"type": "user", "sessionId": self.sid,
+                            "message": {"role": "user", "content": line}})
+                self.joined.append(line)
+
+    def work(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            self.steer()
+            time.sleep(min(0.05, max(0.0, end - time.monotonic())))
 
     def write(self, obj: dict) -> None:
         with open(self.transcript, "a", encoding="utf-8") as fh:
@@ -93,19 +124,25 @@ class Session:
             hog = bytearray(int(float(words["alloc"]) * (1 << 20)))
             for i in range(0, len(hog), 4096):
                 hog[i] = 1
+        self.joined = []
         if "sleep" in words:
-            time.sleep(float(words["sleep"]))
+            self.work(float(words["sleep"]))
         self.turns += 1
         context = "\n".join(x for x in (self.context, extra) if x)
         self.context = ""
-        answer = f"stand-in answer to: {prompt}"
+        self.steer()
+        answer = f"stand-in answer to: {' + '.join([prompt, *self.joined])}"
         for name in re.findall(r"\benv=([A-Za-z_][A-Za-z0-9_]*)", prompt):
             answer += f" [env {name}={'present' if name in os.environ else 'absent'}]"
         for b64 in re.findall(r"\bsh=([A-Za-z0-9+/=]+)", prompt):
             import base64
-            p = subprocess.run(["sh", "-c", base64.b64decode(b64).decode()], capture_output=True,
-                               text=True, timeout=120)
-            out = (p.stdout + p.stderr).strip().replace("\n", " | ")[:2000]
+            p = subprocess.Popen(["sh", "-c", base64.b64decode(b64).decode()], stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, text=True)
+            while p.poll() is None:   # a running command: what is typed meanwhile joins the turn
+                self.steer()
+                time.sleep(0.05)
+            self.steer()
+            out = (p.stdout.read() if p.stdout else "").strip().replace("\n", " | ")[:2000]
             answer += f" [sh rc={p.returncode} out={out}]"
         answer += f"\n[context]\n{context}" if context else ""
         used = USED_PER_TURN * self.turns
@@ -118,10 +155,26 @@ class Session:
         return answer
 
 
-def interactive() -> int:
+def interactive(steer: bool = False) -> int:
     s = Session(str(uuid.uuid4()), "startup")
     print(f"stand-in agent ready (session {s.sid})", flush=True)
-    for line in sys.stdin:
+    lines: Iterable[str] = sys.stdin
+    if steer:
+        inbox: queue.Queue[str] = queue.Queue()
+        s.inbox = inbox
+
+        def read() -> None:
+            for x in sys.stdin:
+                inbox.put(x)
+            inbox.put("\0")   # EOF
+
+        threading.Thread(target=read, daemon=True).start()
+
+        def typed() -> Iterator[str]:
+            while (x := inbox.get()) != "\0":
+                yield x
+        lines = typed()
+    for line in lines:
         prompt = line.strip()
         if prompt:
             print(s.turn(prompt).splitlines()[0], flush=True)
@@ -141,4 +194,4 @@ def headless(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(headless(sys.argv[1:]) if "-p" in sys.argv[1:] else interactive())
+    sys.exit(headless(sys.argv[1:]) if "-p" in sys.argv[1:] else interactive("--steer" in sys.argv[1:]))

@@ -242,3 +242,66 @@ def test_a_kernel_being_killed_is_not_found_dead_and_restarted_meanwhile(fbrain)
     assert (k.status, k.restarts) == ("killed", 0)
     events, _ = health.read_events(brain, "zeta")
     assert not any(e["event"] == "run-exit" for e in events), "no death recorded for a kill"
+
+
+def test_invoke_wait_into_a_kernel_in_a_turn_returns_this_prompts_own_answer(fbrain, tmp_path,  # noqa: F811
+                                                                             monkeypatch):
+    """Typed into a running turn, Claude Code takes a prompt at once (its UserPromptSubmit fires) and
+    answers it inside that turn (the stand-in's --steer does the same): the Stop ending that turn is
+    not the new prompt's answer. `invoke --wait` (and `ask --wait`) type it only once the running
+    turn has ended, and the supervisor's redelivery leaves it to its invoker meanwhile."""
+    import base64
+    import sys
+    import threading
+
+    from nika_brain.errors import BrainError
+    from nika_brain.federation.kernels import verbs
+    from nika_brain.state import prompts as queue
+
+    from .fedkit import STANDIN, configure
+    brain = configure(fbrain, tmp_path, agent_command=[sys.executable, str(STANDIN), "--steer"])
+    verbs.kernel_spawn(brain, "Long jobs", kernel_id="steer")
+    gate = tmp_path / "release-the-long-one"
+    hold = base64.b64encode(f"while [ ! -e {gate} ]; do sleep 0.05; done".encode()).decode()
+    verbs.kernel_invoke(brain, "steer", f"the long one sh={hold}")   # a turn that runs until the gate
+    assert health.turn_in_progress(brain, "steer")
+    got: dict = {}
+
+    def invoke_b() -> None:
+        try:
+            got["out"] = verbs.kernel_invoke(brain, "steer", "the short one", wait=True, timeout=300)
+        except BrainError as exc:
+            got["error"] = str(exc)
+
+    def typed_or_waiting(prompt: str) -> bool:
+        supervisor.check_once(brain)   # the redelivery runs meanwhile: it must not type B into the turn
+        if any(e.get("sha") == health.prompt_sha(prompt) for e in health.read_events(brain, "steer")[0]):
+            return True   # typed into the running turn and taken there
+        return any(x["prompt"] == prompt and queue.held(x) for x in queue.pending(brain, "steer"))
+
+    t = threading.Thread(target=invoke_b)
+    t.start()
+    until(lambda: typed_or_waiting("the short one"), timeout=120)
+    supervisor.check_once(brain)
+    gate.touch()
+    t.join(timeout=300)
+    assert not t.is_alive() and "error" not in got, got
+    assert got["out"]["answer"].splitlines()[0] == "stand-in answer to: the short one", got["out"]["answer"]
+    answers = [e["text"].splitlines()[0].split(" [sh rc=")[0] for e in health.read_events(brain, "steer")[0]
+               if e.get("event") == "answered"]
+    assert answers == [f"stand-in answer to: the long one sh={hold}", "stand-in answer to: the short one"]
+    assert not queue.pending(brain, "steer")
+
+    # ask --wait: the same, its route's prompt typed once the running turn has ended
+    from nika_brain.federation.asking import route
+    monkeypatch.setattr(route, "decide", lambda _b, _p: {"decision": "kernel", "kernels": ["steer"]})
+    gate2 = tmp_path / "release-the-second-long-one"
+    hold2 = base64.b64encode(f"while [ ! -e {gate2} ]; do sleep 0.05; done".encode()).decode()
+    verbs.kernel_invoke(brain, "steer", f"another long one sh={hold2}")
+    t = threading.Thread(target=lambda: got.update(ask=route.ask(brain, "the asked one", wait=True, timeout=300)))
+    t.start()
+    until(lambda: typed_or_waiting("the asked one"), timeout=120)
+    gate2.touch()
+    t.join(timeout=300)
+    (r,) = got["ask"]["routes"]
+    assert r["status"] == "answered" and r["answer"].splitlines()[0] == "stand-in answer to: the asked one", r

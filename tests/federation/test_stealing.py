@@ -624,3 +624,66 @@ def test_a_task_text_changed_after_enqueue_is_not_run(tmp_path, git_env, monkeyp
     w.recover()
     spin(w, until=lambda: bus.get("ws:done:t-x") is not None)
     assert ran == [] and "sha256 mismatch" in result(bus, "t-x")["failed"]
+
+
+@pytest.mark.parametrize("backend", ["embedded", "redis"])
+def test_the_daemon_steps_every_kernel_in_one_poller_and_runs_a_task_in_a_thread_of_its_own(
+        tmp_path, git_env, monkeypatch, backend, request):
+    """Idle CPU with 20 kernels: one thread polls for every kernel (not one thread each); a kernel
+    running a task gets a thread while it runs, and the others are stepped meanwhile: here the owner
+    offers its second task while the first runs, the idle kernel claims it within the same poller
+    and runs it in its own thread; both are done exactly by the kernel granted each. On Redis the
+    poller waits on the broadcast stream (XREAD BLOCK), on the embedded bus it sleeps."""
+    import threading
+
+    from nika_brain.federation.daemon import stealing as daemon_stealing
+    from nika_brain.federation.kernels import verbs
+    from tests.kit.wait import until
+
+    if backend == "redis":
+        use_bus(monkeypatch, "redis", fresh_redis(request.getfixturevalue("redis_server"), 9))
+    else:
+        use_bus(monkeypatch, "embedded")
+    config = STRESS_CONFIG.replace("threshold: 0.8", "threshold: -1").replace("grant: best", "grant: sole")
+    brain = fed_brain(tmp_path / "b", config)
+    import shutil
+    shutil.rmtree(brain.kernels_dir / "beta")   # alpha is the sole claimant: the grant is certain
+    gate = threading.Event()
+    ran: list[tuple[str, str, str]] = []
+
+    def kernel_invoke(_brain, kid, prompt, *, wait, by):   # the kernel's agent: held until the gate
+        ran.append((kid, prompt, threading.current_thread().name))
+        if kid == "alpha":
+            assert gate.wait(60)
+        return {"answer": f"{kid} did: {prompt}", "session": f"s-{kid}"}
+
+    monkeypatch.setattr(verbs, "kernel_invoke", kernel_invoke)
+    monkeypatch.setattr(verbs, "ready", lambda *_a, **_k: True)
+    svc = daemon_stealing.StealingService(brain)
+    assert svc.blocking == (backend == "redis")
+    svc.start()
+    try:
+        svc.tick()
+        assert sorted(svc.runners) == ["alpha", "gamma"]
+        until(lambda: all(r.started for r in svc.runners.values()), timeout=60)
+        bus = busmod.open_bus(brain)
+        own = enqueue(bus, "gamma", "write the monthly report for the client")
+        other = enqueue(bus, "gamma", "restore the nightly backup of the file server")
+
+        def steal_threads() -> list[str]:
+            return sorted(t.name for t in threading.enumerate() if t.name.startswith("steal-"))
+
+        assert steal_threads() == ["steal-poller"]
+        until(lambda: ("alpha", other["prompt"], "steal-run-alpha") in ran, timeout=60)
+        until(lambda: steal_threads() == ["steal-poller", "steal-run-alpha"], timeout=30)
+        gate.set()
+        until(lambda: stealing.task_state(bus, other["id"])["state"] == "done", timeout=60)
+        until(lambda: stealing.task_state(bus, own["id"])["state"] == "done", timeout=60)
+        assert stealing.task_state(bus, other["id"])["done"]["kernel"] == "alpha"
+        assert stealing.task_state(bus, own["id"])["done"]["kernel"] == "gamma"
+        assert ("gamma", own["prompt"], "steal-run-gamma") in ran and len(ran) == 2
+        until(lambda: steal_threads() == ["steal-poller"], timeout=30)
+    finally:
+        gate.set()
+        svc.stop()
+    assert not [t for t in threading.enumerate() if t.name.startswith("steal-")]

@@ -66,7 +66,9 @@ def ask(brain: Brain, prompt: str, *, wait: bool = False, timeout: float = 600.0
     taken: list[tuple[dict, dict]] = []
     for r in rec["routes"]:
         try:
-            out = verbs.kernel_invoke(brain, r["kernel"], r["prompt"], by=by or "ask")
+            # with wait, each route's prompt gets a turn of its own: the answer awaited is its own
+            out = verbs.kernel_invoke(brain, r["kernel"], r["prompt"], by=by or "ask", own_turn=wait,
+                                      timeout=timeout)
         except remote.Held as exc:  # its machine is lost: held there, delivered once when it returns
             r.update(status="held", machine=exc.machine, request=exc.request, reason=str(exc))
             continue

@@ -19,16 +19,6 @@ from nika_brain.federation import resident
 MAX_REQUEST = 4 * 1024 * 1024
 
 
-class _Hook:
-    """What the hint handler reads of a Claude Code hook: the brain, the prompt, the kernel."""
-
-    def __init__(self, brain: Brain, prompt: str, kernel: str):
-        self.brain, self.data, self._kernel = brain, {"prompt": prompt}, kernel
-
-    def kernel(self) -> str:
-        return self._kernel
-
-
 class EmbedderService:
     name = "embedder"
     every = 30.0
@@ -107,13 +97,18 @@ class EmbedderService:
             if not isinstance(prompt, str):
                 raise BrainError("triage: prompt must be a string")
             return {"decision": self.triage().decide(prompt, context=req.get("context")).as_dict()}
-        if op == "hint":
+        if op == "hint":   # what triage.hint decides in a hook process, on the resident Triage
             from nika_brain.federation.triage import hint
             prompt, kernel = req.get("prompt"), req.get("kernel")
             if not isinstance(prompt, str) or not isinstance(kernel, str):
                 raise BrainError("hint: prompt and kernel must be strings")
-            h = hint.on_user_prompt_submit(_Hook(self.brain, prompt, kernel))
-            return {"hint": h.context if h else None}
+            if not prompt.strip():
+                return {"hint": None}
+            tri = self.triage()
+            if kernel not in tri.index.model.kernels:
+                return {"hint": None}
+            d = tri.decide(prompt[:hint.MAX_HINT_PROMPT], context=kernel)
+            return {"hint": hint.hint_text(d) if d.wrong_kernel else None}
         raise BrainError(f"unknown op {op!r}")
 
 

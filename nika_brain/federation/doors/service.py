@@ -1,16 +1,18 @@
 """The door service: a listening unix socket per kernel (`.nika/doors/<id>/door.sock`, bound into
 that kernel's sandbox at bus/door.SOCKET), one request a connection, answered as that kernel.
 
-Kernels spawned later get their door at the next scan (every SCAN seconds). Refusals are journaled in
-`.nika/doors/refusals.jsonl` ({at, kernel, op, why, layer: "door"}).
+Kernels spawned later get their door at the next scan (every SCAN seconds). One thread serves every
+door (a selector over their sockets, DoorService), each connection answered in a thread of its own.
+Refusals are journaled in `.nika/doors/refusals.jsonl` ({at, kernel, op, why, layer: "door"}).
 """
 from __future__ import annotations
 
 import json
 import os
+import selectors
 import socket
-import socketserver
 import threading
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -206,25 +208,6 @@ def _journal(brain: Brain, kid: str, op: str, why: str) -> None:
 
 # ---- the service -----------------------------------------------------------------------------------
 
-class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-    daemon_threads = True
-    kernel_id = ""
-    brain: Brain
-
-
-class _Handler(socketserver.StreamRequestHandler):
-    def handle(self) -> None:
-        server: _Server = self.server  # type: ignore[assignment]
-        raw = self.rfile.read(MAX_REQUEST + 1)
-        try:
-            req = json.loads(raw.decode("utf-8")) if len(raw) <= MAX_REQUEST else None
-        except (UnicodeDecodeError, ValueError):
-            req = None
-        ans = answer(server.brain, server.kernel_id, req) if req is not None else \
-            {"ok": False, "refused": "a request is one JSON object line under 1 MiB", "layer": "door"}
-        self.wfile.write((json.dumps(ans, ensure_ascii=False, default=str) + "\n").encode())
-
-
 def _bind_path(path: Path) -> tuple[str, int | None]:
     """A path short enough for AF_UNIX (108 bytes): through the folder's fd when the real one is not."""
     if len(str(path)) < 100:
@@ -233,39 +216,122 @@ def _bind_path(path: Path) -> tuple[str, int | None]:
     return f"/proc/self/fd/{fd}/{path.name}", fd
 
 
+READ_TIMEOUT = 60.0   # seconds a client has to send its request (one line, then its write side shut)
+
+
+def _serve(brain: Brain, kid: str, conn: socket.socket) -> None:
+    """One connection: the request (read to its end), the answer, closed."""
+    with conn:
+        try:
+            conn.settimeout(READ_TIMEOUT)
+            chunks, size = [], 0
+            while size <= MAX_REQUEST:
+                b = conn.recv(65536)
+                if not b:
+                    break
+                chunks.append(b)
+                size += len(b)
+            raw = b"".join(chunks)
+            try:
+                req = json.loads(raw.decode("utf-8")) if len(raw) <= MAX_REQUEST else None
+            except (UnicodeDecodeError, ValueError):
+                req = None
+            ans = answer(brain, kid, req) if req is not None else \
+                {"ok": False, "refused": "a request is one JSON object line under 1 MiB", "layer": "door"}
+            conn.settimeout(READ_TIMEOUT)
+            conn.sendall((json.dumps(ans, ensure_ascii=False, default=str) + "\n").encode())
+        except OSError:
+            pass   # the client went away (or never wrote): nothing to answer
+
+
 class DoorService:
-    """start(brain) opens a door for every kernel (and for new ones as they appear); stop() closes."""
+    """start(brain) opens a door for every kernel (and for new ones as they appear); stop() closes.
+
+    One thread serves every door: a selector on all the listening sockets (no thread, no poll per
+    socket), which accepts a connection and answers it in a thread of its own (a vault query or a
+    claim's close takes time; the other doors stay open meanwhile). The same loop looks for new
+    kernels every SCAN seconds: a stat of kernels/ (a new folder changes its mtime) and of the
+    folders seen without their kernel.yml yet."""
 
     def __init__(self, brain: Brain | None = None):
         self.brain = brain
-        self.servers: dict[str, _Server] = {}
+        self.servers: dict[str, socket.socket] = {}
         self._stop = threading.Event()
-        self._scan: threading.Thread | None = None
+        self._thread: threading.Thread | None = None
+        self._sel: selectors.BaseSelector | None = None
+        self._wake: tuple[socket.socket, socket.socket] | None = None
+        self._seen: int | None = None        # kernels/'s mtime at the last full scan
+        self._waiting: set[str] = set()      # folders without their kernel.yml at that scan
+        self._lock = threading.Lock()
 
     def start(self, brain: Brain | None = None) -> None:
         self.brain = brain or self.brain
         if self.brain is None:
             raise BrainError("the door service needs a brain")
         doors_dir(self.brain).mkdir(parents=True, exist_ok=True)
+        self._sel = selectors.DefaultSelector()
+        self._wake = socket.socketpair()
+        self._wake[0].setblocking(False)
+        self._sel.register(self._wake[0], selectors.EVENT_READ, None)
         self.scan()
-        self._scan = threading.Thread(target=self._loop, daemon=True, name="doors-scan")
-        self._scan.start()
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="doors")
+        self._thread.start()
 
     def _loop(self) -> None:
-        while not self._stop.wait(SCAN):
+        assert self._sel is not None and self.brain is not None
+        next_scan = time.monotonic() + SCAN
+        while not self._stop.is_set():
             try:
-                self.scan()
-            except (BrainError, OSError):
-                continue
+                ready = self._sel.select(timeout=max(0.0, next_scan - time.monotonic()))
+            except OSError:
+                ready = []
+            for key, _ in ready:
+                if key.data is None:   # stop() woke us
+                    try:
+                        key.fileobj.recv(64)  # type: ignore[union-attr]
+                    except OSError:
+                        pass
+                    continue
+                try:
+                    conn, _ = key.fileobj.accept()  # type: ignore[union-attr]
+                except OSError:
+                    continue   # taken by nobody else, but gone (the client gave up) or closing
+                conn.setblocking(True)
+                threading.Thread(target=_serve, args=(self.brain, key.data, conn), daemon=True,
+                                 name=f"door-{key.data}").start()
+            if time.monotonic() >= next_scan and not self._stop.is_set():
+                try:
+                    self.scan(changed_only=True)
+                except (BrainError, OSError):
+                    pass
+                next_scan = time.monotonic() + SCAN
 
-    def scan(self) -> None:
+    def scan(self, changed_only: bool = False) -> None:
+        """Open the doors of kernels that have none yet. With changed_only, list kernels/ only when
+        its mtime moved (a folder came or went) and otherwise look at the folders still waiting for
+        their kernel.yml."""
         assert self.brain is not None
         folder = self.brain.kernels_dir
-        ids = sorted(p.name for p in folder.iterdir() if (p / "kernel.yml").is_file()) \
-            if folder.is_dir() else []
-        for kid in ids:
-            if kid not in self.servers:
+        try:
+            mtime = folder.stat().st_mtime_ns
+        except OSError:
+            return
+        if changed_only and mtime == self._seen:
+            names = sorted(self._waiting)
+        else:
+            names = sorted(p.name for p in folder.iterdir() if p.is_dir())
+            # a folder made within the file system clock's granularity of this listing may leave
+            # the mtime as it is: such a fresh mtime is not trusted, the next scan lists again
+            self._seen = mtime if time.time_ns() - mtime > 100_000_000 else None
+            self._waiting = set()
+        for kid in names:
+            if kid in self.servers:
+                continue
+            if (folder / kid / "kernel.yml").is_file():
+                self._waiting.discard(kid)
                 self.open(kid)
+            else:
+                self._waiting.add(kid)
 
     def open(self, kid: str) -> None:
         assert self.brain is not None
@@ -274,19 +340,26 @@ class DoorService:
         path.parent.chmod(0o700)
         path.unlink(missing_ok=True)
         where, fd = _bind_path(path)
+        srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            srv = _Server(where, _Handler)
+            srv.bind(where)
+            srv.listen(64)
+        except OSError:
+            srv.close()
+            raise
         finally:
             if fd is not None:
                 os.close(fd)
-        srv.kernel_id, srv.brain = kid, self.brain
-        threading.Thread(target=srv.serve_forever, daemon=True, name=f"door-{kid}").start()
-        self.servers[kid] = srv
+        srv.setblocking(False)
+        with self._lock:
+            self.servers[kid] = srv
+            if self._sel is not None:
+                self._sel.register(srv, selectors.EVENT_READ, kid)
 
     def live_kernels(self) -> int:
         assert self.brain is not None
         n = 0
-        for k in self.servers:
+        for k in list(self.servers):
             try:
                 n += kernels.load_kernel(self.brain, k).live
             except BrainError:
@@ -295,13 +368,32 @@ class DoorService:
 
     def stop(self) -> None:
         self._stop.set()
-        for srv in self.servers.values():
-            srv.shutdown()
-            srv.server_close()
-        if self.brain is not None:
-            for kid in self.servers:
-                socket_path(self.brain, kid).unlink(missing_ok=True)
-        self.servers.clear()
+        if self._wake is not None:
+            try:
+                self._wake[1].send(b"x")
+            except OSError:
+                pass
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        with self._lock:
+            for srv in self.servers.values():
+                if self._sel is not None:
+                    try:
+                        self._sel.unregister(srv)
+                    except (KeyError, ValueError):
+                        pass
+                srv.close()
+            if self.brain is not None:
+                for kid in self.servers:
+                    socket_path(self.brain, kid).unlink(missing_ok=True)
+            self.servers.clear()
+        if self._wake is not None:
+            for s in self._wake:
+                s.close()
+            self._wake = None
+        if self._sel is not None:
+            self._sel.close()
+            self._sel = None
 
 
 def ask(path: Path | str, op: str, **args: Any) -> dict:

@@ -104,8 +104,11 @@ def metrics(brain: Brain, kernel_id: str, session_id: str | None = None) -> dict
             waits.append(nxt["t"] - t["t"])
     runs = [e for e in events if e.get("event") == "run-exit"][-50:]
     errors = sum(1 for e in runs if e.get("status") not in (0, None))
-    one = sessions.load(brain, session_id) if session_id and sessions.valid_id(session_id) else None
-    sess = [one] if one is not None else [s for s in sessions.list_sessions(brain) if s.kernel == kernel_id]
+    if session_id and sessions.valid_id(session_id):   # a hook's own session: no record, no context use
+        one = sessions.load(brain, session_id)
+        sess = [one] if one is not None else []
+    else:
+        sess = [s for s in sessions.list_sessions(brain) if s.kernel == kernel_id]
     sess.sort(key=lambda s: s.heartbeat_at or s.started_at or "")
     pct = sess[-1].context_pct if sess else None
     return {"context_pct": pct, "error_rate": round(errors / len(runs), 3) if runs else 0.0,
@@ -171,11 +174,8 @@ def _kernel_of(hook: Any) -> str | None:
     kid = os.environ.get("NIKA_KERNEL_ID") or (hook.kernel() if hook.brain is not None else None)
     if not kid:
         return None
-    from nika_brain.state.kernels import check_id
-    try:
-        return check_id(kid)
-    except Exception:
-        return None
+    from nika_brain.support.schema import name  # what state.kernels.check_id checks, without loading it
+    return kid if name(kid) is None else None
 
 
 def _is_prompt(obj: dict) -> bool:

@@ -312,11 +312,35 @@ def _deliver(brain: Brain, k: Kernel, item: dict, timeout: float) -> tuple[dict 
         state.update(changes)
         runtimes.save_state(brain, k.id, state)
     sha = health.prompt_sha(item["prompt"])
-    ev, offset = _wait_event(brain, k.id, offset, lambda e: e.get("event") == "taken" and
-                             e.get("sha") == sha, timeout, rt, k, state)
+    taken = lambda e: e.get("event") == "taken" and e.get("sha") == sha  # noqa: E731
+    deadline = time.monotonic() + timeout
+    confirm = getattr(rt, "confirm", None)
+    look, nudges, looks = CONFIRM_FIRST, [], 0
+    while True:
+        ev, offset = _wait_event(brain, k.id, offset, taken, max(0.0, min(look, deadline - time.monotonic())),
+                                 rt, k, state)
+        if ev is not None or confirm is None or time.monotonic() >= deadline or len(nudges) >= CONFIRM_TRIES \
+                or not rt.alive(brain, k, state).alive:
+            break
+        # typed, and no UserPromptSubmit yet: the runtime looks at the screen (Enter again, or the
+        # keys typed again once when they were lost), bounded
+        looks += 1
+        did = confirm(brain, k, state, item["prompt"], retype=looks > 1 and "retyped" not in nudges)
+        if did:
+            nudges.append(did)
+        look = CONFIRM_AGAIN
+    if nudges:
+        health.record_event(brain, k.id, "delivery", prompt=item["id"], sha=sha, tries=nudges,
+                            taken=ev is not None)
+        item["nudges"] = nudges
     if ev is not None:
         queue.settle(brain, k.id, item["id"])
     return ev, offset
+
+
+CONFIRM_FIRST = 3.0   # seconds after typing before the first look at the screen
+CONFIRM_AGAIN = 4.0   # between two looks
+CONFIRM_TRIES = 4     # looks that acted (Enter again, typed again) before giving up: the prompt stays queued
 
 
 def successor(brain: Brain, k: Kernel) -> Kernel:
@@ -363,18 +387,34 @@ def await_ready(brain: Brain, k: Kernel, timeout: float) -> None:
 
 
 def kernel_invoke(brain: Brain, kernel_id: str, prompt: str, *, wait: bool = False,
-                  timeout: float | None = None, by: str = "") -> dict:
+                  timeout: float | None = None, by: str = "", own_turn: bool | None = None) -> dict:
     """Queue the prompt, deliver it once the kernel is ready, and confirm the agent took it; with
     wait, return its answer. A handed-over kernel's prompt goes to its successor; a killed or failed
-    kernel refuses it (exit 8, naming `kernel start`); a dead one keeps it queued for its next start."""
+    kernel refuses it (exit 8, naming `kernel start`); a dead one keeps it queued for its next start.
+
+    `own_turn` (the default with wait): the prompt is typed only once the kernel has no turn in
+    progress, so that it starts a turn of its own and the Stop ending that turn is its answer. Typed
+    into a running turn, Claude Code takes it at once (UserPromptSubmit) and answers it inside that
+    turn: the answer at that Stop is the running turn's, not this prompt's."""
     queue.check(prompt)
+    own_turn = wait if own_turn is None else own_turn
     k = successor(brain, kernels.load_kernel(brain, kernel_id))
     where = remote.elsewhere(brain, k)
     if where:  # its machine's daemon delivers it and answers (remote.py)
-        return remote.call(brain, where, "kernel_invoke", k.id, prompt, wait=wait, timeout=timeout, by=by)
+        return remote.call(brain, where, "kernel_invoke", k.id, prompt, wait=wait, timeout=timeout, by=by,
+                           own_turn=own_turn)
     if k.status in ("killed", "failed", "handed-over"):
         raise _not_running(k)
-    item = queue.enqueue(brain, k.id, prompt, by=by)
+    item = queue.enqueue(brain, k.id, prompt, by=by, hold=own_turn)
+    try:
+        return _invoke_queued(brain, k, item, wait=wait, timeout=timeout, own_turn=own_turn)
+    finally:
+        if own_turn:   # delivered, or left queued: from now on the redelivery's
+            queue.settle(brain, k.id, item["id"], "unhold")
+
+
+def _invoke_queued(brain: Brain, k: Kernel, item: dict, *, wait: bool, timeout: float | None,
+                   own_turn: bool) -> dict:
     if not k.live:
         raise runtimes.NotTaken(f"kernel {k.id} is {k.status}; prompt {item['id']} stays queued and is "
                                 f"delivered when it runs again (nika-brain kernel start {k.id})",
@@ -389,17 +429,48 @@ def kernel_invoke(brain: Brain, kernel_id: str, prompt: str, *, wait: bool = Fal
     except runtimes.NotTaken as exc:
         raise runtimes.NotTaken(f"{exc}; prompt {item['id']} stays queued and is delivered when the "
                                 "kernel is ready", queued=item["id"]) from None
-    with brain.mutex(f"deliver-{k.id}"):
-        ev, offset = _deliver(brain, k, item, limit)
+    started = time.monotonic()
+    if own_turn:
+        ev, offset = _deliver_in_own_turn(brain, k, item, limit, timeout or 600.0)
+    else:
+        with brain.mutex(f"deliver-{k.id}"):
+            ev, offset = _deliver(brain, k, item, limit)
     if ev is None:
+        tried = f"; tried: {', '.join(item['nudges'])}" if item.get("nudges") else ""
         raise runtimes.NotTaken(f"kernel {k.id} did not take prompt {item['id']} within {limit:g}s (busy or "
-                                "gone); it stays queued, handed over once, confirmed when taken",
-                                queued=item["id"])
+                                f"gone{tried}); it stays queued, confirmed when taken (see `nika-brain kernel "
+                                f"observe {k.id}`)", queued=item["id"])
     out = {"kernel": k.id, "id": item["id"], "taken": ev["at"], "session": ev.get("session"),
            "sha": ev.get("sha"), "offset": offset}
     if wait:
-        out["answer"] = await_answer(brain, k.id, item["id"], ev, offset, timeout or 600.0).get("text")
+        left = max(1.0, (timeout or 600.0) - (time.monotonic() - started))
+        out["answer"] = await_answer(brain, k.id, item["id"], ev, offset, left).get("text")
     return out
+
+
+def _deliver_in_own_turn(brain: Brain, k: Kernel, item: dict, limit: float,
+                         timeout: float) -> tuple[dict | None, int]:
+    """Deliver the item once the kernel has no turn in progress (its last UserPromptSubmit has had its
+    Stop), checked again under the delivery mutex so that no other delivery slips in between. While
+    it waits the item is held (queued with hold): the supervisor's redelivery leaves it to us. Raises
+    NotTaken (the prompt stays queued) when the kernel dies or the turn outlasts `timeout`."""
+    rt = runtimes.get(k.runtime)
+    deadline = time.monotonic() + timeout
+    while True:
+        if not health.turn_in_progress(brain, k.id):
+            with brain.mutex(f"deliver-{k.id}"):
+                if not health.turn_in_progress(brain, k.id):
+                    return _deliver(brain, k, item, limit)
+        live = rt.alive(brain, k, runtimes.load_state(brain, k.id))
+        if not live.alive:
+            raise runtimes.NotTaken(f"kernel {k.id} died in the turn before prompt {item['id']} "
+                                    f"({live.detail or 'process gone'}); it stays queued "
+                                    f"(nika-brain kernel start {k.id})", queued=item["id"])
+        if time.monotonic() >= deadline:
+            raise runtimes.NotTaken(f"kernel {k.id} stayed in its running turn for {timeout:g}s; prompt "
+                                    f"{item['id']} stays queued and is delivered when the turn ends",
+                                    queued=item["id"])
+        time.sleep(0.1)
 
 
 def await_answer(brain: Brain, kernel_id: str, item_id: str, taken: dict, offset: int,

@@ -484,8 +484,10 @@ class Worker:
         return frozenset(k for k, v in self._alive.items() if k != self.kernel and v.get("state") == "idle")
 
     # -- one turn of the loop -----------------------------------------------------------------
-    def step(self) -> bool:
-        """Read what arrived, decide what is due, run one task. True when something happened."""
+    def step(self, run: bool = True) -> bool:
+        """Read what arrived, decide what is due, run one task (not with run=False: the daemon's
+        poller steps many workers in one thread and runs a task in a thread of its own). True when
+        something happened."""
         busy = self._read_broadcast()
         busy |= self._read_inbox()
         busy |= self._read_queue()
@@ -495,7 +497,17 @@ class Worker:
             self._sweep_at = time.monotonic()
             busy |= self._sweep()
         self.beat()
+        if not run:
+            return busy
         return self._run_one() or busy
+
+    def runnable(self) -> bool:
+        """Whether _run_one would run a task now (what step(run=False) leaves undone)."""
+        now = time.monotonic()
+        if any(self.deferred.get(tid, 0) <= now for tid, _ in self.granted):
+            return True
+        return bool(self.local) and not self._kernel_busy() and \
+            any(self.deferred.get(tid, 0) <= now for tid, _ in self.local)
 
     def serve(self, stop: Callable[[], bool] = lambda: False, poll: float = 0.005) -> None:
         self.recover()

@@ -10,7 +10,11 @@ a hint must never stand between the user and the agent.
 """
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any, NamedTuple
+
+STATE_DIR = ".nika"   # nika_brain.brain.STATE_DIR (not imported: prefetch runs before the brain loads)
 
 MAX_HINT_PROMPT = 4000  # characters looked at; longer prompts are documents, not requests
 
@@ -31,17 +35,53 @@ def hint_text(d: Any) -> str:
             f"goal; otherwise say so and suggest `nika-brain kernel invoke {d.kernels[0]} \"...\"`.")
 
 
-def on_user_prompt_submit(hook: Any) -> Hint | None:
+_SENT: dict[int, Any] = {}   # hook -> (its hint request, the kernel asked for), sent by prefetch
+
+
+def _asked(hook: Any) -> tuple[Any, str, str] | None:
     brain = hook.brain
     prompt = hook.data.get("prompt")
     if brain is None or not isinstance(prompt, str) or not prompt.strip():
         return None
     kernel = hook.kernel()
-    if not kernel:
+    return (brain, prompt, kernel) if kernel else None
+
+
+def prefetch(hook: Any) -> None:
+    """The first UserPromptSubmit handler: the hint asked of the daemon now, so that its model works
+    while this process loads the brain and runs the other handlers (record the prompt taken, the
+    heartbeat, directives); the hint handler then only reads the answer. A kernel's session says
+    its brain and kernel in its environment (NIKA_BRAIN_DIR, NIKA_KERNEL_ID, set by the runtime), so
+    the request leaves before the brain is even imported; the hint handler checks that it asked for
+    the kernel the session turns out to be. Silent on any failure (the hint handler asks again)."""
+    root, kernel, prompt = os.environ.get("NIKA_BRAIN_DIR"), os.environ.get("NIKA_KERNEL_ID"), hook.data.get("prompt")
+    if not root or not kernel or not isinstance(prompt, str) or not prompt.strip():
         return None
     from nika_brain.federation import resident
+    try:
+        s = resident.send(Path(root) / STATE_DIR, "hint", timeout=10.0, prompt=prompt, kernel=kernel)
+    except OSError:
+        return None
+    if s is not None:
+        _SENT[id(hook)] = (s, kernel)
+    return None
+
+
+def on_user_prompt_submit(hook: Any) -> Hint | None:
+    asked = _asked(hook)
+    sent = _SENT.pop(id(hook), None)
+    if asked is None:
+        if sent is not None:
+            sent[0].close()
+        return None
+    brain, prompt, kernel = asked
+    from nika_brain.federation import resident
+    if sent is not None and sent[1] != kernel:   # asked for another kernel than the session's
+        sent[0].close()
+        sent = None
     try:  # the federation daemon's resident model: this hook process loads none
-        served = resident.request(brain.state_dir, "hint", timeout=10.0, prompt=prompt, kernel=kernel)
+        served = resident.receive(sent[0]) if sent is not None else \
+            resident.request(brain.state_dir, "hint", timeout=10.0, prompt=prompt, kernel=kernel)
     except resident.ResidentError:
         return None
     if served is not None:

@@ -43,6 +43,33 @@ ASK_WAIT = 1.0    # seconds the agent gets to exit after Ctrl-C twice
 TERM_WAIT = 0.6   # then after SIGTERM, before SIGKILL
 
 
+TYPED_WAIT = 2.0  # seconds deliver waits for the typed text to show before it presses Enter
+RULE = "\u2500"   # Claude Code draws its input box between two rules of these
+
+
+def _squeeze(text: str) -> str:
+    return "".join(text.split())
+
+
+def _shows(screen: str, text: str) -> bool:
+    """Whether the screen shows the typed text (whitespace and line wraps aside: its last 40
+    characters), or Claude Code's placeholder for a long paste."""
+    tail = _squeeze(text)[-40:]
+    return bool(tail) and tail in _squeeze(screen) or "[Pasted text" in screen
+
+
+def input_box(screen: str) -> str | None:
+    """What Claude Code's input box holds ("" when empty), None when the screen shows none: the
+    lines between the last two rules, without the prompt mark."""
+    lines = screen.splitlines()
+    rules = [i for i, line in enumerate(lines) if line.strip() and set(line.strip()) == {RULE}]
+    if len(rules) < 2:
+        return None
+    inside = lines[rules[-2] + 1:rules[-1]]
+    text = " ".join(x.strip().lstrip("\u276f>").strip() for x in inside)
+    return text.strip()
+
+
 def dialog(screen: str) -> str | None:
     """The Claude Code dialog `screen` shows, by name, or None."""
     for name, marks in DIALOGS:
@@ -136,11 +163,35 @@ class TmuxRuntime:
 
     def deliver(self, brain: Brain, kernel: Kernel, state: dict, prompt: str,
                 launch: Launch) -> dict:  # noqa: ARG002
+        """Type the text, wait until the agent has read it (it shows on screen), then press Enter.
+        Claude Code takes one read holding text and Enter for a paste, the Enter a newline in it: the
+        prompt then sits in its input box, never submitted (what a loaded machine does to two quick
+        send-keys). confirm() is the service's second look when no UserPromptSubmit came."""
         name = state.get("tmux_session") or session_name(kernel.id)
         text = " ".join(prompt.split("\n"))
         self._tmux(brain, "send-keys", "-t", f"={name}:", "-l", text)
+        deadline = time.monotonic() + TYPED_WAIT
+        while time.monotonic() < deadline and not _shows(self.screen(brain, kernel, state), text):
+            time.sleep(0.05)
         self._tmux(brain, "send-keys", "-t", f"={name}:", "Enter")
         return {}
+
+    def confirm(self, brain: Brain, kernel: Kernel, state: dict, prompt: str, retype: bool) -> str | None:
+        """The prompt was typed and no UserPromptSubmit came yet: look at the screen. Still in the
+        input box -> Enter again ("enter"); the input box empty and the text nowhere on screen (the
+        keys were lost) and `retype` -> typed again ("retyped"); otherwise nothing (None): taken
+        and its hook slow, or a dialog, or an agent that shows no input box."""
+        name = state.get("tmux_session") or session_name(kernel.id)
+        screen = self.screen(brain, kernel, state)
+        box = input_box(screen)
+        text = " ".join(prompt.split("\n"))
+        if box is not None and box and _shows(box, text):
+            self._tmux(brain, "send-keys", "-t", f"={name}:", "Enter")
+            return "enter"
+        if box == "" and retype and not _shows(screen, text) and dialog(screen) is None:
+            self.deliver(brain, kernel, state, prompt, None)  # type: ignore[arg-type]
+            return "retyped"
+        return None
 
     def stop(self, brain: Brain, kernel: Kernel, state: dict, grace: float) -> str:
         """Ask the agent to exit (Ctrl-C twice, as its user would), then SIGTERM, then SIGKILL to its
