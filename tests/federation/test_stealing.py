@@ -666,22 +666,24 @@ def test_the_daemon_steps_every_kernel_in_one_poller_and_runs_a_task_in_a_thread
         svc.tick()
         assert sorted(svc.runners) == ["alpha", "gamma"]
         until(lambda: all(r.started for r in svc.runners.values()), timeout=60)
-        bus = busmod.open_bus(brain)
-        own = enqueue(bus, "gamma", "write the monthly report for the client")
-        other = enqueue(bus, "gamma", "restore the nightly backup of the file server")
+        bus = brain_bus(brain)
+        own_text = "write the monthly report for the client"
+        other_text = "restore the nightly backup of the file server"
+        own = enqueue(bus, "gamma", own_text)
+        other = enqueue(bus, "gamma", other_text)
 
         def steal_threads() -> list[str]:
             return sorted(t.name for t in threading.enumerate() if t.name.startswith("steal-"))
 
         assert steal_threads() == ["steal-poller"]
-        until(lambda: ("alpha", other["prompt"], "steal-run-alpha") in ran, timeout=60)
+        until(lambda: ("alpha", other_text, "steal-run-alpha") in ran, timeout=60)
         until(lambda: steal_threads() == ["steal-poller", "steal-run-alpha"], timeout=30)
         gate.set()
         until(lambda: stealing.task_state(bus, other["id"])["state"] == "done", timeout=60)
         until(lambda: stealing.task_state(bus, own["id"])["state"] == "done", timeout=60)
         assert stealing.task_state(bus, other["id"])["done"]["kernel"] == "alpha"
         assert stealing.task_state(bus, own["id"])["done"]["kernel"] == "gamma"
-        assert ("gamma", own["prompt"], "steal-run-gamma") in ran and len(ran) == 2
+        assert ("gamma", own_text, "steal-run-gamma") in ran and len(ran) == 2
         until(lambda: steal_threads() == ["steal-poller"], timeout=30)
     finally:
         gate.set()
