@@ -135,6 +135,30 @@ def test_single_clause_hybrid_is_split_and_each_part_stands_alone(tmp_path, git_
     assert triage(brain, "flashe le nouveau firmware sur les contrôleurs de l'usine").decision == "kernel"
 
 
+def test_the_hints_decision_skips_the_aspect_split_and_its_second_embedding(tmp_path, git_env):
+    """The wrong-kernel hint (on the UserPromptSubmit path) asks only where a prompt belongs: the
+    two-aspect check, a second embedding of the prompt's halves, is left to routing."""
+    from nika_brain.federation.triage.decide import open_triage
+    brain = make_brain(tmp_path / "b", CONFIG)
+    seed_kernels(brain)
+    prompt = "exporte la télémétrie des capteurs pour l'entraînement du modèle au labo"
+    tri = open_triage(brain)
+    seen: list[list[str]] = []
+    real = tri.embedder.embed
+
+    def spy(texts, **kw):
+        seen.append(list(texts))
+        return real(texts, **kw)
+
+    tri.embedder.embed = spy
+    routed = tri.decide(prompt, context=GAMMA)
+    assert routed.decision == "split" and len(seen) == 2       # the aspect halves: a second embedding
+    seen.clear()
+    hinted = tri.decide(prompt, context=GAMMA, aspects=False)
+    assert seen == [[prompt]] and hinted.decision == "kernel" and hinted.kernels[0] in {DELTA, BETA}
+    assert hinted.wrong_kernel and [s.kernel for s in hinted.scores] == [s.kernel for s in routed.scores]
+
+
 def test_long_prompts_and_emoji_are_bounded():
     long = "vérifie les sauvegardes du serveur de fichiers. " * 120 + "Et rédige le rapport."
     rep = representative(long)

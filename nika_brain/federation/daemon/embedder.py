@@ -107,7 +107,7 @@ class EmbedderService:
             tri = self.triage()
             if kernel not in tri.index.model.kernels:
                 return {"hint": None}
-            d = tri.decide(prompt[:hint.MAX_HINT_PROMPT], context=kernel)
+            d = tri.decide(prompt[:hint.MAX_HINT_PROMPT], context=kernel, aspects=False)
             return {"hint": hint.hint_text(d) if d.wrong_kernel else None}
         raise BrainError(f"unknown op {op!r}")
 

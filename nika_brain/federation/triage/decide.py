@@ -250,7 +250,10 @@ class Triage:
 
     # -- the decision ------------------------------------------------------------------------
 
-    def decide(self, prompt: str, *, context: str | None = None, data_class: str | None = None) -> Decision:
+    def decide(self, prompt: str, *, context: str | None = None, data_class: str | None = None,
+               aspects: bool = True) -> Decision:
+        """`aspects=False`: no single-clause two-aspect split (its second embedding), for the
+        wrong-kernel hint, which asks only where the prompt belongs, on the hook's path."""
         if not isinstance(prompt, str) or not prompt.strip():
             raise Invalid("an empty prompt cannot be routed")
         prompt = prompt.strip()
@@ -293,7 +296,7 @@ class Triage:
         split = None
         if len(parts) > 1:
             split = self._clause_split(parts, z[1:], raw[1:], dc, prompt)
-        if split is None and len(parts) == 1:
+        if split is None and len(parts) == 1 and aspects:
             split = self._aspects(text, scores, dc, prompt)
         if split:
             ks = tuple(dict.fromkeys(p.kernel for p in split))

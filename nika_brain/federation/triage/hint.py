@@ -97,7 +97,7 @@ def on_user_prompt_submit(hook: Any) -> Hint | None:
     from nika_brain.federation.triage.decide import Triage
     emb = open_embedder(brain)
     tri = Triage(index, getattr(emb, "inner", emb), goals.settings(brain))
-    d = tri.decide(prompt[:MAX_HINT_PROMPT], context=kernel)
+    d = tri.decide(prompt[:MAX_HINT_PROMPT], context=kernel, aspects=False)
     if not d.wrong_kernel:
         return None
     return Hint(context=hint_text(d))
