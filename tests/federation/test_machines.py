@@ -24,7 +24,7 @@ from nika_brain.state import prompts as queue
 from tests.federation.fedkit import STANDIN
 from tests.kit.brain import git_out as git
 from tests.kit.brain import make_brain
-from tests.kit.machines import install_machine
+from tests.kit.machines import install_machine, stop_machines
 from tests.kit.wait import until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,15 +70,7 @@ def machines(tmp_path, git_env, redis_server):  # noqa: F811
         git(tmp_path / name, "update-index", "--assume-unchanged", "nika-brain.yml")  # its own tmux server
         out.append(install_machine(Brain.at(tmp_path / name), name, origin.root))
     yield out, procs
-    for p in procs:
-        if p.poll() is None:
-            p.terminate()
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-    for name in ("m1", "m2", "m3"):
-        subprocess.run(["tmux", "-S", str(tmp_path / f"tmux-{name}.sock"), "kill-server"], capture_output=True)
+    stop_machines(tmp_path, procs)
 
 
 def _spawn(b: Brain, kid: str) -> None:

@@ -21,7 +21,7 @@ from tests.federation.test_machines import _config, _daemon, _lock_files, _spawn
 from tests.kit.brain import git_out as git
 from tests.kit.brain import make_brain
 from tests.kit.claude import bound_env, hook
-from tests.kit.machines import install_machine
+from tests.kit.machines import install_machine, stop_machines
 from tests.kit.netns import NetNs, SharedRedis
 from tests.kit.wait import until
 
@@ -48,16 +48,7 @@ def ns_machines(tmp_path, git_env):
             out.append(install_machine(Brain.at(tmp_path / name), name, origin.root))
         yield out, spaces, procs
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.terminate()
-                try:
-                    p.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-        for name in ("m1", "m2", "m3"):
-            subprocess.run(["tmux", "-S", str(tmp_path / f"tmux-{name}.sock"), "kill-server"],
-                           capture_output=True)
+        stop_machines(tmp_path, procs)
         if redis is not None:
             redis.stop()
         for ns in spaces:
