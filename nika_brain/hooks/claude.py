@@ -487,7 +487,7 @@ def on_context_checkpoint(hook: Hook) -> Reply | None:
         return None
     tpath = hook.data.get("transcript_path")
     tpath = tpath if isinstance(tpath, str) else None
-    if hook.event == "Stop" and tpath:
+    if hook.event == "Stop" and tpath and os.path.isfile(tpath):   # no file: nothing to wait for
         # the turn's last response may reach the transcript just after Stop fires: its usage is the
         # context now (read before, the previous turn's is, and a handover threshold is missed)
         import time
