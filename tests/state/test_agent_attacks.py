@@ -19,6 +19,7 @@ from nika_brain.engine.init import init
 from nika_brain.engine.signals import INBOX
 from nika_brain.federation.spawning import proposals
 from nika_brain.state import authority, gates
+from nika_brain.support import clock
 from nika_brain.support.yamlsafe import dumps, load_file
 from tests.engine.test_inbound import THREE  # the inbound tests' three-step chain
 from tests.kit.brain import git_out
@@ -222,8 +223,9 @@ def test_forged_inbox_messages_are_ignored_and_a_malformed_one_does_not_stop_the
     nb(brain, "bus", "publish", INBOX, forged, env=agent_env(tmp_path), check=0)
     nb(brain, "bus", "publish", INBOX, forged, "--sign", env=agent_env(tmp_path), check=6)
     bus = open_bus(brain)
+    # fresh nonce and time: only the signature check can refuse it
     bus.publish(INBOX, {"type": "ADAPT", "workflow": "three", "changes": [{"op": "skip", "step": 2}],
-                        "signature": "00" * 64})
+                        "nonce": "ab" * 16, "signed_at": clock.iso(clock.now()), "signature": "00" * 64})
     import sqlite3
     db = sqlite3.connect(brain.state_dir / "bus.sqlite3")
     db.execute("INSERT INTO messages(channel, body) VALUES (?, ?)", (INBOX, "{not json"))
@@ -235,6 +237,7 @@ def test_forged_inbox_messages_are_ignored_and_a_malformed_one_does_not_stop_the
     lines = out.stdout.splitlines()
     assert lines[-1] == "ADAPT three: 1 change(s) recorded", out.stdout
     assert sum("refused" in x for x in lines) == 3 and "malformed" in out.stdout
+    assert "signature that is not the operator's" in out.stdout, out.stdout
     run = run_file(brain, "three")
     assert run["status"] != "aborted" and run["claim"] == c1
     assert len([r for r in journal(brain) if "inbound signal refused" in r["reason"]]) == 3
