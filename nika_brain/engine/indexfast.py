@@ -48,7 +48,7 @@ _MAX_TEXT = 100_000
 def _value(raw: str) -> Any:
     """The value of a one-line scalar `key: raw` or `- raw`, as yamlfast reads it; _BAD when yamlfast
     would not read it as a scalar (an empty or spaced value, an odd character, a flow or quoted form
-    it declines, `key: value` that makes a list item a mapping)."""
+    it declines; `k: v` or `k:`, which would make a list item a mapping, _scalar declines too)."""
     v = _VALUES.get(raw, _BAD)
     if v is not _BAD or raw in _VALUES:
         return v
@@ -69,7 +69,7 @@ def _uncached(raw: str) -> Any:
     if _WORD.fullmatch(raw) and raw not in _RESERVED:
         return raw
     v: Any = _BAD
-    if raw and raw[0] != " " and raw[-1] != " " and not yamlfast._odd(raw) and not yamlfast._KEYLINE.match(raw):
+    if raw and raw[0] != " " and raw[-1] != " " and not yamlfast._odd(raw):
         try:
             v = yamlfast._scalar(raw, 0, (), {})
         except yamlfast._No:
