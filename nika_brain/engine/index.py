@@ -26,6 +26,7 @@ own (rendered in a sandbox, with the variables documented at the top of the defa
 from __future__ import annotations
 
 import contextlib
+import gc
 import hashlib
 import json
 import os
@@ -226,8 +227,9 @@ class _Cache:
     def save(self) -> None:
         if not self.dirty:
             return
+        # In listing (name) order already: no sort_keys (a tenth of a cold index at 10,000 claims).
         text = json.dumps({"version": _CACHE_VERSION, "nika": __version__, "kinds": self.data},
-                          separators=(",", ":"), sort_keys=True)
+                          separators=(",", ":"), check_circular=False)  # plain data, no cycles
         try:
             from nika_brain.support.fsio import atomic_write
             atomic_write(self.path, text, fsync=False)  # disposable: no need to pay for fsync
@@ -284,11 +286,10 @@ def _fingerprint(brain: Brain, template: Path, listings: dict[Path, list]) -> st
     for folder in folders:
         rows = listings[folder] = _listing(folder)
         h.update(f"\1{folder.name}".encode())
-        for name, _, st in rows:
-            if st.st_mtime_ns >= settled or st.st_ctime_ns >= settled:
-                return None
-            h.update(f"{name}\0{st.st_ino}\0{st.st_mtime_ns}\0{st.st_size}\0{st.st_ctime_ns}\0{st.st_mode}\n"
-                     .encode())
+        if any(st.st_mtime_ns >= settled or st.st_ctime_ns >= settled for _, _, st in rows):
+            return None
+        h.update("".join([f"{name}\0{st.st_ino}\0{st.st_mtime_ns}\0{st.st_size}\0{st.st_ctime_ns}\0{st.st_mode}\n"
+                          for name, _, st in rows]).encode())
     for path in (*files, template):
         try:
             st = os.stat(path)
@@ -328,10 +329,24 @@ def claim_summaries(brain: Brain) -> list[dict]:
     """Every claim's summary (id, workflow, step, scope, status, opened, closed, result) from the index
     cache: a claim file is parsed again only when it changed. The orchestrator's transitions read the
     claims through this, once, instead of parsing every claim file for each question."""
-    cache = _Cache(brain)
-    rows = cache.summaries(brain.claims_dir, "claims")
-    cache.save()
+    with _no_gc():
+        cache = _Cache(brain)
+        rows = cache.summaries(brain.claims_dir, "claims")
+        cache.save()
     return rows
+
+
+@contextlib.contextmanager
+def _no_gc():
+    """The cyclic garbage collector paused: reading 10,000 summaries makes ~100,000 containers, none
+    of them in a cycle, and the collections they trigger cost 4 % of a cold index for nothing."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 # ---- the model the template renders ------------------------------------------------------------
@@ -578,7 +593,8 @@ def render(brain: Brain, strict: bool = False) -> str:
 def _render(brain: Brain, strict: bool, path: Path, listings: dict[Path, list]) -> tuple[str, bool]:
     """(the text, whether every state file was valid)."""
     import jinja2
-    data = model(brain, strict, listings)
+    with _no_gc():
+        data = model(brain, strict, listings)
     shown = brain.rel(path) or str(path)
     try:
         template = _environment(path.parent).get_template(path.name)
