@@ -5,6 +5,7 @@ same files with the same messages. Checked on generated claims (as claims._save 
 every one-line mutation of a few of them, then through the index itself."""
 from __future__ import annotations
 
+import os
 import random
 import shutil
 from pathlib import Path
@@ -256,3 +257,17 @@ def test_the_index_names_the_same_files_with_the_same_messages_with_or_without_t
     monkeypatch.setattr(indexfast, "claim_summary", lambda text, stem: None)
     assert cold() == fast_text and "sess-raw-1.yml" in fast_text
     assert cold(strict=True) == fast_strict and "claims/" in fast_strict
+
+
+def test_a_state_file_is_read_whole_whatever_size_its_stat_said(tmp_path):
+    path = tmp_path / "c.yml"
+    path.write_bytes(b"x" * 5000)
+    for size in (0, 1, 4999, 5000, 5001, 10**6):   # grown or shrunk since the stat
+        data, digest = index._read(str(path), size)
+        assert data == b"x" * 5000 and digest == index._read(str(path), 5000)[1]
+    big = b"y" * (index._READ_CAP + 10)
+    path.write_bytes(big)
+    assert index._read(str(path), 10)[0] == big[: index._READ_CAP]   # capped: the loader says "too large"
+    assert index._read(str(tmp_path / "gone.yml"), 10) == (None, None)
+    os.mkfifo(tmp_path / "fifo.yml")   # swapped in after the listing: read at once (no writer: empty), no wait
+    assert index._read(str(tmp_path / "fifo.yml"), 0)[0] == b""
