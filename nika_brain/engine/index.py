@@ -12,6 +12,9 @@ Two properties matter more than anything else here:
   fresh checkout, the file is read and its hash decides, so only a changed content is parsed again.
   As in git's "racy" rule, a file changed in the last seconds (the file system's clock is coarse: a
   second write in the same tick keeps the stat) is always checked by its hash.
+* Fast cold (no cache, as after a fresh clone): a claim in the shape `claims` writes is summarized
+  straight from its text by `indexfast` (exact, or declined to the full loader, which names any
+  error); each file is read once with os.read of its stat size.
 * Fast when nothing changed (a git hook on a commit that touched no state, `index` run twice): the
   text is a function of the state files alone, so .nika/cache/index-text.json keeps the last text with
   a fingerprint of every input (the stat of each file the model reads, listed by `_inputs`, plus the
