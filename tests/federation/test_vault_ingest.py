@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from collections import Counter
 
 import pytest
 
@@ -114,6 +115,72 @@ def test_ingest_killed_with_sigkill_resumes_without_duplicates(tmp_path, git_env
     assert again.already >= partial
     texts = _texts(vb, "beta")
     assert len(texts) == len(set(texts)) == partial + again.added
+
+
+def _notes(folder, n):
+    folder.mkdir(parents=True, exist_ok=True)
+    notes = [f"Note {i}: server {i * 7919 % 1000003} restarted on day {i % 31}." for i in range(n)]
+    for i, note in enumerate(notes):
+        (folder / f"n{i:05d}.md").write_text(note + "\n")
+    return notes
+
+
+def test_batched_ingest_keeps_every_record_once_and_dedups_alike_in_any_batch_size(tmp_path, git_env):
+    """The real model; templated but distinct one-line notes, plus a copy of one note (already there)
+    and a reformatted one (says the same thing: dropped). Batches of 5 (the twins in other batches
+    than their originals: the store's query decides) and one batch (in-batch dedup decides) must give
+    the same records, each note exactly once."""
+    vb = vault_brain(tmp_path / "b", kernels=("alpha", "beta"))
+    docs = tmp_path / "docs"
+    notes = _notes(docs, 40)
+    (docs / "z-copy.md").write_text(notes[10] + "\n")
+    (docs / "z-near.md").write_text("note 25 - Server " + notes[25].split("server ")[1].upper() + "\n")
+    for kernel, batch in (("alpha", 5), ("beta", 4096)):
+        (vb.root / "nika-brain.yml").write_text(
+            f"version: 1\nlock_poll: 0.01\nfederation:\n  vault:\n    batch: {batch}\n")
+        rep = ingest.ingest(vb.__class__.at(vb.root), [str(docs)], kernel)
+        assert (rep.files, rep.chunks, rep.added, rep.already, rep.dropped) == (42, 42, 40, 1, 1), \
+            (kernel, rep.to_json())
+        texts = _texts(vb, kernel)
+        assert texts == sorted(notes), kernel     # none lost, none twice, the twins not added
+    assert _texts(vb, "alpha") == _texts(vb, "beta")
+
+
+def test_a_100_kb_heading_file_ingested_keeps_its_text_and_its_60_paragraphs(tmp_path, git_env, monkeypatch):
+    """The whole ingest path (chunks, batches, dedup at write) on the bench's 100 KB heading file,
+    every chunk given the very same vector (dedup then rests on what the texts say): nothing is
+    dropped, each of the 60 paragraphs is stored once, the heading's text is all there, each word
+    whole, and its start is not repeated in the chunks of the heading itself."""
+    import numpy as np
+
+    from nika_brain.federation.vault import store
+    from tests.federation.vaultkit import axis
+    embedded: list[str] = []
+
+    def one_vector(brain, texts, kind):
+        embedded.extend(texts)
+        return np.stack([axis(0)] * len(texts))
+    monkeypatch.setattr(store, "embed", one_vector)
+    vb = vault_brain(tmp_path / "b", extra="federation:\n  vault:\n    batch: 16\n")
+    heading = "# " + " ".join(f"term{i}" for i in range(15_000))
+    paras = [f"Paragraph {i} is about topic {i}." for i in range(60)]
+    doc = tmp_path / "heading.md"
+    doc.write_text(heading + "\n\n" + "\n\n".join(paras) + "\n")
+    rep = ingest.ingest(vb, [str(doc)], "alpha")
+    assert rep.dropped == 0 and rep.added == rep.chunks == len(embedded), rep.to_json()
+    texts = _texts(vb, "alpha")
+    assert sorted(embedded) == texts                      # each chunk embedded once
+    body = "\n".join(texts)
+    for p in paras:
+        assert body.count(p) == 1, p
+    start = heading[:chunking.MAX_HEADING].rsplit(" ", 1)[0] + " …"
+    under = [t for t in texts if t.startswith(start + "\n")]
+    assert under and all("Paragraph" in t for t in under)  # its start names the paragraphs' chunks only
+    words = Counter(body.split())
+    named = set(start.split())
+    bad = [i for i in range(15_000) if words[f"term{i}"] != 1 + len(under) * (f"term{i}" in named)]
+    assert not bad, f"heading words lost, cut or repeated: term{bad[0]} ({len(bad)} of them)"
+    assert sum(len(t) for t in texts) < len(doc.read_text()) + 2 * chunking.MAX_HEADING
 
 
 def test_text_markdown_and_pdf_are_read(tmp_path, git_env):

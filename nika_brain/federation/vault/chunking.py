@@ -19,8 +19,8 @@ PDF_SUFFIXES = (".pdf",)
 SUFFIXES = TEXT_SUFFIXES + PDF_SUFFIXES
 _HEADING = re.compile(r"^(#{1,6})\s+\S")
 _SENTENCE = re.compile(r"(?<=[.!?…])\s+")
-# The heading each chunk repeats is at most this long: a longer one (a 100 KB "heading") is text of
-# its section, chunked once like a paragraph, and its start names the section in every chunk.
+# The heading each chunk repeats is at most this long: a longer one (a 100 KB "heading") is text,
+# chunked once like a paragraph of its own, and its start names the section in the chunks that follow.
 MAX_HEADING = 100
 
 
@@ -105,7 +105,10 @@ def _sections(text: str) -> Iterator[tuple[str, list[str]]]:
                 yield heading, paras
             heading, paras = line.strip(), []
             if len(heading) > MAX_HEADING:
-                paras = [heading]
+                # its text is its own section, not prefixed with its own start (each of its chunks
+                # would pay that prefix's tokens in the embedder for nothing); its paragraphs follow
+                # under that start
+                yield "", [heading]
                 heading = heading[:MAX_HEADING].rsplit(" ", 1)[0] + " …"
         elif not line.strip():
             if cur:
@@ -125,12 +128,17 @@ def _pieces(para: str, limit: int) -> Iterator[str]:
         return
     buf = ""
     for sent in _SENTENCE.split(para):
-        while len(sent) > limit:  # a sentence longer than a chunk: hard cut
-            if buf:
+        while len(sent) > limit:  # a sentence longer than a chunk: cut at its last blank in the
+            if buf:               # chunk's second half (a word is not split), else hard
                 yield buf
                 buf = ""
-            yield sent[:limit]
-            sent = sent[limit:]
+            cut = sent.rfind(" ", limit // 2, limit + 1)
+            if cut <= 0:
+                yield sent[:limit]
+                sent = sent[limit:]
+            else:
+                yield sent[:cut]
+                sent = sent[cut + 1:]
         if buf and len(buf) + 1 + len(sent) > limit:
             yield buf
             buf = sent

@@ -85,9 +85,10 @@ def ingest(brain: Brain, paths: list[str], kernel_id: str, *, level: str = DEFAU
     total = AddResult()
     for start in range(0, len(pending), cfg.batch):
         batch = pending[start:start + cfg.batch]
-        have = existing_ids(brain, kernel_id, [record_id(kernel_id, c.text) for c in batch])
-        todo = [c for c in batch if record_id(kernel_id, c.text) not in have]
-        total.already += [record_id(kernel_id, c.text) for c in batch if c not in todo]
+        ids = [record_id(kernel_id, c.text) for c in batch]
+        have = existing_ids(brain, kernel_id, ids)
+        todo = [c for c, rid in zip(batch, ids) if rid not in have]
+        total.already += [rid for rid in ids if rid in have]   # (a membership test in `todo` was quadratic)
         if todo:
             vecs = vstore.embed(brain, [c.text for c in todo], "passage")
             total.merge(add(brain, kernel_id, todo, vecs, level=level, parent=parent, now=now,
