@@ -50,6 +50,9 @@ CLINC = next((p for p in (ROOT.parent / "shared" / "data" / "clinc150" / "clinc1
               if p.is_file()), ROOT.parent / "shared" / "data" / "clinc150" / "clinc150_dev.json")
 FR = ROOT / "bench" / "triage_fr"
 FEW = FR / "fewshot"
+# The brains' configuration in block style, as `nika-brain init` writes it: a flow mapping ({...}) is
+# outside the fast YAML reader's subset and would add PyYAML's import to every cold process measured.
+CONFIG = "version: 1\nfederation:\n  triage:\n    default: kernel-generalist\n"
 
 
 def clinc_routes(data: dict, per_intent: int = 20, generalist_examples: bool = False):
@@ -170,7 +173,7 @@ def cold_processes(runs: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="nika-triage-cold-") as tmp:
         root = Path(tmp) / "brain"
         root.mkdir()
-        (root / "nika-brain.yml").write_text("version: 1\nfederation:\n  triage: {default: kernel-generalist}\n")
+        (root / "nika-brain.yml").write_text(CONFIG)
         _, entries = read_routes(FEW / "routes.yml")
         for e in entries:
             (root / "kernels" / e.id).mkdir(parents=True)
@@ -241,8 +244,7 @@ def through_daemon(runs: int, n: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="nika-triage-daemon-") as tmp:
         root = Path(tmp) / "brain"
         nb(Path(tmp), "init", str(root))
-        (root / "nika-brain.yml").write_text("version: 1\nfederation:\n  supervisor: manual\n"
-                                             "  triage: {default: kernel-generalist}\n")
+        (root / "nika-brain.yml").write_text(CONFIG.replace("federation:\n", "federation:\n  supervisor: manual\n"))
         _, entries = read_routes(FEW / "routes.yml")
         for e in entries:
             (root / "kernels" / e.id).mkdir(parents=True, exist_ok=True)
