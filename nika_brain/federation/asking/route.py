@@ -13,6 +13,7 @@ taken once the machine came back and ran it), answered, failed.
 """
 from __future__ import annotations
 
+import socket
 import time
 
 from nika_brain.brain import Brain
@@ -24,9 +25,12 @@ from nika_brain.state import prompts as queue
 from nika_brain.support import clock
 
 
-def decide(brain: Brain, prompt: str) -> dict:
-    """The triage's decision as a dict (Decision.as_dict()), from the daemon when one runs."""
-    answer = resident.request(brain.state_dir, "triage", prompt=prompt, context=None)
+def decide(brain: Brain, prompt: str, sent: socket.socket | None = None) -> dict:
+    """The triage's decision as a dict (Decision.as_dict()), from the daemon when one runs. `sent`: the
+    request already sent (resident.send): a cold `nika-brain ask` sends it before importing this
+    module, whose delivery imports load while the daemon embeds the prompt."""
+    answer = resident.receive(sent) if sent is not None else \
+        resident.request(brain.state_dir, "triage", prompt=prompt, context=None)
     if answer is not None:
         return answer["decision"]
     from nika_brain.federation.triage.decide import triage
@@ -53,9 +57,10 @@ def top_scores(d: dict) -> list[dict]:
             if isinstance(s, dict) and "kernel" in s]
 
 
-def ask(brain: Brain, prompt: str, *, wait: bool = False, timeout: float = 600.0, by: str = "") -> dict:
+def ask(brain: Brain, prompt: str, *, wait: bool = False, timeout: float = 600.0, by: str = "",
+        sent: socket.socket | None = None) -> dict:
     queue.check(prompt)
-    d = decide(brain, prompt)
+    d = decide(brain, prompt, sent)
     refused = d["decision"] == "refused" or not d.get("kernels")
     rec = {"ask": record.new_id(), "at": clock.iso(clock.now()), "by": by, "prompt": prompt,
            "decision": d["decision"], "reason": d.get("reason"), "scores": top_scores(d),

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import time
-import uuid
 from dataclasses import asdict, is_dataclass
 from typing import Any
 
@@ -91,6 +90,13 @@ def here(brain: Brain) -> str:
     return machine.load(brain).id
 
 
+def _nonce() -> str:
+    """A random 128-bit hex id (uuid4's, imported here only: uuid imports platform, which a cold
+    `nika-brain ask` would pay for nothing)."""
+    import uuid
+    return uuid.uuid4().hex
+
+
 def elsewhere(brain: Brain, k: Kernel) -> str | None:
     """The machine k runs on when it is not this one (None: here, or placed by a cluster)."""
     if os.environ.get("NIKA_REMOTE_RUNNING") == k.id:
@@ -146,7 +152,7 @@ def place_spawn(brain: Brain, machine_id: str, kernel_id: str, goal: str, kw: di
     spawns (a message on the bus is no authority by itself). Returns the record as written there."""
     from nika_brain.state import authority
     fields = {"machine": machine_id, "kernel": kernel_id, "goal": goal, "kw": kw,
-              "at": clock.iso(clock.now()), "nonce": uuid.uuid4().hex}
+              "at": clock.iso(clock.now()), "nonce": _nonce()}
     sig = authority.sign(brain, SPAWN_KIND, fields, what=f"placing kernel {kernel_id} on machine {machine_id}")
     text = call(brain, machine_id, "kernel_spawn", kernel_id, spawn=fields, signature=sig)
     import tempfile
@@ -215,7 +221,7 @@ def call(brain: Brain, machine_id: str, verb: str, kernel_id: str, *args: Any,
     if verb not in VERBS:
         raise BrainError(f"{verb} is not a verb another machine runs")
     b = _bus(brain)
-    rid = uuid.uuid4().hex
+    rid = _nonce()
     me = here(brain)
     msg = {"id": rid, "verb": verb, "kernel": kernel_id, "args": list(args), "kw": kw, "from": me,
            "at": clock.iso(clock.now())}
@@ -284,7 +290,7 @@ def free_lost_leases(brain: Brain) -> int:
         mid = v.get("machine")
         if mid in lost and le.release(v["scope"], v["owner"], v.get("token")):
             n += 1
-            b.set(FREED + f"{mid}:{uuid.uuid4().hex}", {"scope": v["scope"], "owner": v["owner"],
+            b.set(FREED + f"{mid}:{_nonce()}", {"scope": v["scope"], "owner": v["owner"],
                                                           "token": v.get("token"), "by": here(brain),
                                                           "at": clock.iso(clock.now())}, ttl=FREED_TTL)
             _drop_lock_file(brain, v["scope"], v["owner"], clock.now(), "LOCK_FREED",

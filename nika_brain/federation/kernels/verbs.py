@@ -22,7 +22,7 @@ from typing import Any, Mapping
 from nika_brain.brain import Brain
 from nika_brain.errors import BrainError, Refused
 from nika_brain.federation import options
-from nika_brain.federation.kernels import claude_config, credentials, health, limits, remote, runtimes, sandbox
+from nika_brain.federation.kernels import claude_config, credentials, health, limits, remote, runtimes
 from nika_brain.state import kernels
 from nika_brain.state import prompts as queue
 from nika_brain.state.kernels import Kernel, Limits
@@ -57,6 +57,7 @@ def scrubbed_env(brain: Brain, kernel: Kernel) -> dict[str, str]:
 
 def _launch(brain: Brain, kernel: Kernel, plan: limits.Plan) -> runtimes.Launch:
     folder = kernels.kernel_dir(brain, kernel.id)
+    from nika_brain.federation.kernels import sandbox  # bwrap's and the bus's imports: not for invoke
     box = sandbox.wrap(brain, kernel, options.get(brain, "tmux_socket")) if kernel.sandbox == "bwrap" else []
     argv = limits.launch_prefix(plan, folder / CREDENTIALS) + box + list(options.get(brain, "agent_command"))
     return runtimes.Launch(tuple(argv), folder, scrubbed_env(brain, kernel))
@@ -125,6 +126,7 @@ def prepare_agent(brain: Brain, k: Kernel, launch: runtimes.Launch) -> str | Non
         return None
     folder = kernels.kernel_dir(brain, k.id)
     # the environment the agent gets: ours, the sandbox's own HOME/CLAUDE_CONFIG_DIR, its credentials
+    from nika_brain.federation.kernels import sandbox  # bwrap's and the bus's imports: not for invoke
     box = sandbox.own_env(brain, k) if k.sandbox == "bwrap" else {}
     env = {**launch.env, **box, **credentials.load(folder)}
     path = claude_config.trust_folder(env, folder)
@@ -222,6 +224,7 @@ def kernel_spawn(brain: Brain, goal: str, scope=(), resource_limits: Mapping[str
                            runtime=runtime, restart=restart, max_restarts=max_restarts,
                            temporary=temporary, ttl=ttl)
     runtimes.require(brain, runtime)  # before anything is written: the runtime first, then its sandbox
+    from nika_brain.federation.kernels import sandbox  # bwrap's and the bus's imports: not for invoke
     k = sandbox.choose(k, sandboxed)  # bwrap, or off when the operator said --no-sandbox
     from nika_brain.state import machine
     here = machine.load(brain)

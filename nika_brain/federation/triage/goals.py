@@ -26,7 +26,7 @@ import hashlib
 import json
 import os
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -292,8 +292,30 @@ def save(index: Index, path: Path) -> None:
     index.path = path
 
 
+_LOADED: dict[str, tuple[tuple[int, int, int], Index]] = {}   # path -> (its stat, the index read from it)
+
+
 def load(path: Path) -> Index | None:
-    """The saved index, or None when there is none; a damaged file is one clear error."""
+    """The saved index, or None when there is none; a damaged file is one clear error. A file read
+    before and unchanged since (same inode, size and modification time: a save replaces the file) is
+    not read again: the daemon looks at the index on every prompt, and reading it cost more than the
+    rest of the decision but the embedding (~1.5 of 3.5 ms)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    sig = (st.st_ino, st.st_size, st.st_mtime_ns)
+    seen = _LOADED.get(str(path))
+    if seen is not None and seen[0] == sig:
+        return replace(seen[1], report=dict(seen[1].report))
+    index = _read(path)
+    if index is not None:
+        _LOADED[str(path)] = (sig, index)
+        return replace(index, report=dict(index.report))
+    return None
+
+
+def _read(path: Path) -> Index | None:
     import numpy as np
     if not path.is_file():
         return None
