@@ -128,6 +128,39 @@ def sandbox_block(root: Path, kernel_id: str | None = None, mode: str = "auto") 
             "filesystem": {"allowWrite": [str(root)], "denyRead": deny_read, "denyWrite": deny_write}}
 
 
+# What a satellite's commands never write themselves: its lock and claim changes go through its door
+# (federation/doors/claim.py), which acts as its claim only (issue 24, holes 2 and 10).
+SATELLITE_NO_WRITE = ("locks", "claims")
+
+
+def satellite_settings(root: Path, source: Path, dest: Path) -> Path:
+    """The settings one satellite runs under (`--settings dest`): the session's (`source`: the
+    brain's or its kernel's) and, when they turn Claude Code's sandbox on, what makes its door the
+    only way to change locks and claims: `locks/` and `claims/` in denyWrite (besides .nika/guarded,
+    where the door sockets are), unix sockets allowed (Claude Code's seccomp filter otherwise refuses
+    every socket, the door's too) and, so that this opens no other door, the kernels' doors
+    (`.nika/doors`) and nika-brain's tmux server hidden (denyRead), as in a kernel's sandbox. The
+    door checks who connects (its satellite's processes only), so another satellite's socket, which
+    stays visible under .nika/guarded, is of no use."""
+    data = _load_json(source)
+    box = data.get("sandbox")
+    if isinstance(box, dict) and box.get("enabled"):
+        fs = box.setdefault("filesystem", {})
+        deny_write = fs.setdefault("denyWrite", [])
+        deny_write += [str(root / d) for d in SATELLITE_NO_WRITE if str(root / d) not in deny_write]
+        hidden = [root / ".nika" / "doors",
+                  Path(os.environ.get("TMUX_TMPDIR") or "/tmp") / f"tmux-{os.getuid()}"]
+        for folder in hidden:   # bwrap binds each denied path: it must exist when the sandbox starts
+            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        for d in SATELLITE_NO_WRITE:
+            (root / d).mkdir(parents=True, exist_ok=True)
+        deny_read = fs.setdefault("denyRead", [])
+        deny_read += [str(p) for p in hidden if str(p) not in deny_read]
+        box.setdefault("network", {})["allowAllUnixSockets"] = True
+    _write_json(dest, data)
+    return dest
+
+
 def sandbox_dependencies() -> list[str]:
     """What Claude Code's sandbox needs on this platform and is missing (Debian package names)."""
     import shutil
