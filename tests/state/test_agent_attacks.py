@@ -598,6 +598,7 @@ def test_a_satellite_acts_through_its_door_as_its_own_claim_only(tmp_path, git_e
         sleeper.wait()
         door.wait(timeout=30)
     res = json.loads(record.read_text())
+    assert held.exists() and held.read_bytes() == before, "another claim's lock was changed"
     assert res["door"], "the satellite was given no door"
     for attack in ("release_as_other", "printf_v", "renew_century", "acquire_over", "release_owner",
                    "close_other"):

@@ -155,7 +155,7 @@ def _close(brain: Brain, cid: str, req: dict, _holder: int | None) -> Any:
     if not all(n is None or (isinstance(n, int) and not isinstance(n, bool) and n >= 0) for n in counts):
         raise Refused("tests_passed and tests_failed are counts")
     done = service.report(brain, cid, status, summary, tests_passed=counts[0], tests_failed=counts[1],
-                          empty=req.get("empty") is True)
+                          empty=req.get("empty") is True, for_satellite=True)
     nxt = "next: your step is reported — stop here; the orchestrator that launched you routes the result" \
         if done.claim.workflow else f"next: nothing to route — claim {done.claim.id} is not the step of a workflow run"
     return {"claim": done.claim.id, "result": done.claim.result.status if done.claim.result else status,
