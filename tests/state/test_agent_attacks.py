@@ -549,7 +549,8 @@ def nb(*args, env=None, shell=None):
     p = subprocess.run(argv, env=full, capture_output=True, text=True, timeout=120)
     return [p.returncode, p.stdout + p.stderr]
 res["release_as_other"] = nb("lock", "release", "src/locked/", env={"NIKA_CLAIM": "other-claim"})
-res["printf_v"] = nb(shell=f"printf -v NIKA_CLAIM %s other-claim; export NIKA_CLAIM; {PY} -m nika_brain lock release src/locked/")
+res["printf_v"] = nb(shell="printf -v NIKA_CLAIM %s other-claim; export NIKA_CLAIM; "
+                          f"{PY} -m nika_brain lock release src/locked/")
 res["renew_century"] = nb("lock", "renew", "src/locked/", "--ttl", "3000000000", env={"NIKA_CLAIM": "other-claim"})
 res["acquire_over"] = nb("lock", "acquire", "src/locked/", "--owner", "other-claim", "--ttl", "1", "--no-pid")
 res["release_owner"] = nb("lock", "release", "src/locked/", "--owner", "other-claim")
