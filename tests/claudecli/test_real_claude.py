@@ -221,7 +221,9 @@ for args, env in ((["lock", "release", "src/locked/"], {"NIKA_CLAIM": "other-cla
     p = subprocess.run([sys.executable, "-m", "nika_brain", *args], env={**os.environ, **env},
                        capture_output=True, text=True)
     out.append(f"{args[1]} rc={p.returncode} {p.stderr.strip()[:90]} ... {p.stderr.strip()[-60:]}")
-for attempt in (lambda: open(lock, "w").write("owner: mine\\n"), lambda: os.unlink(lock)):
+git = os.path.join(sys.argv[2], ".git", "refs", "heads", "evil")
+for attempt in (lambda: open(lock, "w").write("owner: mine\\n"), lambda: os.unlink(lock),
+                lambda: open(git, "w").write("0" * 40 + "\\n")):
     try:
         attempt()
         out.append("file: WRITTEN")
@@ -254,7 +256,7 @@ def test_a_satellite_under_claude_code_changes_locks_only_through_its_door(tmp_p
         nbc = f"{PY} -m nika_brain"
         plan = [
             [tool_use("Write", file_path=str(tree / "src" / "app" / "attack.py"), content=ATTACK)],
-            [tool_use("Bash", command=f"{PY} src/app/attack.py {lock_file}", description="attack")],
+            [tool_use("Bash", command=f"{PY} src/app/attack.py {lock_file} {brain.root}", description="attack")],
             [tool_use("Bash", command=f"{nbc} lock acquire src/app/ --ttl 600", description="lock")],
             [tool_use("Bash", command=f"{nbc} lock renew src/app/ --ttl 900", description="renew")],
             [tool_use("Write", file_path=str(tree / "src" / "app" / "main.py"), content="print('hi')\n")],
@@ -274,11 +276,11 @@ def test_a_satellite_under_claude_code_changes_locks_only_through_its_door(tmp_p
     _, attack, acquire, renew, _, release, close = results[:7]
     assert lock_file.exists() and lock_file.read_bytes() == before, attack["text"]
     assert locks.overlapping(brain, "src/locked/")[0].token == held.token
-    lines = attack["text"].splitlines()[-6:]
+    lines = attack["text"].splitlines()[-7:]
     assert all("rc=6 nika-brain: refused by the satellite's door" in x for x in lines[:2]), lines
     assert "rc=6" in lines[2] and "operator" in lines[2], lines        # no door: another owner needs the key
     assert "rc=1" in lines[3] and "Read-only file system" in lines[3], lines   # ... and the files are read-only
-    assert lines[4:] == ["file: Read-only file system"] * 2, lines
+    assert lines[4:] == ["file: Read-only file system"] * 3, lines   # the lock, and git's branch
     for step in (acquire, renew, release, close):
         assert not step["is_error"], step["text"]
     assert "acquired src/app/" in acquire["text"] and "released src/app/" in release["text"]
