@@ -237,23 +237,23 @@ def launch(brain: Brain, claim: Claim, brief: str, brief_file: Path, cwd: Path, 
 
 
 def _open_door(brain: Brain, claim_id: str) -> tuple[subprocess.Popen, Path]:
-    """The satellite's door (federation/doors/claim.py), a process of its own, listening before the
-    satellite starts. Started by module name: the engine does not import the federation."""
+    """The satellite's door (federation/doors/claim.py), a process of its own that starts alongside the
+    satellite (a command's first call waits for the socket, bus/door.call). Started by module name:
+    the engine does not import the federation."""
     import sys
     sock = brain.guarded_dir / "doors" / claim_id / "door.sock"
-    proc = subprocess.Popen([sys.executable, "-m", "nika_brain.federation.doors.claim", str(brain.root), claim_id,
-                             str(sock)], cwd=brain.root, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True, env={k: v for k, v in os.environ.items() if k != "NIKA_DOOR"})
-    assert proc.stdout is not None
-    if proc.stdout.readline().strip() != "ready":
-        proc.kill()
-        proc.wait()
-        raise BrainError(f"claim {claim_id}: the satellite's door did not open ({brain.rel(sock)})")
+    sock.unlink(missing_ok=True)   # a previous launch's: the command waits for this door's own
+    err = brain.state_dir / "satellites" / f"{claim_id}.door.log"
+    err.parent.mkdir(parents=True, exist_ok=True)
+    with open(err, "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "nika_brain.federation.doors.claim", str(brain.root), claim_id,
+                                 str(sock)], cwd=brain.root, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                stderr=log, text=True, env={k: v for k, v in os.environ.items() if k != "NIKA_DOOR"})
     return proc, sock
 
 
 def _close_door(proc: subprocess.Popen, sock: Path) -> None:
-    """The satellite is done (or never started): its door closes."""
+    """The satellite is done (or never started): its door closes (it watches the satellite's pid)."""
     assert proc.stdin is not None
     try:
         proc.stdin.close()
@@ -264,8 +264,6 @@ def _close_door(proc: subprocess.Popen, sock: Path) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
-    if proc.stdout is not None:
-        proc.stdout.close()
     sock.unlink(missing_ok=True)
 
 

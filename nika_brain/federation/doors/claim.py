@@ -8,7 +8,8 @@ claim and refuses acting for another owner or closing another claim (refusals jo
 `.nika/doors/refusals.jsonl`, {at, claim, op, why, layer: "claim-door"}). Who asks is checked on the
 connection itself, never read from the request or the environment: the peer's credentials
 (SO_PEERCRED) must be this user's and its process must descend from the satellite's own process
-(whose pid the launcher writes on the door's stdin once it started it). A process of another
+(whose pid the launcher writes on the door's stdin once it started it). The door closes when that
+process exits (a pidfd), whether or not its launcher is still there. A process of another
 satellite pointing `$NIKA_DOOR` at this socket is refused; a process that left its satellite's tree
 (a double fork) has no door at all. In the satellite's Claude Code sandbox `locks/`, `claims/` and
 `.nika/guarded/` (where the sockets are) are read-only and the kernels' doors hidden
@@ -256,14 +257,15 @@ def main(argv: list[str]) -> int:
         satellite, start = 0, None
     sel = selectors.DefaultSelector()
     sel.register(srv, selectors.EVENT_READ, "door")
-    sel.register(sys.stdin, selectors.EVENT_READ, "launcher")   # closed by the launcher: the end
+    try:   # readable when the satellite exits: the door lives as long as its satellite, not its launcher
+        sel.register(os.pidfd_open(satellite), selectors.EVENT_READ, "satellite")
+    except (OSError, AttributeError, ValueError):
+        pass   # no pidfd here: the start time is checked every second instead
     try:
-        while start is not None and _start(satellite) == start:   # until the satellite is gone
+        while start is not None and _start(satellite) == start:
             for key, _ in sel.select(timeout=1.0):
-                if key.data == "launcher":
-                    if not sys.stdin.readline():
-                        return 0
-                    continue
+                if key.data == "satellite":
+                    return 0
                 try:
                     conn, _ = srv.accept()
                 except OSError:
