@@ -167,6 +167,14 @@ def satellite_settings(root: Path, source: Path, dest: Path) -> Path:
             folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         for d in SATELLITE_NO_WRITE[:2]:
             (root / d).mkdir(parents=True, exist_ok=True)
+        # the kernels' headless results (`runs/<n>.exit|json`, what the supervisor reads of a run): no
+        # satellite writes them (each kernel's own runtime does, in its sandbox)
+        kernels_dir = root / "kernels"
+        for k in sorted(kernels_dir.iterdir()) if kernels_dir.is_dir() else ():
+            if k.is_dir() and not k.name.startswith("."):
+                (k / "runs").mkdir(exist_ok=True)
+                if str(k / "runs") not in deny_write:
+                    deny_write.append(str(k / "runs"))
         deny_read = fs.setdefault("denyRead", [])
         deny_read += [str(p) for p in hidden + _session_sockets() if str(p) not in deny_read]
         box.setdefault("network", {})["allowAllUnixSockets"] = True

@@ -219,7 +219,8 @@ def test_default_satellite_command_is_claude_headless_with_the_kernel_settings(t
     own = brain.root / ".nika" / "guarded" / "satellites" / c["id"] / "settings.json"
     assert argv[6:] == ["--settings", str(own)]
     mine = json.loads(own.read_text())
-    assert {str(brain.root / "locks"), str(brain.root / "claims")} <= set(mine["sandbox"]["filesystem"]["denyWrite"])
+    assert {str(brain.root / "locks"), str(brain.root / "claims"), str(brain.root / ".git"),
+            str(brain.kernels_dir / "k1" / "runs")} <= set(mine["sandbox"]["filesystem"]["denyWrite"])
     assert str(brain.root / ".nika" / "doors") in mine["sandbox"]["filesystem"]["denyRead"]
     assert mine["sandbox"]["network"]["allowAllUnixSockets"] is True
     # Installed before the satellite ran: nika-brain's hooks and isolation, the user's rule kept.
