@@ -33,8 +33,9 @@ def claim_door() -> str | None:
 
 
 def present() -> bool:
-    """True inside a kernel's sandbox (its door is bound there) or a satellite with a door."""
-    return claim_door() is not None or os.path.exists(SOCKET)
+    """True inside a kernel's sandbox (its door is bound there; outside, nothing is). A satellite's
+    door is `claim_door()`: it carries lock and claim changes only, never the bus or the vault."""
+    return os.path.exists(SOCKET)
 
 
 def _connect(s: socket.socket, path: str) -> None:
@@ -48,10 +49,9 @@ def _connect(s: socket.socket, path: str) -> None:
         os.close(fd)
 
 
-def call(op: str, path: str | None = None, **args: Any) -> Any:
-    """Send one request through the door (the satellite's, else the kernel's); the result, or a
-    BrainError (refused, failed, or door down)."""
-    path = path or claim_door() or SOCKET
+def call(op: str, path: str = SOCKET, **args: Any) -> Any:
+    """Send one request through a door (the kernel's unless `path` names another: claim_door()); the
+    result, or a BrainError (refused, failed, or door down)."""
     whose = "kernel's" if path == SOCKET else "satellite's"
     data = (json.dumps({"op": op, **args}, ensure_ascii=False) + "\n").encode()
     deadline = time.monotonic() + _WAIT

@@ -112,9 +112,10 @@ def _door(op: str, **args: Any) -> dict | None:
     door refuses another owner); None elsewhere (the operator's shell, a session nika-brain did not
     start), where the files are written here."""
     from nika_brain.bus import door
-    if door.claim_door() is None:
+    path = door.claim_door()
+    if path is None:
         return None
-    return door.call(op, **args)
+    return door.call(op, path, **args)
 
 
 def lock_acquire(scope: str, owner: str | None, ttl: float | None = None, wait: float = 0.0,
@@ -297,8 +298,11 @@ def claim_close(claim_id: str, status: str, summary: str = "", tests_passed: int
                 tests_failed: int | None = None, empty: bool = False, as_json: bool = False) -> int:
     """Close a claim; the orchestrator routes its exit action at once, and one line says what follows."""
     from nika_brain.bus import door
-    if door.present():   # inside a kernel's sandbox claims/ is read-only: its door closes it, on the host
-        r = door.call("claim_close", claim=claim_id, status=status, summary=summary, tests_passed=tests_passed,
+    # A satellite's door, or inside a kernel's sandbox (claims/ is read-only there) its door: the close
+    # is made there, on the host.
+    via = door.claim_door() or (door.SOCKET if door.present() else None)
+    if via is not None:
+        r = door.call("claim_close", via, claim=claim_id, status=status, summary=summary, tests_passed=tests_passed,
                       tests_failed=tests_failed, empty=empty)
         if as_json:
             print(json.dumps({**r, "outcome": None}))
