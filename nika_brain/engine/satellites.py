@@ -256,6 +256,7 @@ def _close_door(proc: subprocess.Popen, sock: Path) -> None:
     """The satellite is done (or never started): its door closes (it watches the satellite's pid)."""
     assert proc.stdin is not None
     try:
+        proc.stdin.write("end\n")
         proc.stdin.close()
     except OSError:
         pass

@@ -9,7 +9,8 @@ claim and refuses acting for another owner or closing another claim (refusals jo
 connection itself, never read from the request or the environment: the peer's credentials
 (SO_PEERCRED) must be this user's and its process must descend from the satellite's own process
 (whose pid the launcher writes on the door's stdin once it started it). The door closes when that
-process exits (a pidfd), whether or not its launcher is still there. A process of another
+process exits (a pidfd), or when its launcher says `end`; a launcher killed meanwhile leaves it open
+for the satellite that still runs. A process of another
 satellite pointing `$NIKA_DOOR` at this socket is refused; a process that left its satellite's tree
 (a double fork) has no door at all. In the satellite's Claude Code sandbox `locks/`, `claims/` and
 `.nika/guarded/` (where the sockets are) are read-only and the kernels' doors hidden
@@ -261,11 +262,19 @@ def main(argv: list[str]) -> int:
         sel.register(os.pidfd_open(satellite), selectors.EVENT_READ, "satellite")
     except (OSError, AttributeError, ValueError):
         pass   # no pidfd here: the start time is checked every second instead
+    sel.register(sys.stdin, selectors.EVENT_READ, "launcher")   # "end": the launcher is done with it
     try:
         while start is not None and _start(satellite) == start:
             for key, _ in sel.select(timeout=1.0):
                 if key.data == "satellite":
                     return 0
+                if key.data == "launcher":
+                    said = sys.stdin.readline()
+                    if said.strip() == "end":
+                        return 0
+                    if not said:   # the launcher is gone (killed): the door stays while its satellite runs
+                        sel.unregister(sys.stdin)
+                    continue
                 try:
                     conn, _ = srv.accept()
                 except OSError:
