@@ -1,7 +1,11 @@
-"""The kernel's side of its door: inside a kernel's sandbox, the bus, the vault and the summaries are
+"""The client side of the doors. Inside a kernel's sandbox, the bus, the vault and the summaries are
 reached only through one unix socket, bound at `SOCKET` (the same path in every sandbox; each
 kernel's is its own). The server (nika_brain.federation.doors) knows the kernel by which socket the
 request came on, never by what the request says.
+
+A satellite's door (federation/doors/claim.py) is named by `$NIKA_DOOR`: its lock and claim changes go
+there (`claim_door()`). The variable only says where the door is: the server checks the caller's
+process, and a satellite that drops it meets a read-only `locks/` and `claims/` instead.
 
 One request a connection: a JSON object line {"op": ..., ...}; one JSON answer line {"ok": true,
 "result": ...} or {"ok": false, "refused": why, "layer": "door"}. A refusal is one BrainError line.
@@ -18,23 +22,44 @@ from typing import Any
 from nika_brain.errors import BrainError
 
 SOCKET = "/run/nika-door/door.sock"   # fixed place inside every kernel sandbox
+CLAIM_DOOR = "NIKA_DOOR"              # a satellite's door, set by engine/satellites.launch
 _WAIT = 15.0                          # the door server may still be starting with the kernel
 
 
+def claim_door() -> str | None:
+    """The satellite's door socket when this process runs in a satellite that has one (it may still
+    be starting: call() waits for it)."""
+    return os.environ.get(CLAIM_DOOR) or None
+
+
 def present() -> bool:
-    """True inside a kernel's sandbox (its door is bound there; outside, nothing is)."""
+    """True inside a kernel's sandbox (its door is bound there; outside, nothing is). A satellite's
+    door is `claim_door()`: it carries lock and claim changes only, never the bus or the vault."""
     return os.path.exists(SOCKET)
 
 
+def _connect(s: socket.socket, path: str) -> None:
+    if len(path) < 100:
+        s.connect(path)
+        return
+    fd = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY)   # AF_UNIX takes 108 bytes
+    try:
+        s.connect(f"/proc/self/fd/{fd}/{os.path.basename(path)}")
+    finally:
+        os.close(fd)
+
+
 def call(op: str, path: str = SOCKET, **args: Any) -> Any:
-    """Send one request through the door; the result, or a BrainError (refused or door down)."""
+    """Send one request through a door (the kernel's unless `path` names another: claim_door()); the
+    result, or a BrainError (refused, failed, or door down)."""
+    whose = "kernel's" if path == SOCKET else "satellite's"
     data = (json.dumps({"op": op, **args}, ensure_ascii=False) + "\n").encode()
     deadline = time.monotonic() + _WAIT
     while True:
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             s.settimeout(300)
-            s.connect(path)
+            _connect(s, path)
             s.sendall(data)
             s.shutdown(socket.SHUT_WR)
             chunks = []
@@ -46,20 +71,23 @@ def call(op: str, path: str = SOCKET, **args: Any) -> Any:
             break
         except (ConnectionRefusedError, FileNotFoundError):
             if time.monotonic() >= deadline:
-                raise BrainError(f"the kernel's door ({path}) does not answer") from None
+                raise BrainError(f"the {whose} door ({path}) does not answer") from None
             time.sleep(0.05)
         except OSError as exc:
-            raise BrainError(f"the kernel's door failed: {exc}") from None
+            raise BrainError(f"the {whose} door failed: {exc}") from None
         finally:
             s.close()
     try:
         answer = json.loads(b"".join(chunks).decode() or "{}")
     except ValueError:
-        raise BrainError("the kernel's door gave a malformed answer") from None
+        raise BrainError(f"the {whose} door gave a malformed answer") from None
+    if isinstance(answer, dict) and not answer.get("ok") and isinstance(answer.get("error"), str):
+        code = answer.get("exit")   # not a refusal: what the command says outside the door, same code
+        raise BrainError(answer["error"], exit_code=code if isinstance(code, int) and 0 < code < 126 else None)
     if not isinstance(answer, dict) or not answer.get("ok"):
         why = answer.get("refused", "no answer") if isinstance(answer, dict) else "no answer"
         code = answer.get("exit") if isinstance(answer, dict) else None
-        raise BrainError(f"refused by the kernel's door: {why}",
+        raise BrainError(f"refused by the {whose} door: {why}",
                          exit_code=code if isinstance(code, int) and 0 < code < 126 else None)
     return answer.get("result")
 

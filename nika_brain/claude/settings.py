@@ -128,6 +128,60 @@ def sandbox_block(root: Path, kernel_id: str | None = None, mode: str = "auto") 
             "filesystem": {"allowWrite": [str(root)], "denyRead": deny_read, "denyWrite": deny_write}}
 
 
+# What a satellite's commands never write themselves: its lock and claim changes go through its door
+# (federation/doors/claim.py), which acts as its claim only (issue 24, holes 2 and 10).
+SATELLITE_NO_WRITE = ("locks", "claims", ".git")   # .git: `git reset --hard HEAD~2` (the orchestrator commits)
+
+
+def _session_sockets() -> list[Path]:
+    """The user's session sockets a command with unix sockets allowed could reach and that lead out of
+    any sandbox (systemd and D-Bus under $XDG_RUNTIME_DIR: `systemd-run --user`; the ssh agent; a
+    container engine), as they exist now."""
+    out = [Path(os.environ.get("XDG_RUNTIME_DIR") or f"/run/user/{os.getuid()}")]
+    if os.environ.get("SSH_AUTH_SOCK"):
+        out.append(Path(os.environ["SSH_AUTH_SOCK"]))
+    out += [Path(p) for p in ("/var/run/docker.sock", "/run/docker.sock", "/run/containerd/containerd.sock",
+                              "/run/podman/podman.sock")]
+    return [p for p in out if p.exists()]
+
+
+def satellite_settings(root: Path, source: Path, dest: Path) -> Path:
+    """The settings one satellite runs under (`--settings dest`): the session's (`source`: the
+    brain's or its kernel's) and, when they turn Claude Code's sandbox on, what makes its door the
+    only way to change locks and claims: `locks/`, `claims/` and `.git` in denyWrite (besides
+    .nika/guarded, where the door sockets are), unix sockets allowed (Claude Code's seccomp filter
+    otherwise refuses every socket, the door's too) and, so that this opens no other door, the
+    kernels' doors (`.nika/doors`), nika-brain's tmux server and the user's session sockets
+    (_session_sockets) hidden (denyRead), as in a kernel's sandbox. The
+    door checks who connects (its satellite's processes only), so another satellite's socket, which
+    stays visible under .nika/guarded, is of no use."""
+    data = _load_json(source)
+    box = data.get("sandbox")
+    if isinstance(box, dict) and box.get("enabled"):
+        fs = box.setdefault("filesystem", {})
+        deny_write = fs.setdefault("denyWrite", [])
+        deny_write += [str(root / d) for d in SATELLITE_NO_WRITE if str(root / d) not in deny_write]
+        hidden = [root / ".nika" / "doors",
+                  Path(os.environ.get("TMUX_TMPDIR") or "/tmp") / f"tmux-{os.getuid()}"]
+        for folder in hidden:   # bwrap binds each denied path: it must exist when the sandbox starts
+            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        for d in SATELLITE_NO_WRITE[:2]:
+            (root / d).mkdir(parents=True, exist_ok=True)
+        # the kernels' headless results (`runs/<n>.exit|json`, what the supervisor reads of a run): no
+        # satellite writes them (each kernel's own runtime does, in its sandbox)
+        kernels_dir = root / "kernels"
+        for k in sorted(kernels_dir.iterdir()) if kernels_dir.is_dir() else ():
+            if k.is_dir() and not k.name.startswith("."):
+                (k / "runs").mkdir(exist_ok=True)
+                if str(k / "runs") not in deny_write:
+                    deny_write.append(str(k / "runs"))
+        deny_read = fs.setdefault("denyRead", [])
+        deny_read += [str(p) for p in hidden + _session_sockets() if str(p) not in deny_read]
+        box.setdefault("network", {})["allowAllUnixSockets"] = True
+    _write_json(dest, data)
+    return dest
+
+
 def sandbox_dependencies() -> list[str]:
     """What Claude Code's sandbox needs on this platform and is missing (Debian package names)."""
     import shutil

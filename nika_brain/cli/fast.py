@@ -107,8 +107,24 @@ def _for_another(brain, verb: str, scope: str, owner: str) -> None:
         authority.require(brain, f"{verb} a lock on {scope} for {owner} (not this session's claim)")
 
 
-def lock_acquire(scope: str, owner: str, ttl: float | None = None, wait: float = 0.0, shared: bool = False,
-                 pid: int | None = None, no_pid: bool = False, as_json: bool = False) -> int:
+def _door(op: str, **args: Any) -> dict | None:
+    """Inside a satellite that has a door: the lock change made there, as the satellite's claim (the
+    door refuses another owner); None elsewhere (the operator's shell, a session nika-brain did not
+    start), where the files are written here."""
+    from nika_brain.bus import door
+    path = door.claim_door()
+    if path is None:
+        return None
+    return door.call(op, path, **args)
+
+
+def lock_acquire(scope: str, owner: str | None, ttl: float | None = None, wait: float = 0.0,
+                 shared: bool = False, pid: int | None = None, no_pid: bool = False, as_json: bool = False) -> int:
+    d = _door("lock_acquire", scope=scope, owner=owner, ttl=ttl, wait=wait, shared=shared, no_pid=no_pid)
+    if d is not None:   # the lock's holder is the command's parent, as here (an explicit --pid: not through it)
+        print(json.dumps(d) if as_json else f"acquired {d['scope']} (token {d['token']}, expires {d['expires']})")
+        return 0
+    assert owner is not None
     from nika_brain.brain import Brain
     from nika_brain.federation.kernels import leases  # a Redis lease too when federation.redis_url is set
     from nika_brain.support import clock
@@ -122,7 +138,12 @@ def lock_acquire(scope: str, owner: str, ttl: float | None = None, wait: float =
     return 0
 
 
-def lock_release(scope: str, owner: str) -> int:
+def lock_release(scope: str, owner: str | None) -> int:
+    d = _door("lock_release", scope=scope, owner=owner)
+    if d is not None:
+        print(f"released {d['scope']}")
+        return 0
+    assert owner is not None
     from nika_brain.brain import Brain
     from nika_brain.federation.kernels import leases  # the Redis lease goes with the YAML lock
     from nika_brain.state import scopes
@@ -144,7 +165,12 @@ def lock_release(scope: str, owner: str) -> int:
     return 0
 
 
-def lock_renew(scope: str, owner: str, ttl: float | None = None) -> int:
+def lock_renew(scope: str, owner: str | None, ttl: float | None = None) -> int:
+    d = _door("lock_renew", scope=scope, owner=owner, ttl=ttl)
+    if d is not None:
+        print(f"renewed {d['scope']} until {d['expires']}")
+        return 0
+    assert owner is not None
     from nika_brain.brain import Brain
     from nika_brain.federation.kernels import leases
     from nika_brain.support import clock
@@ -272,8 +298,11 @@ def claim_close(claim_id: str, status: str, summary: str = "", tests_passed: int
                 tests_failed: int | None = None, empty: bool = False, as_json: bool = False) -> int:
     """Close a claim; the orchestrator routes its exit action at once, and one line says what follows."""
     from nika_brain.bus import door
-    if door.present():   # inside a kernel's sandbox claims/ is read-only: its door closes it, on the host
-        r = door.call("claim_close", claim=claim_id, status=status, summary=summary, tests_passed=tests_passed,
+    # A satellite's door, or inside a kernel's sandbox (claims/ is read-only there) its door: the close
+    # is made there, on the host.
+    via = door.claim_door() or (door.SOCKET if door.present() else None)
+    if via is not None:
+        r = door.call("claim_close", via, claim=claim_id, status=status, summary=summary, tests_passed=tests_passed,
                       tests_failed=tests_failed, empty=empty)
         if as_json:
             print(json.dumps({**r, "outcome": None}))
@@ -320,7 +349,7 @@ def run(argv: list[str]) -> int | None:
     key, args = parsed
     if key in (("lock", "acquire"), ("lock", "release"), ("lock", "renew")):
         args["owner"] = _owner(args.get("owner"))
-        if args["owner"] is None:
+        if args["owner"] is None and not os.environ.get("NIKA_DOOR"):
             return None  # typer words the missing owner
     bodies: dict[tuple[str, ...], Callable[..., int]] = {
         ("lock", "acquire"): lock_acquire, ("lock", "release"): lock_release,

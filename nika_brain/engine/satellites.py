@@ -202,9 +202,13 @@ def launch(brain: Brain, claim: Claim, brief: str, brief_file: Path, cwd: Path, 
                                 f"({exc}): use {{brief}}, {{brief_file}}, {{claim}}, {{worktree}}, {{brain}}, "
                                 "and {{ }} for a literal brace")
     if not brain.config.satellite_command and kernel_settings is not None:
-        argv += ["--settings", str(kernel_settings)]
+        from nika_brain.claude import settings as claude_settings
+        own = brain.guarded_dir / "satellites" / claim.id / "settings.json"
+        own.parent.mkdir(parents=True, exist_ok=True)
+        argv += ["--settings", str(claude_settings.satellite_settings(brain.root, kernel_settings, own))]
+    door_proc, door_sock = _open_door(brain, claim.id)
     env = {**{k: v for k, v in os.environ.items() if k != git.RERUN}, "NIKA_BRAIN_DIR": str(brain.root),
-           "NIKA_CLAIM": claim.id, "NIKA_WORKTREE": str(cwd), "NIKA_AGENT": "1"}
+           "NIKA_CLAIM": claim.id, "NIKA_WORKTREE": str(cwd), "NIKA_AGENT": "1", "NIKA_DOOR": str(door_sock)}
     out_path, err_path = _files(brain, claim.id)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     # Its output goes to files, not pipes, and its pid and start time are recorded: an orchestrator
@@ -212,13 +216,59 @@ def launch(brain: Brain, claim: Claim, brief: str, brief_file: Path, cwd: Path, 
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         try:
             proc = subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=err, env=env, stdin=subprocess.DEVNULL)
-        except FileNotFoundError:
-            return SatelliteOutcome(127, "failed", f"satellite could not start: command not found: "
-                                    f"{shlex.join(argv[:1])} (set satellite_command in nika-brain.yml)")
-        except OSError as exc:
+        except (FileNotFoundError, OSError) as exc:
+            _close_door(door_proc, door_sock)
+            if isinstance(exc, FileNotFoundError):
+                return SatelliteOutcome(127, "failed", f"satellite could not start: command not found: "
+                                        f"{shlex.join(argv[:1])} (set satellite_command in nika-brain.yml)")
             return SatelliteOutcome(126, "failed", f"satellite could not start: {shlex.join(argv[:1])}: "
                                     f"{exc.strerror or exc}")
     _record(brain, claim.id, proc.pid)
+    try:
+        assert door_proc.stdin is not None
+        try:
+            door_proc.stdin.write(f"{proc.pid}\n")   # the door answers this process and its descendants only
+            door_proc.stdin.flush()
+        except OSError:
+            pass   # the door is gone: the satellite's lock and claim commands say so
+        return _wait(brain, claim, proc, timeout)
+    finally:
+        _close_door(door_proc, door_sock)
+
+
+def _open_door(brain: Brain, claim_id: str) -> tuple[subprocess.Popen, Path]:
+    """The satellite's door (federation/doors/claim.py), a process of its own that starts alongside the
+    satellite (a command's first call waits for the socket, bus/door.call). Started by module name:
+    the engine does not import the federation."""
+    import sys
+    sock = brain.guarded_dir / "doors" / claim_id / "door.sock"
+    sock.unlink(missing_ok=True)   # a previous launch's: the command waits for this door's own
+    err = brain.state_dir / "satellites" / f"{claim_id}.door.log"
+    err.parent.mkdir(parents=True, exist_ok=True)
+    with open(err, "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "nika_brain.federation.doors.claim", str(brain.root), claim_id,
+                                 str(sock)], cwd=brain.root, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                stderr=log, text=True, env={k: v for k, v in os.environ.items() if k != "NIKA_DOOR"})
+    return proc, sock
+
+
+def _close_door(proc: subprocess.Popen, sock: Path) -> None:
+    """The satellite is done (or never started): its door closes (it watches the satellite's pid)."""
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write("end\n")
+        proc.stdin.close()
+    except OSError:
+        pass
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    sock.unlink(missing_ok=True)
+
+
+def _wait(brain: Brain, claim: Claim, proc: subprocess.Popen, timeout: float) -> SatelliteOutcome:
     # A blocking wait (Popen.wait with a timeout polls, up to 50 ms late); a timer kills it at the limit.
     timer = threading.Timer(timeout, proc.kill)
     timer.daemon = True

@@ -228,8 +228,13 @@ class Closed:
 
 def report(brain: Brain, claim_id: str, status: str, summary: str = "", *, tests_passed: int | None = None,
            tests_failed: int | None = None, validate: bool = True, empty: bool = False,
-           now: datetime | None = None) -> Closed:
+           now: datetime | None = None, for_satellite: bool = False) -> Closed:
     """A satellite's (or human's) result: tiered close, then the orchestrator routes it.
+
+    `for_satellite`: closed through the satellite's door (federation/doors/claim.py) while it still
+    runs: as from inside a sandbox, committing and routing are left to the orchestrator that
+    launched it (which does both once the satellite exits; routing now would merge and remove the
+    worktree under the running satellite).
 
     Only an accepted close commits the step's work on the theme branch; the last step's close also
     finishes the run (merge, DONE) when its result is final."""
@@ -242,7 +247,7 @@ def report(brain: Brain, claim_id: str, status: str, summary: str = "", *, tests
     if waiting:
         raise Blocked(f"orchestrated close: {claim_id} waits for its open children: {', '.join(waiting)}")
     run, wf, step = _context(brain, c)
-    in_sandbox = not git_writable(brain)
+    in_sandbox = for_satellite or not git_writable(brain)
     warnings: list[str] = []
     if wf is not None and step is not None:
         worktree = orchestrator.worktree_of(brain, wf)

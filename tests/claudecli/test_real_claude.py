@@ -209,3 +209,79 @@ def test_stop_records_context_use_with_the_window_claude_reported(tmp_path, git_
     assert rec.context_pct == pytest.approx(100 * 150_000 / window, abs=0.1)
     shown = nb(brain, "kernel", "show", "k1")
     assert f"window {window:,} (claude)" in shown.stdout.replace("\u202f", ","), shown.stdout
+
+
+ATTACK = """import os, subprocess, sys
+lock = sys.argv[1]
+out = []
+for args, env in ((["lock", "release", "src/locked/"], {"NIKA_CLAIM": "other-claim"}),
+                  (["lock", "renew", "src/locked/", "--ttl", "3000000000"], {"NIKA_CLAIM": "other-claim"}),
+                  (["lock", "release", "src/locked/", "--owner", "other-claim"], {"NIKA_DOOR": ""}),
+                  (["lock", "release", "src/locked/"], {"NIKA_DOOR": "", "NIKA_CLAIM": "other-claim"})):
+    p = subprocess.run([sys.executable, "-m", "nika_brain", *args], env={**os.environ, **env},
+                       capture_output=True, text=True)
+    out.append(f"{args[1]} rc={p.returncode} {p.stderr.strip()[:90]} ... {p.stderr.strip()[-60:]}")
+git = os.path.join(sys.argv[2], ".git", "refs", "heads", "evil")
+for attempt in (lambda: open(lock, "w").write("owner: mine\\n"), lambda: os.unlink(lock),
+                lambda: open(git, "w").write("0" * 40 + "\\n")):
+    try:
+        attempt()
+        out.append("file: WRITTEN")
+    except OSError as exc:
+        out.append(f"file: {exc.strerror}")
+print("\\n".join(out))
+"""
+
+
+def test_a_satellite_under_claude_code_changes_locks_only_through_its_door(tmp_path, git_env, home):
+    """Issue 24, hole 2 for satellites, through the real CLI in Claude Code's sandbox: another claim's
+    lock survives $NIKA_CLAIM set to its owner, a century's renewal, the door dropped, and an
+    interpreter writing or unlinking its file; the satellite's own lock and close work (its door)."""
+    brain = orch_brain(tmp_path / "b", {"sat": SATELLITE_WF}, files={"src/app/.keep": "", "src/locked/f.py": "x\n"})
+    nb(brain, "claude", "install", check=0)
+    held = locks.acquire(brain, "src/locked/", "other-claim", ttl=3600)
+    lock_file = next((brain.root / "locks").glob("*.yml"))
+    before = lock_file.read_bytes()
+    tree = worktree(brain, "theme/sat")
+    state: dict[str, str] = {}
+
+    def respond(body: dict) -> list | None:
+        if "claim" not in state:
+            m = re.search(r"Your claim: (\S+) \(", json.dumps(body))
+            assert m, "the SessionStart context (claim, scope) never reached the model"
+            state["claim"], state["turn"] = m.group(1), "0"
+        turn = int(state["turn"])
+        state["turn"] = str(turn + 1)
+        cid = state["claim"]
+        nbc = f"{PY} -m nika_brain"
+        plan = [
+            [tool_use("Write", file_path=str(tree / "src" / "app" / "attack.py"), content=ATTACK)],
+            [tool_use("Bash", command=f"{PY} src/app/attack.py {lock_file} {brain.root}", description="attack")],
+            [tool_use("Bash", command=f"{nbc} lock acquire src/app/ --ttl 600", description="lock")],
+            [tool_use("Bash", command=f"{nbc} lock renew src/app/ --ttl 900", description="renew")],
+            [tool_use("Write", file_path=str(tree / "src" / "app" / "main.py"), content="print('hi')\n")],
+            [tool_use("Bash", command=f"{nbc} lock release src/app/", description="unlock")],
+            [tool_use("Bash", command=f"{nbc} claim close {cid} --status ok --summary 'wrote main.py'",
+                      description="report")],
+            [text("Step done; claim closed.")],
+        ]
+        return plan[turn] if turn < len(plan) else [text("done")]
+
+    with MessagesStandin(respond=respond) as standin:
+        env = claude_env(home, standin.url, {"PYTHONPATH": str(REPO)})
+        env.update({k: v for k, v in os.environ.items() if k.startswith("GIT_")})
+        out = nb(brain, "workflow-launch", "sat", "--mode", "swarm", env=env)
+    results = list(standin.tool_results().values())
+    assert len(results) >= 7, f"the satellite did not get through its script: {results}\n{out.stderr}"
+    _, attack, acquire, renew, _, release, close = results[:7]
+    assert lock_file.exists() and lock_file.read_bytes() == before, attack["text"]
+    assert locks.overlapping(brain, "src/locked/")[0].token == held.token
+    lines = attack["text"].splitlines()[-7:]
+    assert all("rc=6 nika-brain: refused by the satellite's door" in x for x in lines[:2]), lines
+    assert "rc=6" in lines[2] and "operator" in lines[2], lines        # no door: another owner needs the key
+    assert "rc=1" in lines[3] and "Read-only file system" in lines[3], lines   # ... and the files are read-only
+    assert lines[4:] == ["file: Read-only file system"] * 3, lines   # the lock, and git's branch
+    for step in (acquire, renew, release, close):
+        assert not step["is_error"], step["text"]
+    assert "acquired src/app/" in acquire["text"] and "released src/app/" in release["text"]
+    assert run_file(brain, "sat")["status"] == "done", out.stdout + out.stderr

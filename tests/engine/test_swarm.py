@@ -214,9 +214,18 @@ def test_default_satellite_command_is_claude_headless_with_the_kernel_settings(t
     assert "- kernel: k1" in argv[1], "the run's context reaches the brief"
     assert argv[2:6] == ["--output-format", "json", "--permission-mode", "acceptEdits"]
     kernel_settings = brain.kernels_dir / "k1" / ".claude" / "settings.json"
-    assert argv[6:] == ["--settings", str(kernel_settings)]
+    # The satellite's own settings: the kernel's, plus what makes its door the only way to change locks
+    # and claims (claude/settings.satellite_settings).
+    own = brain.root / ".nika" / "guarded" / "satellites" / c["id"] / "settings.json"
+    assert argv[6:] == ["--settings", str(own)]
+    mine = json.loads(own.read_text())
+    assert {str(brain.root / "locks"), str(brain.root / "claims"), str(brain.root / ".git"),
+            str(brain.kernels_dir / "k1" / "runs")} <= set(mine["sandbox"]["filesystem"]["denyWrite"])
+    assert str(brain.root / ".nika" / "doors") in mine["sandbox"]["filesystem"]["denyRead"]
+    assert mine["sandbox"]["network"]["allowAllUnixSockets"] is True
     # Installed before the satellite ran: nika-brain's hooks and isolation, the user's rule kept.
     merged = json.loads(kernel_settings.read_text())
+    assert mine["hooks"] == merged["hooks"] and mine["permissions"] == merged["permissions"]
     assert "Bash(git push:*)" in merged["permissions"]["deny"] and merged["sandbox"]["enabled"]
     assert any("hook PreToolUse" in h["command"] for g in merged["hooks"]["PreToolUse"] for h in g["hooks"])
     assert os.path.realpath(seen["cwd"]) == os.path.realpath(worktree(brain, "theme/plain"))

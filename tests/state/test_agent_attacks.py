@@ -524,3 +524,108 @@ def test_a_satellite_rewriting_a_kernels_runtime_json_changes_nothing_the_superv
     runtimes.save_state(brain, "gamma", {"pid": 8})
     assert not (brain.root / "kernels" / "gamma" / "runtime.json").exists()
     assert runtimes.load_state(brain, "gamma") == {"pid": 8}
+
+
+# ---- hole 2 for satellites: identity from the session (its door), not from $NIKA_CLAIM ------------
+
+DOOR_WF = """name: door
+branch: theme/door
+chain:
+  - step: 1
+    type: code
+    scope: src/app/
+    story_angle: "attack, then do its own lock and claim work"
+    test: "test -f src/app/main.py"
+"""
+
+# The satellite: every attack through the real CLI, from the satellite's own process tree, as an agent
+# would run them (its interpreter hides the names from the hook; the hook's verdicts are tested above).
+DOOR_SATELLITE = r'''
+import json, os, subprocess, sys
+claim, out = sys.argv[1], sys.argv[3]
+agent = json.loads(open(sys.argv[4]).read())
+PY = sys.executable
+res = {"door": os.environ.get("NIKA_DOOR", "")}
+def nb(*args, env=None, shell=None):
+    full = {**os.environ, **agent, **(env or {})}
+    argv = ["bash", "-c", shell] if shell else [PY, "-m", "nika_brain", *args]
+    p = subprocess.run(argv, env=full, capture_output=True, text=True, timeout=120)
+    return [p.returncode, p.stdout + p.stderr]
+res["release_as_other"] = nb("lock", "release", "src/locked/", env={"NIKA_CLAIM": "other-claim"})
+res["printf_v"] = nb(shell="printf -v NIKA_CLAIM %s other-claim; export NIKA_CLAIM; "
+                          f"{PY} -m nika_brain lock release src/locked/")
+res["renew_century"] = nb("lock", "renew", "src/locked/", "--ttl", "3000000000", env={"NIKA_CLAIM": "other-claim"})
+res["acquire_over"] = nb("lock", "acquire", "src/locked/", "--owner", "other-claim", "--ttl", "1", "--no-pid")
+res["release_owner"] = nb("lock", "release", "src/locked/", "--owner", "other-claim")
+res["close_other"] = nb("claim", "close", "other-claim", "--status", "failed")
+# Another satellite's door: this process is not of that satellite's tree.
+if sys.argv[5]:
+    res["foreign_door"] = nb("lock", "release", "src/locked/", env={"NIKA_DOOR": sys.argv[5],
+                                                                    "NIKA_CLAIM": "other-claim"})
+# Its own work, through its door.
+res["own_acquire"] = nb("lock", "acquire", "src/app/", "--ttl", "600")
+res["own_renew"] = nb("lock", "renew", "src/app/", "--ttl", "900")
+res["own_release"] = nb("lock", "release", "src/app/")
+os.makedirs("src/app", exist_ok=True)
+open("src/app/main.py", "w").write("print('hi')\n")
+res["own_close"] = nb("claim", "close", claim, "--status", "ok", "--summary", "wrote main.py")
+open(out, "w").write(json.dumps(res))
+'''
+
+
+def _door_brain(tmp_path, foreign=""):
+    """A brain whose swarm satellite is DOOR_SATELLITE, with another claim's exclusive lock held."""
+    program = tmp_path / "door_satellite.py"
+    program.write_text(DOOR_SATELLITE)
+    agent = tmp_path / "agent-env.json"
+    agent.write_text(json.dumps(agent_env(tmp_path)))
+    record = tmp_path / "record.json"
+    brain = orch_brain(tmp_path / "b", {"door": DOOR_WF}, files={"src/app/.keep": "", "src/locked/f.py": "x\n"},
+                       config=f'satellite_command: ["{sys.executable}", "{program}", "{{claim}}", "{{brief_file}}", '
+                              f'"{record}", "{agent}", "{foreign}"]\n')
+    nb(brain, "lock", "acquire", "src/locked/", "--owner", "other-claim", "--ttl", "3600", "--no-pid", check=0)
+    held = next((brain.root / "locks").glob("*.yml"))
+    return brain, held, held.read_bytes(), record
+
+
+def test_a_satellite_acts_through_its_door_as_its_own_claim_only(tmp_path, git_env):
+    brain, held, before, record = _door_brain(tmp_path)
+    nb(brain, "workflow-launch", "door", "--mode", "swarm", check=0)
+    res = json.loads(record.read_text())
+    assert held.exists() and held.read_bytes() == before, ("another claim's lock was changed", res)
+    assert res["door"], "the satellite was given no door"
+    for attack in ("release_as_other", "printf_v", "renew_century", "acquire_over", "release_owner",
+                   "close_other"):
+        rc, text = res[attack]
+        assert rc != 0 and "refused by the satellite's door" in text and "other-claim" in text, (attack, text)
+    for own in ("own_acquire", "own_renew", "own_release", "own_close"):
+        assert res[own][0] == 0, (own, res[own][1])
+    assert "acquired src/app/" in res["own_acquire"][1] and "released src/app/" in res["own_release"][1]
+    assert run_file(brain, "door")["status"] == "done"
+    refusals = [json.loads(x) for x in (brain.root / ".nika" / "doors" / "refusals.jsonl").read_text().splitlines()]
+    assert {r["op"] for r in refusals if r.get("layer") == "claim-door"} >= {"lock_release", "lock_renew",
+                                                                               "lock_acquire", "claim_close"}
+    # nothing of the door is left once its satellite is done
+    assert not list((brain.root / ".nika" / "guarded" / "doors").rglob("door.sock"))
+
+
+def test_a_satellite_pointing_nika_door_at_another_satellites_door_is_refused(tmp_path, git_env):
+    other_door = tmp_path / "od" / "door.sock"
+    brain, held, before, record = _door_brain(tmp_path, foreign=str(other_door))
+    # another satellite's door: a real claim door, served for a process this satellite does not descend from
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    door = subprocess.Popen([sys.executable, "-m", "nika_brain.federation.doors.claim", str(brain.root),
+                             "other-claim", str(other_door)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert door.stdout.readline().strip() == "ready", "no claim door here"
+        door.stdin.write(f"{sleeper.pid}\n")
+        door.stdin.flush()
+        nb(brain, "workflow-launch", "door", "--mode", "swarm", check=0)
+    finally:
+        door.stdin.close()
+        sleeper.kill()
+        sleeper.wait()
+        door.wait(timeout=30)
+    rc, text = json.loads(record.read_text())["foreign_door"]
+    assert rc == 6 and "not of the satellite this door was made for" in text, text
+    assert held.read_bytes() == before, "another claim's lock was changed"
