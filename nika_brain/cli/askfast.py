@@ -14,7 +14,6 @@ the same exit codes (tests/federation/test_ask.py compares them).
 from __future__ import annotations
 
 import json
-import sys
 
 EXIT_NOT_ANSWERED = 8
 _FLAGS = {"--wait": "wait", "--json": "as_json"}
@@ -108,21 +107,5 @@ def run(argv: list[str]) -> int | None:
     args = parse(argv)
     if args is None:
         return None
-    from nika_brain.errors import BrainError, missing_extra, os_error_line
-    try:
-        return body(**args)
-    except BrainError as exc:
-        print(f"nika-brain: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except ImportError as exc:  # no daemon and no federation extra to triage in process: one line
-        extra = missing_extra(exc)
-        if extra is None:
-            raise
-        print(f"nika-brain: {extra}", file=sys.stderr)
-        return extra.exit_code
-    except OSError as exc:
-        print(os_error_line(exc), file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("nika-brain: interrupted", file=sys.stderr)
-        return 130
+    from nika_brain.cli.fast import guarded
+    return guarded(body, args)

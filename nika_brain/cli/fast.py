@@ -356,13 +356,23 @@ def run(argv: list[str]) -> int | None:
         ("lock", "renew"): lock_renew, ("lock", "status"): lock_status, ("lock", "list"): lock_list,
         ("claim", "open"): claim_open, ("claim", "close"): claim_close, ("claim", "show"): claim_show,
         ("claim", "list"): claim_list, ("index",): index}
-    body = bodies[key]
-    from nika_brain.errors import BrainError, os_error_line
+    return guarded(bodies[key], args)
+
+
+def guarded(body: Callable[..., int], args: dict) -> int:
+    """Run a fast path's body as the typer CLI would end: an error is one line and its exit code."""
+    from nika_brain.errors import BrainError, missing_extra, os_error_line
     try:
         return body(**args)
     except BrainError as exc:
         print(f"nika-brain: {exc}", file=sys.stderr)
         return exc.exit_code
+    except ImportError as exc:  # a federation command without the federation extra: one line
+        extra = missing_extra(exc)
+        if extra is None:
+            raise
+        print(f"nika-brain: {extra}", file=sys.stderr)
+        return extra.exit_code
     except OSError as exc:
         print(os_error_line(exc), file=sys.stderr)
         return 1

@@ -61,6 +61,18 @@ def _operator_env(tmp_path: Path) -> dict[str, str]:
     return {}
 
 
+def _satellite_turn(state: dict[str, str], body: dict) -> tuple[str, int]:
+    """The satellite's claim (read from its SessionStart context on the first request) and the
+    number of this model turn, counted in `state`."""
+    if "claim" not in state:
+        m = re.search(r"Your claim: (\S+) \(", json.dumps(body))
+        assert m, "the SessionStart context (claim, scope) never reached the model"
+        state["claim"], state["turn"] = m.group(1), "0"
+    turn = int(state["turn"])
+    state["turn"] = str(turn + 1)
+    return state["claim"], turn
+
+
 def test_a_swarm_satellite_with_no_kernel_runs_under_the_brains_hooks(tmp_path, git_env, home):
     brain = orch_brain(tmp_path / "b", {"sat": SATELLITE_WF},
                        files={"src/app/.keep": "", "src/locked/f.py": "x = 1\n", "docs/readme.md": "d\n"})
@@ -70,14 +82,7 @@ def test_a_swarm_satellite_with_no_kernel_runs_under_the_brains_hooks(tmp_path, 
     state: dict[str, str] = {}
 
     def respond(body: dict) -> list | None:
-        if "claim" not in state:
-            m = re.search(r"Your claim: (\S+) \(", json.dumps(body))
-            assert m, "the SessionStart context (claim, scope) never reached the model"
-            state["claim"] = m.group(1)
-            state["turn"] = "0"
-        turn = int(state["turn"])
-        state["turn"] = str(turn + 1)
-        cid = state["claim"]
+        cid, turn = _satellite_turn(state, body)
         plan = [
             [tool_use("Write", file_path=str(tree / "claims" / "c11.yml"), content="id: c11\n")],
             [tool_use("Write", file_path=str(tree / "src" / "locked" / "f.py"), content="x = 2\n")],
@@ -246,13 +251,7 @@ def test_a_satellite_under_claude_code_changes_locks_only_through_its_door(tmp_p
     state: dict[str, str] = {}
 
     def respond(body: dict) -> list | None:
-        if "claim" not in state:
-            m = re.search(r"Your claim: (\S+) \(", json.dumps(body))
-            assert m, "the SessionStart context (claim, scope) never reached the model"
-            state["claim"], state["turn"] = m.group(1), "0"
-        turn = int(state["turn"])
-        state["turn"] = str(turn + 1)
-        cid = state["claim"]
+        cid, turn = _satellite_turn(state, body)
         nbc = f"{PY} -m nika_brain"
         plan = [
             [tool_use("Write", file_path=str(tree / "src" / "app" / "attack.py"), content=ATTACK)],

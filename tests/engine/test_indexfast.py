@@ -17,6 +17,7 @@ from nika_brain.errors import BrainError
 from nika_brain.state import claims
 from nika_brain.support import yamlsafe
 from nika_brain.support.yamlsafe import dumps
+from tests.support.test_yamlfast import typed  # each scalar with its type
 
 REFUSED = "refused"
 
@@ -28,15 +29,6 @@ def full(text: str, stem: str):
         return index._claim_summary(claims.load_path(Path(f"claims/{stem}.yml"), doc))
     except BrainError:
         return REFUSED
-
-
-def typed(value):
-    """The value with each scalar's type next to it (True == 1 and 1 == 1.0 in plain equality)."""
-    if isinstance(value, dict):
-        return {k: typed(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [typed(v) for v in value]
-    return (type(value).__name__, value)
 
 
 def agrees(text: str, stem: str) -> bool:

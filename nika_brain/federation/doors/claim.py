@@ -35,7 +35,7 @@ from typing import Any, Callable
 from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
 from nika_brain.federation.doors.rules import Refused
-from nika_brain.federation.doors.service import MAX_REQUEST, READ_TIMEOUT, _bind_path, refusals_path
+from nika_brain.federation.doors.service import listening, read_request, refusals_path
 from nika_brain.support import clock
 
 LAYER = "claim-door"
@@ -206,19 +206,7 @@ def _serve(brain: Brain, cid: str, satellite: int, conn: socket.socket) -> None:
         try:
             pid, uid = peer(conn)
             ok = uid == os.getuid() and descends_from(pid, satellite)
-            conn.settimeout(READ_TIMEOUT)
-            chunks, size = [], 0
-            while size <= MAX_REQUEST:
-                b = conn.recv(65536)
-                if not b:
-                    break
-                chunks.append(b)
-                size += len(b)
-            raw = b"".join(chunks)
-            try:
-                req = json.loads(raw.decode("utf-8")) if len(raw) <= MAX_REQUEST else None
-            except (UnicodeDecodeError, ValueError):
-                req = None
+            req = read_request(conn)
             if not ok:
                 why = (f"process {pid} is not of the satellite this door was made for (claim {cid}): a "
                        "satellite reaches its own door only")
@@ -238,17 +226,7 @@ def main(argv: list[str]) -> int:
         print("usage: python -m nika_brain.federation.doors.claim BRAIN CLAIM SOCKET", file=sys.stderr)
         return 2
     brain, cid, path = Brain.at(argv[0]), argv[1], Path(argv[2])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.parent.chmod(0o700)
-    path.unlink(missing_ok=True)
-    where, fd = _bind_path(path)
-    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        srv.bind(where)
-        srv.listen(64)
-    finally:
-        if fd is not None:
-            os.close(fd)
+    srv = listening(path)
     print("ready", flush=True)
     line = sys.stdin.readline()    # the satellite's pid, once the launcher started it ("" : it did not)
     try:

@@ -216,26 +216,52 @@ def _bind_path(path: Path) -> tuple[str, int | None]:
     return f"/proc/self/fd/{fd}/{path.name}", fd
 
 
+def listening(path: Path) -> socket.socket:
+    """A unix socket listening at `path`, in a folder only this user enters (0700); a socket left there
+    by an earlier door is replaced."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.chmod(0o700)
+    path.unlink(missing_ok=True)
+    where, fd = _bind_path(path)
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        srv.bind(where)
+        srv.listen(64)
+    except OSError:
+        srv.close()
+        raise
+    finally:
+        if fd is not None:
+            os.close(fd)
+    return srv
+
+
 READ_TIMEOUT = 60.0   # seconds a client has to send its request (one line, then its write side shut)
+
+
+def read_request(conn: socket.socket) -> Any:
+    """A connection's request, read to its end: the JSON value, or None when it is not one under
+    MAX_REQUEST bytes (an OSError, a timeout among them, is the caller's)."""
+    conn.settimeout(READ_TIMEOUT)
+    chunks, size = [], 0
+    while size <= MAX_REQUEST:
+        b = conn.recv(65536)
+        if not b:
+            break
+        chunks.append(b)
+        size += len(b)
+    raw = b"".join(chunks)
+    try:
+        return json.loads(raw.decode("utf-8")) if len(raw) <= MAX_REQUEST else None
+    except (UnicodeDecodeError, ValueError):
+        return None
 
 
 def _serve(brain: Brain, kid: str, conn: socket.socket) -> None:
     """One connection: the request (read to its end), the answer, closed."""
     with conn:
         try:
-            conn.settimeout(READ_TIMEOUT)
-            chunks, size = [], 0
-            while size <= MAX_REQUEST:
-                b = conn.recv(65536)
-                if not b:
-                    break
-                chunks.append(b)
-                size += len(b)
-            raw = b"".join(chunks)
-            try:
-                req = json.loads(raw.decode("utf-8")) if len(raw) <= MAX_REQUEST else None
-            except (UnicodeDecodeError, ValueError):
-                req = None
+            req = read_request(conn)
             ans = answer(brain, kid, req) if req is not None else \
                 {"ok": False, "refused": "a request is one JSON object line under 1 MiB", "layer": "door"}
             conn.settimeout(READ_TIMEOUT)
@@ -335,21 +361,7 @@ class DoorService:
 
     def open(self, kid: str) -> None:
         assert self.brain is not None
-        path = socket_path(self.brain, kid)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.parent.chmod(0o700)
-        path.unlink(missing_ok=True)
-        where, fd = _bind_path(path)
-        srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            srv.bind(where)
-            srv.listen(64)
-        except OSError:
-            srv.close()
-            raise
-        finally:
-            if fd is not None:
-                os.close(fd)
+        srv = listening(socket_path(self.brain, kid))
         srv.setblocking(False)
         with self._lock:
             self.servers[kid] = srv
