@@ -206,7 +206,8 @@ def launch(brain: Brain, claim: Claim, brief: str, brief_file: Path, cwd: Path, 
         own = brain.guarded_dir / "satellites" / claim.id / "settings.json"
         own.parent.mkdir(parents=True, exist_ok=True)
         argv += ["--settings", str(claude_settings.satellite_settings(brain.root, kernel_settings, own))]
-    door_proc, door_sock = _open_door(brain, claim.id)
+    door_sock = brain.guarded_dir / "doors" / claim.id / "door.sock"   # doors/claim.socket_path
+    door_sock.unlink(missing_ok=True)   # a previous launch's: the command waits for this door's own
     env = {**{k: v for k, v in os.environ.items() if k != git.RERUN}, "NIKA_BRAIN_DIR": str(brain.root),
            "NIKA_CLAIM": claim.id, "NIKA_WORKTREE": str(cwd), "NIKA_AGENT": "1", "NIKA_DOOR": str(door_sock)}
     out_path, err_path = _files(brain, claim.id)
@@ -217,7 +218,6 @@ def launch(brain: Brain, claim: Claim, brief: str, brief_file: Path, cwd: Path, 
         try:
             proc = subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=err, env=env, stdin=subprocess.DEVNULL)
         except (FileNotFoundError, OSError) as exc:
-            _close_door(door_proc, door_sock)
             if isinstance(exc, FileNotFoundError):
                 return SatelliteOutcome(127, "failed", f"satellite could not start: command not found: "
                                         f"{shlex.join(argv[:1])} (set satellite_command in nika-brain.yml)")
@@ -225,47 +225,55 @@ def launch(brain: Brain, claim: Claim, brief: str, brief_file: Path, cwd: Path, 
                                     f"{exc.strerror or exc}")
     _record(brain, claim.id, proc.pid)
     try:
-        assert door_proc.stdin is not None
-        try:
-            door_proc.stdin.write(f"{proc.pid}\n")   # the door answers this process and its descendants only
-            door_proc.stdin.flush()
-        except OSError:
-            pass   # the door is gone: the satellite's lock and claim commands say so
+        _tell_door(brain, f"open {claim.id} {proc.pid}")   # it answers this process and its descendants only
         return _wait(brain, claim, proc, timeout)
     finally:
-        _close_door(door_proc, door_sock)
+        _tell_door(brain, f"close {claim.id}")
+        door_sock.unlink(missing_ok=True)
 
 
-def _open_door(brain: Brain, claim_id: str) -> tuple[subprocess.Popen, Path]:
-    """The satellite's door (federation/doors/claim.py), a process of its own that starts alongside the
-    satellite (a command's first call waits for the socket, bus/door.call). Started by module name:
-    the engine does not import the federation."""
+# The satellites' door (federation/doors/claim.py): one process for all the satellites this process
+# launches (a process a satellite cost every swarm step ~100 ms CPU), started on the first one and
+# told on its stdin which claim to serve for which satellite. Started by module name: the engine does
+# not import the federation. It ends when this process has gone and its last satellite has exited.
+_DOORS: dict[str, subprocess.Popen] = {}
+_DOORS_LOCK = threading.Lock()
+
+
+def _door(brain: Brain) -> subprocess.Popen:
     import sys
-    sock = brain.guarded_dir / "doors" / claim_id / "door.sock"
-    sock.unlink(missing_ok=True)   # a previous launch's: the command waits for this door's own
-    err = brain.state_dir / "satellites" / f"{claim_id}.door.log"
+    proc = _DOORS.get(str(brain.root))
+    if proc is not None and proc.poll() is None:
+        return proc
+    err = brain.state_dir / "satellites" / "door.log"
     err.parent.mkdir(parents=True, exist_ok=True)
-    with open(err, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "nika_brain.federation.doors.claim", str(brain.root), claim_id,
-                                 str(sock)], cwd=brain.root, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                stderr=log, text=True, env={k: v for k, v in os.environ.items() if k != "NIKA_DOOR"})
-    return proc, sock
+    with open(err, "ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "nika_brain.federation.doors.claim", str(brain.root)],
+                                cwd=brain.root, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                                text=True, env={k: v for k, v in os.environ.items() if k != "NIKA_DOOR"})
+    _DOORS[str(brain.root)] = proc
+    return proc
 
 
-def _close_door(proc: subprocess.Popen, sock: Path) -> None:
-    """The satellite is done (or never started): its door closes (it watches the satellite's pid)."""
-    assert proc.stdin is not None
-    try:
-        proc.stdin.write("end\n")
-        proc.stdin.close()
-    except OSError:
-        pass
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-    sock.unlink(missing_ok=True)
+def _tell_door(brain: Brain, line: str) -> None:
+    """Send the door one line (`open CLAIM PID` waits for its answer); a door that died is started
+    again once. A door that cannot be reached leaves the satellite's lock and claim commands failing
+    with the reason (closed, never open)."""
+    with _DOORS_LOCK:
+        for _attempt in range(2):
+            proc = _door(brain)
+            assert proc.stdin is not None and proc.stdout is not None
+            opening = line.startswith("open ")
+            try:
+                proc.stdin.write(line + "\n")
+                proc.stdin.flush()
+                said = proc.stdout.readline() if opening else "-"   # `open CLAIM`, or `failed CLAIM why`
+            except OSError:
+                said = "" if opening else "-"   # a door gone has nothing left to close
+            if said:
+                return
+            proc.kill()   # it died meanwhile: a new one
+            proc.wait()
 
 
 def _wait(brain: Brain, claim: Claim, proc: subprocess.Popen, timeout: float) -> SatelliteOutcome:

@@ -3,6 +3,7 @@ what it refuses, and that it lives exactly as long as the satellite it was made 
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -99,3 +100,44 @@ def test_the_door_closes_when_its_satellite_exits_even_with_its_launcher_alive(t
             proc.kill()
             proc.wait()
     assert not sock.exists()
+
+
+def test_one_door_process_serves_every_satellite_of_its_launcher_each_as_its_own_claim(tmp_path, git_env):
+    """The launcher's form (`BRAIN` alone, `open CLAIM PID` / `close CLAIM` on stdin): one process for
+    all of a launch's satellites, each socket answering its own satellite's tree only."""
+    brain = make_brain(tmp_path / "b", "version: 1\n")
+    sat, sat2 = (subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+                 for _ in range(2))
+    proc = subprocess.Popen([sys.executable, "-m", "nika_brain.federation.doors.claim", str(brain.root)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    doors = brain.root / ".nika" / "guarded" / "doors"
+    try:
+        proc.stdin.write(f"open c-me {os.getpid()}\nopen c-sat {sat.pid}\n")   # two lines in one write
+        proc.stdin.flush()
+        assert [proc.stdout.readline().strip() for _ in range(2)] == ["open c-me", "open c-sat"]
+        assert client.call("ping", str(doors / "c-me" / "door.sock")) == "c-me"
+        ans = _raw(doors / "c-sat" / "door.sock", b'{"op": "ping"}')   # this process is not c-sat's
+        assert ans["ok"] is False and "not of the satellite" in ans["refused"], ans
+        proc.stdin.write("close c-me\n")
+        proc.stdin.flush()
+        proc.stdin.write(f"open c-again {sat2.pid}\n")   # ordered after the close
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "open c-again"
+        assert not (doors / "c-me" / "door.sock").exists()
+        proc.stdin.close()   # the launcher is gone: the door stays while a satellite of its runs
+        ans = _raw(doors / "c-sat" / "door.sock", b'{"op": "ping"}')
+        assert ans["ok"] is False and "not of the satellite" in ans["refused"], ans
+        assert proc.poll() is None
+        sat.stdin.close()
+        sat.wait()
+        assert proc.poll() is None   # c-again's satellite still runs
+        sat2.stdin.close()
+        sat2.wait()
+        proc.stdin = None
+        assert proc.wait(timeout=60) == 0   # its last satellite exited and its launcher is gone: it ends
+    finally:
+        for p in (proc, sat, sat2):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert not (doors / "c-sat" / "door.sock").exists()

@@ -294,7 +294,7 @@ def test_invoke_wait_into_a_kernel_in_a_turn_returns_this_prompts_own_answer(fbr
 
     # ask --wait: the same, its route's prompt typed once the running turn has ended
     from nika_brain.federation.asking import route
-    monkeypatch.setattr(route, "decide", lambda _b, _p: {"decision": "kernel", "kernels": ["steer"]})
+    monkeypatch.setattr(route, "decide", lambda _b, _p, _sent=None: {"decision": "kernel", "kernels": ["steer"]})
     gate2 = tmp_path / "release-the-second-long-one"
     hold2 = base64.b64encode(f"while [ ! -e {gate2} ]; do sleep 0.05; done".encode()).decode()
     verbs.kernel_invoke(brain, "steer", f"another long one sh={hold2}")

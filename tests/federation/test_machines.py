@@ -90,7 +90,7 @@ def test_ask_and_verbs_on_machine_1_reach_a_kernel_on_machine_3(machines, monkey
     assert out["kernel"] == "k3" and out["answer"].startswith("stand-in answer to: what time is it")
     assert not queue.path(m1, "k3").exists() or queue.pending(m1, "k3") == []  # nothing queued on m1
     # ask: the triage's route to k3, delivered and answered through m3's daemon
-    monkeypatch.setattr(route, "decide", lambda brain, prompt: {"decision": "kernel", "kernels": ["k3"],
+    monkeypatch.setattr(route, "decide", lambda brain, prompt, sent=None: {"decision": "kernel", "kernels": ["k3"],
                                                                  "reason": "pinned"})
     rec = route.ask(m1, "summarise the backups", wait=True, timeout=60)
     (r,) = rec["routes"]
@@ -157,7 +157,7 @@ def test_a_machine_killed_has_its_kernels_lost_its_locks_freed_and_its_prompts_h
     with pytest.raises(remote.Held) as exc:
         verbs.kernel_invoke(m1, "k2", "held while m2 is away")
     assert str(exc.value).startswith("held (machine m2 lost)")
-    monkeypatch.setattr(route, "decide", lambda brain, prompt: {"decision": "kernel", "kernels": ["k2"],
+    monkeypatch.setattr(route, "decide", lambda brain, prompt, sent=None: {"decision": "kernel", "kernels": ["k2"],
                                                                  "reason": "pinned"})
     rec = route.ask(m1, "asked while m2 is away")
     assert rec["routes"][0]["status"] == "held" and rec["routes"][0]["machine"] == "m2"

@@ -1,6 +1,7 @@
-"""A satellite's door: one unix socket per satellite, served by a process that knows the one claim it
-was made for (`python -m nika_brain.federation.doors.claim BRAIN CLAIM SOCKET`, started by
-engine/satellites.launch before the satellite and stopped after it).
+"""The satellites' door: one unix socket per satellite, each answering as the one claim it was made
+for. One process serves all the satellites of a launch (`python -m nika_brain.federation.doors.claim
+BRAIN`, started by engine/satellites.launch with its first satellite and told on stdin `open CLAIM
+PID` / `close CLAIM`); `BRAIN CLAIM SOCKET` serves one claim, the satellite's pid its first stdin line.
 
 The satellite's commands change locks and claims only through it: `lock acquire|renew|release` and
 `claim close` (cli/fast.py sends them here when `$NIKA_DOOR` names a door). It acts with owner = its
@@ -8,9 +9,9 @@ claim and refuses acting for another owner or closing another claim (refusals jo
 `.nika/doors/refusals.jsonl`, {at, claim, op, why, layer: "claim-door"}). Who asks is checked on the
 connection itself, never read from the request or the environment: the peer's credentials
 (SO_PEERCRED) must be this user's and its process must descend from the satellite's own process
-(whose pid the launcher writes on the door's stdin once it started it). The door closes when that
-process exits (a pidfd), or when its launcher says `end`; a launcher killed meanwhile leaves it open
-for the satellite that still runs. A process of another
+(whose pid the launcher writes on the door's stdin once it started it). A claim's socket closes when
+that process exits (a pidfd) or its launcher says `close`; a launcher killed meanwhile leaves it open
+for the satellite that still runs, and the process ends with its last satellite. A process of another
 satellite pointing `$NIKA_DOOR` at this socket is refused; a process that left its satellite's tree
 (a double fork) has no door at all. In the satellite's Claude Code sandbox `locks/`, `claims/` and
 `.nika/guarded/` (where the sockets are) are read-only and the kernels' doors hidden
@@ -221,48 +222,122 @@ def _serve(brain: Brain, cid: str, satellite: int, conn: socket.socket) -> None:
             pass
 
 
-def main(argv: list[str]) -> int:
-    if len(argv) != 3:
-        print("usage: python -m nika_brain.federation.doors.claim BRAIN CLAIM SOCKET", file=sys.stderr)
-        return 2
-    brain, cid, path = Brain.at(argv[0]), argv[1], Path(argv[2])
-    srv = listening(path)
-    print("ready", flush=True)
-    line = sys.stdin.readline()    # the satellite's pid, once the launcher started it ("" : it did not)
-    try:
-        satellite = int(line)
+class _Door:
+    """The claims one door process serves: a listening socket and a satellite (pid, start time) each."""
+
+    def __init__(self, brain: Brain):
+        self.brain = brain
+        self.sel = selectors.DefaultSelector()
+        self.claims: dict[str, tuple[socket.socket, Path, int, bytes | None, int | None]] = {}
+
+    def open(self, cid: str, path: Path, satellite: int, srv: socket.socket | None = None) -> None:
+        if srv is None:
+            self.close(cid)
+            srv = listening(path)
         start = _start(satellite)
-    except ValueError:
-        satellite, start = 0, None
-    sel = selectors.DefaultSelector()
-    sel.register(srv, selectors.EVENT_READ, "door")
-    try:   # readable when the satellite exits: the door lives as long as its satellite, not its launcher
-        sel.register(os.pidfd_open(satellite), selectors.EVENT_READ, "satellite")
-    except (OSError, AttributeError, ValueError):
-        pass   # no pidfd here: the start time is checked every second instead
-    sel.register(sys.stdin, selectors.EVENT_READ, "launcher")   # "end": the launcher is done with it
+        try:   # readable when the satellite exits: its door lives as long as it, not as its launcher
+            pidfd: int | None = os.pidfd_open(satellite)
+        except (OSError, AttributeError, ValueError):
+            pidfd = None   # no pidfd here: the start time is checked every second instead
+        self.claims[cid] = (srv, path, satellite, start, pidfd)
+        self.sel.register(srv, selectors.EVENT_READ, ("door", cid))
+        if pidfd is not None:
+            self.sel.register(pidfd, selectors.EVENT_READ, ("satellite", cid))
+
+    def close(self, cid: str) -> None:
+        entry = self.claims.pop(cid, None)
+        if entry is None:
+            return
+        srv, path, _sat, _start_time, pidfd = entry
+        self.sel.unregister(srv)
+        srv.close()
+        if pidfd is not None:
+            self.sel.unregister(pidfd)
+            os.close(pidfd)
+        path.unlink(missing_ok=True)
+
+    def accept(self, cid: str) -> None:
+        srv, _path, satellite, _start_time, _fd = self.claims[cid]
+        try:
+            conn, _ = srv.accept()
+        except OSError:
+            return
+        threading.Thread(target=_serve, args=(self.brain, cid, satellite, conn), daemon=True).start()
+
+    def reap(self) -> None:
+        """Close the doors of satellites that are gone (where no pidfd said so)."""
+        for cid, (_srv, _path, satellite, start, _fd) in list(self.claims.items()):
+            if start is None or _start(satellite) != start:
+                self.close(cid)
+
+
+def _command(door: _Door, line: str) -> bool:
+    """One launcher line: `open CLAIM PID` (answered `open CLAIM` once its socket listens), `close
+    CLAIM`, `end`. False when the door must end."""
+    words = line.split()
+    if words[:1] == ["end"]:
+        return False
+    if len(words) == 3 and words[0] == "open" and words[2].isdigit():
+        try:
+            door.open(words[1], socket_path(door.brain, words[1]), int(words[2]))
+            print(f"open {words[1]}", flush=True)
+        except (OSError, ValueError) as exc:
+            print(f"failed {words[1]} {exc}", flush=True)
+    elif len(words) == 2 and words[0] == "close":
+        door.close(words[1])
+    return True
+
+
+def main(argv: list[str]) -> int:
+    """`BRAIN`: a launcher's door for all its satellites, told on stdin which claim and satellite to
+    serve (one process a launch, not one a satellite). `BRAIN CLAIM SOCKET`: one claim's door, the
+    satellite's pid its first stdin line."""
+    if len(argv) not in (1, 3):
+        print("usage: python -m nika_brain.federation.doors.claim BRAIN [CLAIM SOCKET]", file=sys.stderr)
+        return 2
+    door = _Door(Brain.at(argv[0]))
+    single = len(argv) == 3
+    stdin, pending = sys.stdin.fileno(), b""   # read raw: a buffered readline would hide lines from select
+    if single:
+        srv = listening(Path(argv[2]))   # bound before the pid is known: the satellite may already ask
+        print("ready", flush=True)
+        while b"\n" not in pending and (chunk := os.read(stdin, 4096)):
+            pending += chunk
+        line, _, pending = pending.partition(b"\n")
+        if not line.strip().isdigit():
+            srv.close()
+            Path(argv[2]).unlink(missing_ok=True)
+            return 0
+        door.open(argv[1], Path(argv[2]), int(line), srv)
+        if pending.strip() == b"end":
+            door.close(argv[1])
+            return 0
+    door.sel.register(stdin, selectors.EVENT_READ, ("launcher", ""))
+    launcher = True
     try:
-        while start is not None and _start(satellite) == start:
-            for key, _ in sel.select(timeout=1.0):
-                if key.data == "satellite":
-                    return 0
-                if key.data == "launcher":
-                    said = sys.stdin.readline()
-                    if said.strip() == "end":
-                        return 0
-                    if not said:   # the launcher is gone (killed): the door stays while its satellite runs
-                        sel.unregister(sys.stdin)
-                    continue
-                try:
-                    conn, _ = srv.accept()
-                except OSError:
-                    continue
-                threading.Thread(target=_serve, args=(brain, cid, satellite, conn), daemon=True).start()
+        while door.claims or (launcher and not single):
+            for key, _ in door.sel.select(timeout=1.0):
+                what, cid = key.data
+                if what == "satellite":
+                    door.close(cid)
+                elif what == "door" and cid in door.claims:
+                    door.accept(cid)
+                elif what == "launcher":
+                    chunk = os.read(stdin, 65536)
+                    if not chunk:   # the launcher is gone (killed): the doors stay while their satellites run
+                        door.sel.unregister(stdin)
+                        launcher = False
+                    pending += chunk
+                    while b"\n" in pending:
+                        said, _, pending = pending.partition(b"\n")
+                        if not _command(door, said.decode("utf-8", "replace")):
+                            return 0
+            door.reap()
     except KeyboardInterrupt:
         pass
     finally:
-        srv.close()
-        path.unlink(missing_ok=True)
+        for cid in list(door.claims):
+            door.close(cid)
     return 0
 
 
