@@ -38,15 +38,22 @@ def present() -> bool:
     return os.path.exists(SOCKET)
 
 
-def _connect(s: socket.socket, path: str) -> None:
+def short_path(path: str) -> tuple[str, int | None]:
+    """A socket path short enough for AF_UNIX (108 bytes): through its folder's fd when the real one is
+    not (the fd, to close once bound or connected, is returned too)."""
     if len(path) < 100:
-        s.connect(path)
-        return
-    fd = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY)   # AF_UNIX takes 108 bytes
+        return path, None
+    fd = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY)
+    return f"/proc/self/fd/{fd}/{os.path.basename(path)}", fd
+
+
+def _connect(s: socket.socket, path: str) -> None:
+    where, fd = short_path(path)
     try:
-        s.connect(f"/proc/self/fd/{fd}/{os.path.basename(path)}")
+        s.connect(where)
     finally:
-        os.close(fd)
+        if fd is not None:
+            os.close(fd)
 
 
 def call(op: str, path: str = SOCKET, **args: Any) -> Any:

@@ -20,3 +20,14 @@ def alive(pid: Any) -> bool:
             return fh.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
     except (OSError, IndexError):
         return True
+
+
+def stat_fields(pid: int) -> list[bytes] | None:
+    """The fields of /proc/<pid>/stat after the command's name (state first, parent pid second, start
+    time in clock ticks at index 19), None when there is no such process or the file is unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[-1].split()
+    except OSError:
+        return None
+    return fields or None

@@ -37,7 +37,7 @@ from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
 from nika_brain.federation.doors.rules import Refused
 from nika_brain.federation.doors.service import listening, read_request, refusals_path
-from nika_brain.support import clock
+from nika_brain.support import clock, procs
 
 LAYER = "claim-door"
 
@@ -50,25 +50,16 @@ def socket_path(brain: Brain, claim_id: str) -> Path:
 # ---- who asks ------------------------------------------------------------------------------------
 
 def _ppid(pid: int) -> int | None:
+    fields = procs.stat_fields(pid)
     try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read()
-    except OSError:
-        return None
-    fields = stat.rsplit(b")", 1)[-1].split()
-    try:
-        return int(fields[1])
+        return int(fields[1]) if fields else None
     except (IndexError, ValueError):
         return None
 
 
 def _start(pid: int) -> bytes | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            fields = fh.read().rsplit(b")", 1)[-1].split()
-    except OSError:
-        return None
-    return None if not fields or fields[0] in (b"Z", b"X") else fields[19]
+    fields = procs.stat_fields(pid)
+    return None if not fields or fields[0] in (b"Z", b"X") or len(fields) < 20 else fields[19]
 
 
 def peer(conn: socket.socket) -> tuple[int, int]:

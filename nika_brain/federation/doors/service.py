@@ -209,11 +209,9 @@ def _journal(brain: Brain, kid: str, op: str, why: str) -> None:
 # ---- the service -----------------------------------------------------------------------------------
 
 def _bind_path(path: Path) -> tuple[str, int | None]:
-    """A path short enough for AF_UNIX (108 bytes): through the folder's fd when the real one is not."""
-    if len(str(path)) < 100:
-        return str(path), None
-    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    return f"/proc/self/fd/{fd}/{path.name}", fd
+    """A path short enough for AF_UNIX (bus/door.short_path)."""
+    from nika_brain.bus.door import short_path
+    return short_path(str(path))
 
 
 def listening(path: Path) -> socket.socket:
