@@ -238,6 +238,8 @@ def test_a_machine_cut_off_from_redis_is_lost_and_reconciles_when_its_path_comes
         assert ("docs/", "claim-k3") in _lock_files(m3)
         proxy.restore()
         until(lambda: ("docs/", "claim-k3") not in _lock_files(m3), what="m3's freed lock dropped on return")
+        # the daemon removes the file, then journals: wait for the record, not only for the file
+        until(lambda: signals.read(m3, types=("LOCK_DROPPED",)), what="m3's LOCK_DROPPED journaled")
         (dropped,) = signals.read(m3, types=("LOCK_DROPPED",))
         assert dropped["payload"]["scope"] == "docs/" and "m1 freed its lease" in dropped["reason"]
         until(lambda: remote.machines(m1)["m3"]["up"], what="m3 up again")
