@@ -17,9 +17,12 @@ import json
 import os
 import socket
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nika_brain.errors import BrainError
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 SOCKET = "/run/nika-door/door.sock"   # fixed place inside every kernel sandbox
 CLAIM_DOOR = "NIKA_DOOR"              # a satellite's door, set by engine/satellites.launch
@@ -30,6 +33,19 @@ def claim_door() -> str | None:
     """The satellite's door socket when this process runs in a satellite that has one (it may still
     be starting: call() waits for it)."""
     return os.environ.get(CLAIM_DOOR) or None
+
+
+def claim_socket(brain: Any, claim_id: str) -> Path:
+    """A claim's door socket, under .nika/guarded/ (read-only in every session's sandbox: no agent
+    replaces or removes one)."""
+    return brain.guarded_dir / "doors" / claim_id / "door.sock"
+
+
+def bound(brain: Any, claim_id: str) -> bool:
+    """Whether the claim's door is open: a session nika-brain started acts as the claim, and its lock and
+    claim changes made anywhere else are the operator's (cli/fast.py). A door whose process was killed
+    leaves its socket behind: still bound (closed, never open) until its next session replaces it."""
+    return os.path.lexists(claim_socket(brain, claim_id))
 
 
 def present() -> bool:

@@ -63,3 +63,18 @@ def claude_uninstall(kernel: Optional[str] = typer.Option(None)):
 def claude_statusline():
     """Status line for Claude Code: kernel, claim and context percentage (reads stdin)."""
     raise typer.Exit(statusline.statusline_main())
+
+
+@claude_app.command("start", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def claude_start(ctx: typer.Context,
+                 claim: Optional[str] = typer.Argument(None, help="the step's claim (default: the claim of "
+                                                       "the only assisted run waiting)")):
+    """Start Claude Code for an assisted step, as nika-brain starts a satellite: in the claim's worktree,
+    under its own settings, acting as the claim only through the claim's door (closed when the
+    session ends). Arguments after `--` go to `claude` (e.g. `-- --permission-mode acceptEdits`)."""
+    from nika_brain.engine import claimdoors
+    args = list(ctx.args)
+    if claim is not None and claim.startswith("-"):   # `claude start -- --flag`: no claim, all for claude
+        claim, args = None, [claim, *args]
+    brain = Brain.find()
+    claimdoors.start_session(brain, claim or claimdoors.waiting_claim(brain), args)

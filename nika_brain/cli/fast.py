@@ -99,12 +99,26 @@ def _lock_dict(lk) -> dict:
 
 # ---- command bodies (also called by the typer commands) -------------------------------------------------
 
-def _for_another(brain, verb: str, scope: str, owner: str) -> None:
-    """Acting on a lock in the name of another owner than the calling session's claim ($NIKA_CLAIM)
-    rewrites that owner's lock (`--ttl 1` expires it): the operator's decision, as a release is."""
+def _outsider(brain, owner: str) -> str | None:
+    """Why acting for `owner` here is the operator's decision, or None when it is this session's own:
+    another owner than the calling session's claim ($NIKA_CLAIM), or a claim whose session nika-brain
+    started (its door is open, `claude start` or a satellite): that session acts as the claim through
+    its door, and `$NIKA_CLAIM` set to it anywhere else (another agent's shell) is no proof."""
     if owner != os.environ.get("NIKA_CLAIM"):
+        return "not this session's claim"
+    from nika_brain.bus import door
+    if door.bound(brain, owner):
+        return f"outside the session nika-brain started for {owner}, which acts through its door"
+    return None
+
+
+def _for_another(brain, verb: str, scope: str, owner: str) -> None:
+    """Acting on a lock in the name of another owner than the calling session's claim rewrites that
+    owner's lock (`--ttl 1` expires it): the operator's decision, as a release is."""
+    why = _outsider(brain, owner)
+    if why is not None:
         from nika_brain.state import authority
-        authority.require(brain, f"{verb} a lock on {scope} for {owner} (not this session's claim)")
+        authority.require(brain, f"{verb} a lock on {scope} for {owner} ({why})")
 
 
 def _door(op: str, **args: Any) -> dict | None:
@@ -149,13 +163,14 @@ def lock_release(scope: str, owner: str | None) -> int:
     from nika_brain.state import scopes
     from nika_brain.support import clock
     brain = Brain.find()
-    if owner != os.environ.get("NIKA_CLAIM"):
+    why = _outsider(brain, owner)
+    if why is not None:
         # Not the calling session's own claim: releasing someone else's lock is the operator's
         # decision, recorded with the operator's signature in the journal.
         from nika_brain.engine import signals
         from nika_brain.state import authority
         fields = {"scope": scopes.normalize_scope(scope), "owner": owner, "at": clock.iso(clock.now())}
-        sig = authority.sign(brain, "lock-release", fields, what=f"releasing {owner}'s lock on {scope}")
+        sig = authority.sign(brain, "lock-release", fields, what=f"releasing {owner}'s lock on {scope} ({why})")
         leases.lock_release(brain, scope, owner)
         signals.emit(brain, "INFO", reason=f"lock on {fields['scope']} of {owner} released by the operator",
                      payload={**fields, "signature": sig}, publish=False)
@@ -317,8 +332,13 @@ def claim_close(claim_id: str, status: str, summary: str = "", tests_passed: int
     from nika_brain.gitrepo import git
     from nika_brain.state.claims import id_from_argument
     brain = Brain.find()
+    claim_id = id_from_argument(claim_id)
+    if door.bound(brain, claim_id):   # its session acts through its door: from anywhere else, the operator
+        from nika_brain.state import authority
+        authority.require(brain, f"closing claim {claim_id} outside the session nika-brain started for it "
+                                 "(that session closes it through its door)")
     git.rerun_is_this_command()  # what the git hooks name when they refuse this close's commit
-    done = service.report(brain, id_from_argument(claim_id), status, summary, tests_passed=tests_passed,
+    done = service.report(brain, claim_id, status, summary, tests_passed=tests_passed,
                           tests_failed=tests_failed, empty=empty)
     nxt = nextstep.line(brain, done.outcome) if done.outcome else \
         f"next: nothing to route — claim {done.claim.id} is not the step of a workflow run"

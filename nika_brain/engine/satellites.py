@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nika_brain.brain import Brain
+from nika_brain.engine.claimdoors import tell as _tell_door
 from nika_brain.errors import BrainError
 from nika_brain.gitrepo import git
 from nika_brain.state import agents
@@ -233,47 +234,7 @@ def launch(brain: Brain, claim: Claim, brief: str, brief_file: Path, cwd: Path, 
 
 
 # The satellites' door (federation/doors/claim.py): one process for all the satellites this process
-# launches (a process a satellite cost every swarm step ~100 ms CPU), started on the first one and
-# told on its stdin which claim to serve for which satellite. Started by module name: the engine does
-# not import the federation. It ends when this process has gone and its last satellite has exited.
-_DOORS: dict[str, subprocess.Popen] = {}
-_DOORS_LOCK = threading.Lock()
-
-
-def _door(brain: Brain) -> subprocess.Popen:
-    import sys
-    proc = _DOORS.get(str(brain.root))
-    if proc is not None and proc.poll() is None:
-        return proc
-    err = brain.state_dir / "satellites" / "door.log"
-    err.parent.mkdir(parents=True, exist_ok=True)
-    with open(err, "ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "nika_brain.federation.doors.claim", str(brain.root)],
-                                cwd=brain.root, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                                text=True, env={k: v for k, v in os.environ.items() if k != "NIKA_DOOR"})
-    _DOORS[str(brain.root)] = proc
-    return proc
-
-
-def _tell_door(brain: Brain, line: str) -> None:
-    """Send the door one line (`open CLAIM PID` waits for its answer); a door that died is started
-    again once. A door that cannot be reached leaves the satellite's lock and claim commands failing
-    with the reason (closed, never open)."""
-    with _DOORS_LOCK:
-        for _attempt in range(2):
-            proc = _door(brain)
-            assert proc.stdin is not None and proc.stdout is not None
-            opening = line.startswith("open ")
-            try:
-                proc.stdin.write(line + "\n")
-                proc.stdin.flush()
-                said = proc.stdout.readline() if opening else "-"   # `open CLAIM`, or `failed CLAIM why`
-            except OSError:
-                said = "" if opening else "-"   # a door gone has nothing left to close
-            if said:
-                return
-            proc.kill()   # it died meanwhile: a new one
-            proc.wait()
+# launches, told on its stdin which claim to serve for which satellite (engine/claimdoors.tell).
 
 
 def _wait(brain: Brain, claim: Claim, proc: subprocess.Popen, timeout: float) -> SatelliteOutcome:

@@ -653,14 +653,13 @@ def listen(brain: Brain, *, once: bool = False, block: float = 1.0, on_line: Cal
 
 
 def assisted_hint(brain: Brain, name: str) -> str | None:
-    """Assisted mode: how the operator starts Claude Code for the step so nika-brain's hooks, rules
-    and sandbox apply (a theme worktree has no settings of its own). Installs them if missing."""
+    """Assisted mode: the command that starts Claude Code for the step the way nika-brain starts a
+    satellite (engine/claimdoors.start_session): in the theme worktree, under the satellite-style
+    settings, acting as the claim only through the claim's door, never through a `NIKA_CLAIM` the
+    agent could rewrite. Installs the brain's (or kernel's) settings if missing."""
     run = runs.load_run(brain, name)
-    if run is None:
+    if run is None or not run.claim:
         return None
-    wf = orchestrator.effective(find_workflow(brain, name), run)
-    worktree = orchestrator.worktree_of(brain, wf)
-    settings = satellites.session_settings(brain, run.context.get("kernel"))
-    env = f"NIKA_CLAIM={run.claim} " if run.claim else ""
-    return (f"Start Claude Code for this step under nika-brain's hooks and sandbox:\n"
-            f"  cd {worktree} && {env}claude --settings {settings}")
+    satellites.session_settings(brain, run.context.get("kernel"))
+    return (f"Start Claude Code for this step (its worktree, nika-brain's hooks and sandbox, the claim's door):\n"
+            f"  nika-brain claude start {run.claim}")

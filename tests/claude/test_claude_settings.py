@@ -257,13 +257,14 @@ def test_statusline_never_fails(tmp_path, stdin):
 
 
 def test_assisted_mode_says_how_to_start_claude_under_the_hooks(tmp_path, git_env):
-    from tests.kit.orch import nb, orch_brain, worktree
+    from tests.kit.orch import nb, orch_brain, run_file
     wf = "name: plain\nbranch: theme/plain\nchain:\n  - step: 1\n    type: code\n    scope: src/\n"
     brain = orch_brain(tmp_path / "b", {"plain": wf})
     out = nb(brain, "workflow-launch", "plain", check=0)
     settings = brain.root / ".claude" / "settings.json"
-    assert f"cd {worktree(brain, 'theme/plain')} && NIKA_CLAIM=" in out.stdout
-    assert f"claude --settings {settings}" in out.stdout
+    claim = run_file(brain, "plain")["claim"]
+    assert f"\n  nika-brain claude start {claim}\n" in out.stdout   # its door, not a NIKA_CLAIM to rewrite
+    assert "NIKA_CLAIM=" not in out.stdout
     data = read(settings)  # installed first: hooks, deny rules, sandbox
     assert ours(data, "PreToolUse") and data["sandbox"]["enabled"] is True
 

@@ -25,7 +25,8 @@ from tests.engine.test_inbound import THREE  # the inbound tests' three-step cha
 from tests.kit.brain import git_out
 from tests.kit.claude import SID, bound_env, hook, hook_brain
 from tests.kit.fixtures import agent_env
-from tests.kit.orch import journal, nb, open_claim_id, orch_brain, run_file, satellite_config
+from tests.kit.wait import until
+from tests.kit.orch import claims_of, journal, nb, open_claim_id, orch_brain, run_file, satellite_config, worktree
 from tests.state.test_authority import GATED  # a code step behind a human gate
 
 
@@ -629,3 +630,85 @@ def test_a_satellite_pointing_nika_door_at_another_satellites_door_is_refused(tm
     rc, text = json.loads(record.read_text())["foreign_door"]
     assert rc == 6 and "not of the satellite this door was made for" in text, text
     assert held.read_bytes() == before, "another claim's lock was changed"
+
+
+# ---- hole 2 for assisted mode: the session `claude start` opens acts through the claim's door -----
+
+# A stand-in for `claude` on PATH (the real one: tests/claudecli/test_real_claude.py): it records how it
+# was started, waits while the test acts from another shell, then becomes the satellite program above
+# (exec: the same process, the one the door serves) and runs its attacks and its own work.
+FAKE_CLAUDE = """#!/bin/bash
+printf '%s\\n' "$PWD" "$NIKA_DOOR" "$NIKA_CLAIM" "$@" > "{dir}/started"
+read -r go < "{dir}/go"
+exec {py} {program} "$NIKA_CLAIM" - {record} {agent} ""
+"""
+
+
+def test_an_assisted_session_started_by_nika_brain_acts_as_its_claim_only_through_its_door(tmp_path, git_env):
+    import os
+    brain, held, before, record = _door_brain(tmp_path)
+    launched = nb(brain, "workflow-launch", "door", check=0)   # assisted (mode 1)
+    cid = open_claim_id(brain, "door")
+    assert f"  nika-brain claude start {cid}\n" in launched.stdout and "NIKA_CLAIM=" not in launched.stdout
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    os.mkfifo(tmp_path / "go")
+    (bindir / "claude").write_text(FAKE_CLAUDE.format(dir=tmp_path, py=sys.executable, record=record,
+                                                      agent=tmp_path / "agent-env.json",
+                                                      program=tmp_path / "door_satellite.py"))
+    (bindir / "claude").chmod(0o755)
+    path = {"PATH": f"{bindir}:{os.environ['PATH']}"}
+    agent = {**agent_env(tmp_path), **path}
+    # only the operator starts a session as a claim: an agent (no key, or CLAUDECODE set) cannot
+    assert nb(brain, "claude", "start", cid, env=agent).returncode == 6
+    assert nb(brain, "claude", "start", cid, env={**path, "CLAUDECODE": "1"}).returncode == 6
+    sock = brain.guarded_dir / "doors" / cid / "door.sock"
+    assert not sock.exists()
+    session = subprocess.Popen([sys.executable, "-m", "nika_brain", "claude", "start", "--", "--model", "x"],
+                               cwd=brain.root, env={**os.environ, **path}, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        started = until(lambda: (tmp_path / "started").is_file() and (tmp_path / "started").read_text(),
+                        what="the session's claude").splitlines()
+        cwd, door_env, claim_env, *args = started
+        assert cwd == str(worktree(brain, "theme/door")) and door_env == str(sock) and claim_env == cid
+        assert args[:2] == ["--model", "x"] and args[2] == "--settings"
+        settings_data = json.loads(open(args[3]).read())
+        assert str(brain.root / "locks") in settings_data["sandbox"]["filesystem"]["denyWrite"]
+        assert sock.exists()
+        # Another shell (an agent in another session: no key) naming the claim: refused, no effect.
+        as_it = {**agent, "NIKA_CLAIM": cid}
+        locks_before = {p.name: p.read_bytes() for p in (brain.root / "locks").iterdir()}
+        acq = nb(brain, "lock", "acquire", "src/app/", "--ttl", "60", env=as_it)
+        close = nb(brain, "claim", "close", cid, "--status", "failed", env=as_it)
+        for out in (acq, close):
+            assert out.returncode == 6 and "outside the session nika-brain started" in out.stderr, out.stderr
+        assert {p.name: p.read_bytes() for p in (brain.root / "locks").iterdir()} == locks_before
+        assert claims_of(brain, "door")[0]["status"] == "open"
+        # pointed at the session's door from outside its process tree: refused by the door
+        through = nb(brain, "lock", "acquire", "src/app/", env={**as_it, "NIKA_DOOR": str(sock)})
+        assert through.returncode == 6 and "not of the satellite this door was made for" in through.stderr
+        # a second session for the same claim while this one runs: refused
+        again = nb(brain, "claude", "start", cid, env=path)
+        assert again.returncode == 6 and "already has a session" in again.stderr, again.stderr
+        # The operator's own shell (the key) still acts for the claim, signed.
+        nb(brain, "lock", "acquire", "docs/op/", "--ttl", "60", "--no-pid", env={"NIKA_CLAIM": cid}, check=0)
+        nb(brain, "lock", "release", "docs/op/", env={"NIKA_CLAIM": cid}, check=0)
+        (tmp_path / "go").write_text("go\n")
+        out, err = session.communicate(timeout=300)
+    finally:
+        session.kill()
+    assert session.returncode == 0, out + err
+    assert f"claim {cid}: Claude Code in" in out
+    res = json.loads(record.read_text())
+    assert held.exists() and held.read_bytes() == before, ("another claim's lock was changed", res)
+    for attack in ("release_as_other", "printf_v", "renew_century", "acquire_over", "release_owner",
+                   "close_other"):
+        rc, text = res[attack]
+        assert rc != 0 and "refused by the satellite's door" in text and "other-claim" in text, (attack, text)
+    for own in ("own_acquire", "own_renew", "own_release", "own_close"):
+        assert res[own][0] == 0, (own, res[own][1])
+    assert claims_of(brain, "door")[0]["result"]["status"] == "ok"
+    until(lambda: not sock.exists(), what="the door closed with its session")
+    nb(brain, "workflow", "resume", "door", check=0)
+    assert run_file(brain, "door")["status"] == "done"

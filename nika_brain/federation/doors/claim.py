@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from nika_brain.brain import Brain
+from nika_brain.bus import door as door_client
 from nika_brain.errors import BrainError
 from nika_brain.federation.doors.rules import Refused
 from nika_brain.federation.doors.service import listening, read_request, refusals_path
@@ -42,9 +43,7 @@ from nika_brain.support import clock, procs
 LAYER = "claim-door"
 
 
-def socket_path(brain: Brain, claim_id: str) -> Path:
-    """Under .nika/guarded/ (read-only in the satellite's sandbox: no agent replaces a socket)."""
-    return brain.guarded_dir / "doors" / claim_id / "door.sock"
+socket_path = door_client.claim_socket   # under .nika/guarded/: no agent replaces a socket
 
 
 # ---- who asks ------------------------------------------------------------------------------------
