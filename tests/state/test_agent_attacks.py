@@ -25,8 +25,8 @@ from tests.engine.test_inbound import THREE  # the inbound tests' three-step cha
 from tests.kit.brain import git_out
 from tests.kit.claude import SID, bound_env, hook, hook_brain
 from tests.kit.fixtures import agent_env
-from tests.kit.wait import until
 from tests.kit.orch import claims_of, journal, nb, open_claim_id, orch_brain, run_file, satellite_config, worktree
+from tests.kit.wait import until
 from tests.state.test_authority import GATED  # a code step behind a human gate
 
 
