@@ -77,4 +77,16 @@ def claude_start(ctx: typer.Context,
     if claim is not None and claim.startswith("-"):   # `claude start -- --flag`: no claim, all for claude
         claim, args = None, [claim, *args]
     brain = Brain.find()
-    claimdoors.start_session(brain, claim or claimdoors.waiting_claim(brain), args)
+    cid = claim or claimdoors.waiting_claim(brain)
+    returncode = claimdoors.start_session(brain, cid, args)
+    name = claimdoors.settle(brain, cid)
+    if name is None:
+        from nika_brain.state import claims
+        if claims.load_claim(brain, claims.id_from_argument(cid)).is_open:
+            print(f"claim {cid} is still open: `nika-brain claude start {cid}` to go on with it, or "
+                  f"`nika-brain claim close {cid} --status ok|partial|failed --summary \"...\"`")
+        raise typer.Exit(returncode)
+    from nika_brain.cli import workflow
+    from nika_brain.engine import service
+    out = service.resume(brain, name, on_event=workflow._print)   # the step it closed is routed now
+    raise typer.Exit(returncode or out.exit_code)

@@ -9,12 +9,13 @@ serve. Two kinds of session get one:
   told on its stdin `open CLAIM PID` / `close CLAIM` (a process a satellite cost every swarm step
   ~100 ms CPU);
 - an assisted step's session (`nika-brain claude start CLAIM`, `start_session`): the command opens
-  the claim's door for its own pid, then becomes the real `claude` (exec: the same pid, so the
-  door serves exactly Claude Code's process tree, the terminal is Claude Code's own, and the door
-  closes itself when that process exits).
+  the claim's door for its own process tree, runs the real `claude` in the claim's worktree with the
+  terminal passed through (the operator types into it) and waits for it; then it closes the door,
+  commits what the session's close left (git is read-only in its sandbox, as for a satellite) and
+  routes the step (`settle`).
 
 While a claim's door is open, its lock and claim changes made anywhere else (`NIKA_CLAIM=<claim>`
-from another shell) are the operator's (cli/fast.py: `door_bound`), so an agent in another session
+from another shell) are the operator's (bus/door.bound, checked by cli/fast.py), so an agent in another session
 cannot act as that claim. Doors are started by module name: the engine does not import the
 federation.
 """
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -130,9 +132,10 @@ def session_plan(brain: Brain, claim_id: str) -> tuple[Path, Path]:
     return cwd, claude_settings.satellite_settings(brain.root, satellites.session_settings(brain, kernel), own)
 
 
-def start_session(brain: Brain, claim_id: str, args: list[str], *, say=print) -> None:
-    """Open the claim's door for this process, then exec the real `claude` in the claim's folder with
-    `$NIKA_DOOR` and its own settings; returns only on a refusal (a BrainError)."""
+def start_session(brain: Brain, claim_id: str, args: list[str], *, say=print) -> int:
+    """Open the claim's door for this process's tree, run the real `claude` in the claim's folder with
+    `$NIKA_DOOR` and its own settings, the terminal passed through, and wait for it; then close the
+    door and settle what the session did (`settle`). Returns Claude Code's exit code."""
     from nika_brain.state import authority, claims
     cid = claims.id_from_argument(claim_id)
     authority.operator_only(brain, f"starting a session as claim {cid}")
@@ -147,20 +150,47 @@ def start_session(brain: Brain, claim_id: str, args: list[str], *, say=print) ->
             raise Refused(f"claim {cid} already has a session nika-brain started (its door {sock} answers): "
                           "end it first, or work in it")
         sock.unlink()   # a door killed with its session: replaced by this one
-    said = tell(brain, f"open {cid} {os.getpid()}")   # this pid becomes Claude Code's: the door serves its tree
+    # The door serves this process's tree: the claude it starts and what that runs (this process
+    # itself asks nothing of it). Opened first, so the session's first command finds it.
+    said = tell(brain, f"open {cid} {os.getpid()}")
     if said != f"open {cid}":
         raise BrainError(f"claim {cid}'s door could not be opened ({said or 'no door process'}); see "
                          f"{brain.state_dir / 'satellites' / 'door.log'}")
     env = {**{k: v for k, v in os.environ.items() if k != git.RERUN}, "NIKA_BRAIN_DIR": str(brain.root),
            "NIKA_CLAIM": cid, "NIKA_WORKTREE": str(cwd), "NIKA_AGENT": "1", door_client.CLAIM_DOOR: str(sock)}
-    argv = [binary, *args, "--settings", str(settings)]
     say(f"claim {cid}: Claude Code in {cwd}, acting as the claim through its door {sock} "
         "(closed when the session ends)")
-    sys.stdout.flush()
-    sys.stderr.flush()
     try:
-        os.chdir(cwd)
-        os.execve(binary, argv, env)
-    except OSError as exc:
+        try:
+            proc = subprocess.Popen([binary, *args, "--settings", str(settings)], cwd=cwd, env=env)
+        except OSError as exc:
+            raise BrainError(f"`{binary}` could not start: {exc.strerror or exc}") from None
+        # The terminal's Ctrl-C, Ctrl-\ and hangup are Claude Code's to handle: this process waits on.
+        ignored = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP)}
+        try:
+            returncode = proc.wait()
+        finally:
+            for sig, handler in ignored.items():
+                signal.signal(sig, handler)
+    finally:
         tell(brain, f"close {cid}")
-        raise BrainError(f"`{binary}` could not start: {exc.strerror or exc}") from None
+        sock.unlink(missing_ok=True)
+    return returncode
+
+
+def settle(brain: Brain, claim_id: str) -> str | None:
+    """After the session: a claim it closed through its door (git is read-only in its sandbox) has its
+    work committed here, as the launcher of a satellite does once it exits; the run to route next
+    (it waits on that claim), or None (the claim is still open, or already routed)."""
+    from nika_brain.engine import orchestrator, service
+    from nika_brain.state import claims, runs
+    from nika_brain.state.workflows import find_workflow
+    c = claims.load_claim(brain, claims.id_from_argument(claim_id))
+    run = runs.load_run(brain, c.workflow) if c.workflow and not c.is_open else None
+    if run is None or not run.active or run.claim != c.id:
+        return None
+    worktree = orchestrator.worktree_of(brain, orchestrator.effective(find_workflow(brain, run.workflow), run))
+    if worktree.is_dir():
+        service.settle_work(worktree, c, c.result.status if c.result else "failed",
+                            c.result.summary if c.result else "")
+    return run.workflow

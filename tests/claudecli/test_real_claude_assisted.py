@@ -1,0 +1,168 @@
+"""Assisted mode (mode 1) through the real Claude Code CLI, interactive under tmux as an operator runs
+it, against the Messages API STAND-IN (tests/claudecli/standin.py: a local HTTP server, not Claude).
+
+`workflow-launch` prints `nika-brain claude start <claim>`; the operator runs it in a terminal (a tmux
+pane here), types the step's prompt into Claude Code and ends the session with Ctrl-C. The session
+acts as its claim only through the claim's door: `$NIKA_CLAIM`, `printf -v`, `--owner` and the lock
+files themselves are no way to act as another claim (issue 24, hole 2 for assisted sessions).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from nika_brain.federation.kernels.runtimes.tmux import input_box   # Claude Code's input box, read
+from nika_brain.state import locks
+from tests.kit.orch import claims_of, nb, orch_brain, run_file, worktree
+from tests.kit.wait import until
+
+from .harness import claude_binary, claude_env
+from .standin import MessagesStandin, text, tool_use
+from .test_real_claude import ATTACK, _satellite_turn
+
+REPO = Path(__file__).resolve().parents[2]
+PY = sys.executable
+KEY = "sk-standin-not-a-key"   # claude_env's
+RULE = "\u2500" * 20           # Claude Code's input box is drawn between rules of these
+
+ASSIST_WF = """name: assist
+branch: theme/assist
+chain:
+  - step: 1
+    type: code
+    scope: src/app/
+    story_angle: "write src/app/main.py"
+    test: "test -f src/app/main.py"
+"""
+
+# `printf -v` re-spells the identity where the hook cannot see it (an interpreter runs the shell).
+PRINTF_V = """import subprocess, sys
+p = subprocess.run(["bash", "-c", "printf -v NIKA_CLAIM %s other-claim; export NIKA_CLAIM; "
+                    + sys.executable + " -m nika_brain lock release src/locked/"], capture_output=True, text=True)
+print(f"printf rc={p.returncode} {p.stderr.strip()[:300]}")
+"""
+
+
+@pytest.fixture(autouse=True)
+def _binary():
+    claude_binary()
+
+
+class Pane:
+    """One tmux pane on a private server: the operator's terminal."""
+
+    def __init__(self, sock: Path):
+        self.sock = sock
+
+    def tmux(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["tmux", "-S", str(self.sock), *args], capture_output=True, text=True, timeout=30)
+
+    def screen(self) -> str:
+        return self.tmux("capture-pane", "-p").stdout
+
+    def enter(self, line: str, taken, shown: str | None = None) -> None:
+        """Type `line`, press Enter once the screen shows it (or `shown`), and again while it still sits
+        in the input box and `taken()` says nothing read it (a loaded machine can turn a quick Enter
+        into a newline)."""
+        self.tmux("send-keys", "-l", line)
+        mark = "".join((shown or line).split())
+        until(lambda: mark in "".join(self.screen().split()), what=f"{line!r} typed")
+        self.tmux("send-keys", "Enter")
+        deadline = time.monotonic() + 120
+        while not taken() and time.monotonic() < deadline:
+            time.sleep(0.5)
+            box = input_box(self.screen())
+            if not taken() and box and line in box:
+                self.tmux("send-keys", "Enter")
+        assert taken(), f"{line!r} was never taken:\n{self.screen()}"
+
+
+def test_an_assisted_session_started_with_claude_start_acts_as_its_claim_only_through_its_door(
+        tmp_path, git_env):
+    """The session the operator starts with the hint's command: another claim's lock survives
+    `NIKA_CLAIM=<other>`, `printf -v NIKA_CLAIM`, `--owner <other>`, the door dropped, and python
+    writing or unlinking its file; the session's own lock and claim close work through its door; the
+    door is gone once the operator ends the session."""
+    brain = orch_brain(tmp_path / "b", {"assist": ASSIST_WF}, files={"src/app/.keep": "", "src/locked/f.py": "x\n"})
+    nb(brain, "claude", "install", check=0)
+    held = locks.acquire(brain, "src/locked/", "other-claim", ttl=3600)
+    lock_file = next((brain.root / "locks").glob("*.yml"))
+    before = lock_file.read_bytes()
+    launched = nb(brain, "workflow-launch", "assist", check=0)   # assisted: the brief and the hint
+    cid = run_file(brain, "assist")["claim"]
+    hint = f"  nika-brain claude start {cid}"
+    assert hint in launched.stdout.splitlines() and "NIKA_CLAIM=" not in launched.stdout, launched.stdout
+    tree = worktree(brain, "theme/assist")
+    home = tmp_path / "claude-home"
+    home.mkdir()
+    # an installed claude that has done its onboarding, trusts the worktree and knows the key
+    (home / ".claude.json").write_text(json.dumps({
+        "hasCompletedOnboarding": True, "numStartups": 3,
+        "projects": {str(tree.resolve()): {"hasTrustDialogAccepted": True}},
+        "customApiKeyResponses": {"approved": [KEY[-20:]], "rejected": []}}))
+    state: dict[str, str] = {}
+
+    def respond(body: dict) -> list | None:
+        claim, turn = _satellite_turn(state, body)
+        nbc = f"{PY} -m nika_brain"
+        plan = [
+            [tool_use("Write", file_path=str(tree / "src" / "app" / "attack.py"), content=ATTACK)],
+            [tool_use("Write", file_path=str(tree / "src" / "app" / "printf.py"), content=PRINTF_V)],
+            [tool_use("Bash", command=f"{PY} src/app/attack.py {lock_file} {brain.root}", description="attack")],
+            [tool_use("Bash", command=f"{PY} src/app/printf.py", description="attack")],
+            [tool_use("Bash", command=f"{nbc} lock acquire src/app/ --ttl 600", description="lock")],
+            [tool_use("Write", file_path=str(tree / "src" / "app" / "main.py"), content="print('hi')\n")],
+            [tool_use("Bash", command=f"{nbc} lock release src/app/", description="unlock")],
+            [tool_use("Bash", command=f"{nbc} claim close {claim} --status ok --summary 'wrote main.py'",
+                      description="report")],
+            [text("Step done; claim closed.")],
+        ]
+        return plan[turn] if turn < len(plan) else [text("done")]
+
+    pane = Pane(tmp_path / "tmux.sock")
+    sock = brain.guarded_dir / "doors" / cid / "door.sock"
+    with MessagesStandin(respond=respond) as standin:
+        env = claude_env(home, standin.url, {"PYTHONPATH": str(REPO), "TERM": "xterm-256color"})
+        env.update({k: v for k, v in os.environ.items() if k.startswith(("GIT_", "NSS_WRAPPER", "LD_PRELOAD"))})
+        # the operator's terminal, in the brain, running the hint's command (the key: the operator's)
+        command = f"{PY} -m nika_brain {hint.strip().removeprefix('nika-brain ')} -- --permission-mode acceptEdits"
+        subprocess.run(["tmux", "-S", str(pane.sock), "new-session", "-d", "-x", "200", "-y", "50", "-c",
+                        str(brain.root), f"{command}; echo rc=$? > {tmp_path}/rc"], env=env, check=True)
+        try:
+            until(lambda: RULE in pane.screen(), timeout=120, what="Claude Code's input box")
+            assert sock.exists(), "the session has no door"
+            pane.enter("do the step of your brief", lambda: bool(standin.conversation()))
+            until(lambda: len(standin.tool_results()) >= 8, timeout=300, what="the session's script")
+            until(lambda: "Step done; claim closed." in pane.screen(), what="the last answer")
+            # the operator ends the session
+            pane.enter("/exit", lambda: (tmp_path / "rc").exists(), shown="Exit the CLI")
+        finally:
+            pane.tmux("kill-server")
+    results = list(standin.tool_results().values())
+    _, _, attack, printf_v, acquire, _, release, close = results[:8]
+    assert lock_file.exists() and lock_file.read_bytes() == before, attack["text"]
+    assert locks.overlapping(brain, "src/locked/")[0].token == held.token
+    lines = attack["text"].splitlines()[-7:]
+    assert all("rc=6 nika-brain: refused by the satellite's door" in x for x in lines[:2]), lines
+    assert "rc=6" in lines[2] and "operator" in lines[2], lines        # no door: another owner needs the key
+    assert "rc=1" in lines[3] and "Read-only file system" in lines[3], lines   # ... and the files are read-only
+    assert lines[4:] == ["file: Read-only file system"] * 3, lines   # the lock, and git's branch
+    assert "printf rc=6" in printf_v["text"] and "other-claim" in printf_v["text"], printf_v
+    for step in (acquire, release, close):
+        assert not step["is_error"], step["text"]
+    assert "acquired src/app/" in acquire["text"] and "released src/app/" in release["text"]
+    assert "closed " in close["text"], close["text"]
+    (claim,) = claims_of(brain, "assist")
+    assert claim["id"] == state["claim"] == cid and claim["result"]["status"] == "ok"
+    assert not sock.exists(), "the door outlived its session"
+    assert (tmp_path / "rc").read_text().strip() == "rc=0"
+    # the step it closed: committed and routed by `claude start` once the session ended (git is
+    # read-only in the session's sandbox), merged into main: the run is done
+    assert run_file(brain, "assist")["status"] == "done"
+    assert (brain.root / "src" / "app" / "main.py").read_text() == "print('hi')\n"
