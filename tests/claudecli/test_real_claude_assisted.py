@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from nika_brain.federation.kernels.runtimes.tmux import input_box   # Claude Code's input box, read
+from nika_brain.federation.kernels.runtimes.tmux import input_box  # Claude Code's input box, read
 from nika_brain.state import locks
 from tests.kit.orch import claims_of, nb, orch_brain, run_file, worktree
 from tests.kit.wait import until
