@@ -238,32 +238,57 @@ print("\\n".join(out))
 """
 
 
+def locked_brain(tmp_path: Path, name: str, workflow: str):
+    """A brain with Claude Code's settings installed and another claim's exclusive lock on src/locked/:
+    (brain, the lock, its file, the file's bytes)."""
+    brain = orch_brain(tmp_path / "b", {name: workflow}, files={"src/app/.keep": "", "src/locked/f.py": "x\n"})
+    nb(brain, "claude", "install", check=0)
+    held = locks.acquire(brain, "src/locked/", "other-claim", ttl=3600)
+    lock_file = next((brain.root / "locks").glob("*.yml"))
+    return brain, held, lock_file, lock_file.read_bytes()
+
+
+def door_plan(tree: Path, lock_file: Path, root: Path, claim: str, extra: list | None = None) -> list:
+    """What a session with a door is scripted to do: ATTACK (then `extra`), its own lock acquire, renew
+    and release around writing main.py, and its claim's close, each through the real CLI."""
+    nbc = f"{PY} -m nika_brain"
+    return [
+        [tool_use("Write", file_path=str(tree / "src" / "app" / "attack.py"), content=ATTACK)],
+        [tool_use("Bash", command=f"{PY} src/app/attack.py {lock_file} {root}", description="attack")],
+        *(extra or []),
+        [tool_use("Bash", command=f"{nbc} lock acquire src/app/ --ttl 600", description="lock")],
+        [tool_use("Bash", command=f"{nbc} lock renew src/app/ --ttl 900", description="renew")],
+        [tool_use("Write", file_path=str(tree / "src" / "app" / "main.py"), content="print('hi')\n")],
+        [tool_use("Bash", command=f"{nbc} lock release src/app/", description="unlock")],
+        [tool_use("Bash", command=f"{nbc} claim close {claim} --status ok --summary 'wrote main.py'",
+                  description="report")],
+        [text("Step done; claim closed.")],
+    ]
+
+
+def assert_held_through(brain, held, lock_file: Path, before: bytes, attack: dict) -> None:
+    """ATTACK changed nothing: the door refused the lock changes, the operator key the door dropped,
+    the read-only files the rest."""
+    assert lock_file.exists() and lock_file.read_bytes() == before, attack["text"]
+    assert locks.overlapping(brain, "src/locked/")[0].token == held.token
+    lines = attack["text"].splitlines()[-7:]
+    assert all("rc=6 nika-brain: refused by the satellite's door" in x for x in lines[:2]), lines
+    assert "rc=6" in lines[2] and "operator" in lines[2], lines        # no door: another owner needs the key
+    assert "rc=1" in lines[3] and "Read-only file system" in lines[3], lines   # ... and the files are read-only
+    assert lines[4:] == ["file: Read-only file system"] * 3, lines   # the lock, and git's branch
+
+
 def test_a_satellite_under_claude_code_changes_locks_only_through_its_door(tmp_path, git_env, home):
     """Issue 24, hole 2 for satellites, through the real CLI in Claude Code's sandbox: another claim's
     lock survives $NIKA_CLAIM set to its owner, a century's renewal, the door dropped, and an
     interpreter writing or unlinking its file; the satellite's own lock and close work (its door)."""
-    brain = orch_brain(tmp_path / "b", {"sat": SATELLITE_WF}, files={"src/app/.keep": "", "src/locked/f.py": "x\n"})
-    nb(brain, "claude", "install", check=0)
-    held = locks.acquire(brain, "src/locked/", "other-claim", ttl=3600)
-    lock_file = next((brain.root / "locks").glob("*.yml"))
-    before = lock_file.read_bytes()
+    brain, held, lock_file, before = locked_brain(tmp_path, "sat", SATELLITE_WF)
     tree = worktree(brain, "theme/sat")
     state: dict[str, str] = {}
 
     def respond(body: dict) -> list | None:
         cid, turn = _satellite_turn(state, body)
-        nbc = f"{PY} -m nika_brain"
-        plan = [
-            [tool_use("Write", file_path=str(tree / "src" / "app" / "attack.py"), content=ATTACK)],
-            [tool_use("Bash", command=f"{PY} src/app/attack.py {lock_file} {brain.root}", description="attack")],
-            [tool_use("Bash", command=f"{nbc} lock acquire src/app/ --ttl 600", description="lock")],
-            [tool_use("Bash", command=f"{nbc} lock renew src/app/ --ttl 900", description="renew")],
-            [tool_use("Write", file_path=str(tree / "src" / "app" / "main.py"), content="print('hi')\n")],
-            [tool_use("Bash", command=f"{nbc} lock release src/app/", description="unlock")],
-            [tool_use("Bash", command=f"{nbc} claim close {cid} --status ok --summary 'wrote main.py'",
-                      description="report")],
-            [text("Step done; claim closed.")],
-        ]
+        plan = door_plan(tree, lock_file, brain.root, cid)
         return plan[turn] if turn < len(plan) else [text("done")]
 
     with MessagesStandin(respond=respond) as standin:
@@ -273,13 +298,7 @@ def test_a_satellite_under_claude_code_changes_locks_only_through_its_door(tmp_p
     results = list(standin.tool_results().values())
     assert len(results) >= 7, f"the satellite did not get through its script: {results}\n{out.stderr}"
     _, attack, acquire, renew, _, release, close = results[:7]
-    assert lock_file.exists() and lock_file.read_bytes() == before, attack["text"]
-    assert locks.overlapping(brain, "src/locked/")[0].token == held.token
-    lines = attack["text"].splitlines()[-7:]
-    assert all("rc=6 nika-brain: refused by the satellite's door" in x for x in lines[:2]), lines
-    assert "rc=6" in lines[2] and "operator" in lines[2], lines        # no door: another owner needs the key
-    assert "rc=1" in lines[3] and "Read-only file system" in lines[3], lines   # ... and the files are read-only
-    assert lines[4:] == ["file: Read-only file system"] * 3, lines   # the lock, and git's branch
+    assert_held_through(brain, held, lock_file, before, attack)
     for step in (acquire, renew, release, close):
         assert not step["is_error"], step["text"]
     assert "acquired src/app/" in acquire["text"] and "released src/app/" in release["text"]

@@ -18,28 +18,17 @@ from pathlib import Path
 import pytest
 
 from nika_brain.federation.kernels.runtimes.tmux import input_box  # Claude Code's input box, read
-from nika_brain.state import locks
-from tests.kit.orch import claims_of, nb, orch_brain, run_file, worktree
+from tests.kit.orch import claims_of, nb, run_file, worktree
 from tests.kit.wait import until
 
 from .harness import claude_binary, claude_env
 from .standin import MessagesStandin, text, tool_use
-from .test_real_claude import ATTACK, _satellite_turn
+from .test_real_claude import SATELLITE_WF, _satellite_turn, assert_held_through, door_plan, locked_brain
 
 REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
 KEY = "sk-standin-not-a-key"   # claude_env's
 RULE = "\u2500" * 20           # Claude Code's input box is drawn between rules of these
-
-ASSIST_WF = """name: assist
-branch: theme/assist
-chain:
-  - step: 1
-    type: code
-    scope: src/app/
-    story_angle: "write src/app/main.py"
-    test: "test -f src/app/main.py"
-"""
 
 # `printf -v` re-spells the identity where the hook cannot see it (an interpreter runs the shell).
 PRINTF_V = """import subprocess, sys
@@ -89,16 +78,12 @@ def test_an_assisted_session_started_with_claude_start_acts_as_its_claim_only_th
     `NIKA_CLAIM=<other>`, `printf -v NIKA_CLAIM`, `--owner <other>`, the door dropped, and python
     writing or unlinking its file; the session's own lock and claim close work through its door; the
     door is gone once the operator ends the session."""
-    brain = orch_brain(tmp_path / "b", {"assist": ASSIST_WF}, files={"src/app/.keep": "", "src/locked/f.py": "x\n"})
-    nb(brain, "claude", "install", check=0)
-    held = locks.acquire(brain, "src/locked/", "other-claim", ttl=3600)
-    lock_file = next((brain.root / "locks").glob("*.yml"))
-    before = lock_file.read_bytes()
-    launched = nb(brain, "workflow-launch", "assist", check=0)   # assisted: the brief and the hint
-    cid = run_file(brain, "assist")["claim"]
+    brain, held, lock_file, before = locked_brain(tmp_path, "sat", SATELLITE_WF)   # launched assisted here
+    launched = nb(brain, "workflow-launch", "sat", check=0)   # assisted: the brief and the hint
+    cid = run_file(brain, "sat")["claim"]
     hint = f"  nika-brain claude start {cid}"
     assert hint in launched.stdout.splitlines() and "NIKA_CLAIM=" not in launched.stdout, launched.stdout
-    tree = worktree(brain, "theme/assist")
+    tree = worktree(brain, "theme/sat")
     home = tmp_path / "claude-home"
     home.mkdir()
     # an installed claude that has done its onboarding, trusts the worktree and knows the key
@@ -110,19 +95,9 @@ def test_an_assisted_session_started_with_claude_start_acts_as_its_claim_only_th
 
     def respond(body: dict) -> list | None:
         claim, turn = _satellite_turn(state, body)
-        nbc = f"{PY} -m nika_brain"
-        plan = [
-            [tool_use("Write", file_path=str(tree / "src" / "app" / "attack.py"), content=ATTACK)],
+        plan = door_plan(tree, lock_file, brain.root, claim, extra=[
             [tool_use("Write", file_path=str(tree / "src" / "app" / "printf.py"), content=PRINTF_V)],
-            [tool_use("Bash", command=f"{PY} src/app/attack.py {lock_file} {brain.root}", description="attack")],
-            [tool_use("Bash", command=f"{PY} src/app/printf.py", description="attack")],
-            [tool_use("Bash", command=f"{nbc} lock acquire src/app/ --ttl 600", description="lock")],
-            [tool_use("Write", file_path=str(tree / "src" / "app" / "main.py"), content="print('hi')\n")],
-            [tool_use("Bash", command=f"{nbc} lock release src/app/", description="unlock")],
-            [tool_use("Bash", command=f"{nbc} claim close {claim} --status ok --summary 'wrote main.py'",
-                      description="report")],
-            [text("Step done; claim closed.")],
-        ]
+            [tool_use("Bash", command=f"{PY} src/app/printf.py", description="attack")]])
         return plan[turn] if turn < len(plan) else [text("done")]
 
     pane = Pane(tmp_path / "tmux.sock")
@@ -138,31 +113,25 @@ def test_an_assisted_session_started_with_claude_start_acts_as_its_claim_only_th
             until(lambda: RULE in pane.screen(), timeout=120, what="Claude Code's input box")
             assert sock.exists(), "the session has no door"
             pane.enter("do the step of your brief", lambda: bool(standin.conversation()))
-            until(lambda: len(standin.tool_results()) >= 8, timeout=300, what="the session's script")
+            until(lambda: len(standin.tool_results()) >= 9, timeout=300, what="the session's script")
             until(lambda: "Step done; claim closed." in pane.screen(), what="the last answer")
             # the operator ends the session
             pane.enter("/exit", lambda: (tmp_path / "rc").exists(), shown="Exit the CLI")
         finally:
             pane.tmux("kill-server")
     results = list(standin.tool_results().values())
-    _, _, attack, printf_v, acquire, _, release, close = results[:8]
-    assert lock_file.exists() and lock_file.read_bytes() == before, attack["text"]
-    assert locks.overlapping(brain, "src/locked/")[0].token == held.token
-    lines = attack["text"].splitlines()[-7:]
-    assert all("rc=6 nika-brain: refused by the satellite's door" in x for x in lines[:2]), lines
-    assert "rc=6" in lines[2] and "operator" in lines[2], lines        # no door: another owner needs the key
-    assert "rc=1" in lines[3] and "Read-only file system" in lines[3], lines   # ... and the files are read-only
-    assert lines[4:] == ["file: Read-only file system"] * 3, lines   # the lock, and git's branch
+    _, attack, _, printf_v, acquire, renew, _, release, close = results[:9]
+    assert_held_through(brain, held, lock_file, before, attack)
     assert "printf rc=6" in printf_v["text"] and "other-claim" in printf_v["text"], printf_v
-    for step in (acquire, release, close):
+    for step in (acquire, renew, release, close):
         assert not step["is_error"], step["text"]
     assert "acquired src/app/" in acquire["text"] and "released src/app/" in release["text"]
     assert "closed " in close["text"], close["text"]
-    (claim,) = claims_of(brain, "assist")
+    (claim,) = claims_of(brain, "sat")
     assert claim["id"] == state["claim"] == cid and claim["result"]["status"] == "ok"
     assert not sock.exists(), "the door outlived its session"
     assert (tmp_path / "rc").read_text().strip() == "rc=0"
     # the step it closed: committed and routed by `claude start` once the session ended (git is
     # read-only in the session's sandbox), merged into main: the run is done
-    assert run_file(brain, "assist")["status"] == "done"
+    assert run_file(brain, "sat")["status"] == "done"
     assert (brain.root / "src" / "app" / "main.py").read_text() == "print('hi')\n"
