@@ -269,6 +269,34 @@ def test_assisted_mode_says_how_to_start_claude_under_the_hooks(tmp_path, git_en
     assert ours(data, "PreToolUse") and data["sandbox"]["enabled"] is True
 
 
+def test_claude_start_says_in_one_line_why_it_cannot_start_a_session(tmp_path, git_env):
+    """`claude start` with nothing to start, an unknown or closed claim, or no `claude` on PATH: one
+    line and a failing exit code, no traceback, no door left behind."""
+    from tests.kit.orch import nb, orch_brain, run_file
+    wf = "name: plain\nbranch: theme/plain\nchain:\n  - step: 1\n    type: code\n    scope: src/\n"
+    brain = orch_brain(tmp_path / "b", {"plain": wf})
+    bindir = tmp_path / "bin"   # a `claude` that must never run here
+    bindir.mkdir()
+    (bindir / "claude").write_text(f"#!/bin/sh\ntouch {tmp_path}/ran\n")
+    (bindir / "claude").chmod(0o755)
+    path = {"PATH": f"{bindir}:/usr/bin:/bin"}
+    def refused(args: tuple, says: str) -> None:
+        out = nb(brain, "claude", "start", *args, env=path)
+        assert out.returncode != 0 and out.stderr.startswith("nika-brain: ") and says in out.stderr, out.stderr
+        assert out.stderr.count("\n") == 1, out.stderr   # one line, no traceback
+
+    refused((), "no assisted run waits on a step")
+    nb(brain, "workflow-launch", "plain", check=0)
+    cid = run_file(brain, "plain")["claim"]
+    refused(("nope",), "nope")
+    no_claude = nb(brain, "claude", "start", cid, env={"PATH": "/usr/bin:/bin"})
+    assert no_claude.returncode == 1 and "`claude` is not on PATH" in no_claude.stderr, no_claude.stderr
+    nb(brain, "claim", "close", cid, "--status", "failed", "--summary", "x", check=0)
+    closed = nb(brain, "claude", "start", cid, env=path)
+    assert closed.returncode == 6 and f"claim {cid} is closed" in closed.stderr, closed.stderr
+    assert not (tmp_path / "ran").exists() and not list(brain.guarded_dir.rglob("door.sock"))
+
+
 def test_install_says_what_the_sandbox_needs_when_it_is_missing(hb, monkeypatch, tmp_path):
     from tests.kit.orch import nb
     brain, _ = hb
