@@ -72,14 +72,14 @@ def claude_start(ctx: typer.Context,
     """Start Claude Code for an assisted step, as nika-brain starts a satellite: in the claim's worktree,
     under its own settings, acting as the claim only through the claim's door (closed when the
     session ends). Arguments after `--` go to `claude` (e.g. `-- --permission-mode acceptEdits`)."""
-    from nika_brain.engine import claimdoors
+    from nika_brain.engine import assisted
     args = list(ctx.args)
     if claim is not None and claim.startswith("-"):   # `claude start -- --flag`: no claim, all for claude
         claim, args = None, [claim, *args]
     brain = Brain.find()
-    cid = claim or claimdoors.waiting_claim(brain)
-    returncode = claimdoors.start_session(brain, cid, args)
-    name = claimdoors.settle(brain, cid)
+    cid = claim or assisted.waiting_claim(brain)
+    returncode = assisted.start_session(brain, cid, args)
+    name = assisted.settle(brain, cid)
     if name is None:
         from nika_brain.state import claims
         if claims.load_claim(brain, claims.id_from_argument(cid)).is_open:

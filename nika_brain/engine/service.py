@@ -654,7 +654,7 @@ def listen(brain: Brain, *, once: bool = False, block: float = 1.0, on_line: Cal
 
 def assisted_hint(brain: Brain, name: str) -> str | None:
     """Assisted mode: the command that starts Claude Code for the step the way nika-brain starts a
-    satellite (engine/claimdoors.start_session): in the theme worktree, under the satellite-style
+    satellite (engine/assisted.start_session): in the theme worktree, under the satellite-style
     settings, acting as the claim only through the claim's door, never through a `NIKA_CLAIM` the
     agent could rewrite. Installs the brain's (or kernel's) settings if missing."""
     run = runs.load_run(brain, name)
