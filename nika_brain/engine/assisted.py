@@ -78,7 +78,7 @@ def session_plan(brain: Brain, claim_id: str) -> tuple[Path, Path]:
 def start_session(brain: Brain, claim_id: str, args: list[str], *, say=print) -> int:
     """Open the claim's door for this process's tree, run the real `claude` in the claim's folder with
     `$NIKA_DOOR` and its own settings, the terminal passed through, and wait for it; then close the
-    door and settle what the session did (`settle`). Returns Claude Code's exit code."""
+    door. Returns Claude Code's exit code (the caller then calls `settle`)."""
     from nika_brain.state import authority, claims
     cid = claims.id_from_argument(claim_id)
     authority.operator_only(brain, f"starting a session as claim {cid}")
