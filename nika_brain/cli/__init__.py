@@ -138,7 +138,7 @@ def plain_metavars(command: Any) -> Any:
     return command
 
 
-_COMMANDS: dict[tuple[str, ...], Any] = {}
+_COMMANDS: dict[tuple[str, ...], Any] = {}  # (id of the app, the imported command modules...) -> tree
 
 
 def _command(app: Any) -> Any:
@@ -147,9 +147,9 @@ def _command(app: Any) -> Any:
     process that calls `main()` more than once (a campaign of a thousand argument vectors, a loop of
     in-process calls); a process that runs one command builds it once either way. The key is the set
     of imported `nika_brain.cli.*` modules: they attach their commands on import, so a call that
-    registers one more module gets a new tree that holds it."""
+    registers one more module gets a new tree that holds it (and another `app` object, another tree)."""
     import typer
-    key = tuple(sorted(m for m in sys.modules if m.startswith("nika_brain.cli.")))
+    key = (str(id(app)), *sorted(m for m in sys.modules if m.startswith("nika_brain.cli.")))
     command = _COMMANDS.get(key)
     if command is None:
         command = _COMMANDS[key] = plain_metavars(typer.main.get_command(app))
