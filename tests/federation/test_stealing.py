@@ -333,8 +333,17 @@ def stress(brain, env: dict, tmp: Path, n: int = STRESS_N, seed: int = 7, kills:
             if log.exists() else set()
         return sorted(k for k, p in procs.items() if p.pid in pids)
 
+    def in_task(ready: list[str]) -> list[str]:
+        """Of `ready`, the kernels whose current process's last started task is not done yet."""
+        last: dict[int, str] = {}
+        for parts in (line.split() for line in log.read_text().splitlines()):
+            if len(parts) == 4:
+                last[int(parts[2])] = parts[0]
+        return [k for k in ready if procs[k].pid in last and bus.get(f"ws:done:{last[procs[k].pid]}") is None]
+
     procs = {k: start(k) for k in GOALS}
     killed: set[int] = set()
+    landed = 0
     total = n * len(GOALS)
     marks = [total * (j + 1) // (kills + 2) for j in range(kills)]   # kill j once this many are done
     deadline = time.monotonic() + 1800  # a bound for a hung run only: a loaded machine is just slower
@@ -343,11 +352,21 @@ def stress(brain, env: dict, tmp: Path, n: int = STRESS_N, seed: int = 7, kills:
             assert time.monotonic() < deadline, f"only {done} tasks done"
             for k, p in procs.items():
                 assert p.poll() is None or p.pid in killed, f"kernel {k} exited by itself"
-            if len(killed) < kills and done >= marks[len(killed)] and (ready := working()):
-                k = rnd.choice(ready)
+            due = len(killed) < kills and done >= marks[len(killed)]
+            extra = kills <= len(killed) < 2 * kills and not landed  # none landed in a task yet: more
+            if (due or extra) and (ready := working()):
+                # every other kill goes to the kernel with the longest tasks seen inside one (when one
+                # is): some kills must land in a task for its redelivery to be tested; the others land
+                # wherever they fall (claiming, granted, between tasks)
+                inside = in_task(ready) if len(killed) % 2 or extra else []
+                if extra and not inside:
+                    time.sleep(0.1)
+                    continue
+                k = max(inside, key=lambda x: TASK_MS[x]) if inside else rnd.choice(ready)
                 os.kill(procs[k].pid, signal.SIGKILL)
                 procs[k].wait()
                 killed.add(procs[k].pid)
+                landed += bool(in_task([k]))   # its last task not done, and its process is gone
                 procs[k] = start(k)
             time.sleep(0.1)
     finally:
