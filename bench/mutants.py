@@ -125,7 +125,7 @@ MUTANTS: list[Mutant] = [
            "                    found.append(rec)",
            (f"{EDGES}::test_records_chroma_returns_outside_the_readers_scope_are_dropped",)),
     Mutant("vault: dedup > becomes >= (in a batch)", "nika_brain/federation/vault/write.py",
-           "if float(sims[j]) > threshold", "if float(sims[j]) >= threshold",
+           "above = np.flatnonzero(sims > threshold)", "above = np.flatnonzero(sims >= threshold)",
            (f"{EDGES}::test_a_dedup_threshold_of_one_drops_nothing",)),
     Mutant("vault: dedup > becomes >= (against the kernel's records)", "nika_brain/federation/vault/write.py",
            "if sim <= threshold or kernel_of(hid) != kernel_id:", "if sim < threshold or kernel_of(hid) != kernel_id:",

@@ -138,6 +138,24 @@ def plain_metavars(command: Any) -> Any:
     return command
 
 
+_COMMANDS: dict[tuple[str, ...], Any] = {}  # (id of the app, the imported command modules...) -> tree
+
+
+def _command(app: Any) -> Any:
+    """The click command tree of `app`, built once per set of registered command modules: building it
+    (typer reads every command's signature and type hints) is most of a plain command's CPU in a
+    process that calls `main()` more than once (a campaign of a thousand argument vectors, a loop of
+    in-process calls); a process that runs one command builds it once either way. The key is the set
+    of imported `nika_brain.cli.*` modules: they attach their commands on import, so a call that
+    registers one more module gets a new tree that holds it (and another `app` object, another tree)."""
+    import typer
+    key = (str(id(app)), *sorted(m for m in sys.modules if m.startswith("nika_brain.cli.")))
+    command = _COMMANDS.get(key)
+    if command is None:
+        command = _COMMANDS[key] = plain_metavars(typer.main.get_command(app))
+    return command
+
+
 def run(argv: list[str]) -> int:
     import typer
     try:  # typer >= 0.24 vendors its own click; its exceptions are not click's
@@ -148,7 +166,7 @@ def run(argv: list[str]) -> int:
     _register(argv)
     try:
         # Without standalone mode click returns (not raises) a typer.Exit's code.
-        command = plain_metavars(typer.main.get_command(app))
+        command = _command(app)
         rv = command.main(args=argv, prog_name="nika-brain", standalone_mode=False)
     except BrainError as exc:
         print(f"nika-brain: {exc}", file=sys.stderr)

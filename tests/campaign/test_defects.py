@@ -367,38 +367,58 @@ FAST_SEQUENCE = [
 ]
 
 
+REAL_TOO = [["claim", "list", "--strict"], ["lock", "acquire", "src/x/", "--bogus"]]  # after the sequence
+
+
 def test_the_fast_lock_and_claim_path_answers_like_the_typer_path(tmp_path, git_env):
+    """Each command is its own process (forkrun.py: forked from a process that imported what the
+    commands import, so the 88 commands do not pay 88 interpreter starts); the last two also run as
+    a real `python -m nika_brain` and must say the same as their forked run."""
+    import json
     import re
     from concurrent.futures import ThreadPoolExecutor
 
     from tests.kit.brain import make_brain
 
-    def sequence(path: str, env: dict) -> list:
+    def normal(text: str, brain) -> str:
+        text = re.sub(r"\d{4}-\d\d-\d\dT[\d:.]+Z", "<time>", text)
+        text = re.sub(r"sess-\d{8}-\d{4,6}", "sess-<stamp>", text)  # ids of claims opened now
+        return text.replace(str(brain.root), "<root>")
+
+    def sequence(path: str, env: dict) -> tuple[list, list]:
         brain = make_brain(tmp_path / path)
         claims.open_claim(brain, workflow="w", step=1, satellite_type="search", scope="notes/",
                           now=datetime(2031, 5, 6, 7, 8, tzinfo=timezone.utc))
         (brain.claims_dir / "broken.yml").write_text("id: [half\n")  # listed as invalid, on stderr
-        out = []
-        for args in FAST_SEQUENCE:
-            if args is REPAIR:
-                (brain.claims_dir / "broken.yml").unlink()
-                continue
-            p = subprocess.run([sys.executable, "-m", "nika_brain", *args], cwd=brain.root,
-                               capture_output=True, text=True, env={**os.environ, **env}, timeout=300)
-            text = re.sub(r"\d{4}-\d\d-\d\dT[\d:.]+Z", "<time>", p.stdout + "|" + p.stderr)
-            text = re.sub(r"sess-\d{8}-\d{4,6}", "sess-<stamp>", text)  # ids of claims opened now
-            out.append((args, p.returncode, text.replace(str(brain.root), "<root>")))
-        return out
+        seq = [{"unlink": str(brain.claims_dir / "broken.yml")} if args is REPAIR else args
+               for args in FAST_SEQUENCE + REAL_TOO]
+        (tmp_path / f"{path}.json").write_text(json.dumps(seq))
+        full = {**os.environ, **env}
+        p = subprocess.run([sys.executable, str(Path(__file__).with_name("forkrun.py")),
+                            tmp_path / f"{path}.json", tmp_path / f"{path}.out"],
+                           cwd=brain.root, capture_output=True, text=True, env=full, timeout=600)
+        assert p.returncode == 0, p.stderr
+        out = [(args, code, normal(o + "|" + e, brain))
+               for args, code, o, e in json.loads((tmp_path / f"{path}.out").read_text())]
+        real = []
+        for args in REAL_TOO:
+            r = subprocess.run([sys.executable, "-m", "nika_brain", *args], cwd=brain.root,
+                               capture_output=True, text=True, env=full, timeout=300)
+            real.append((args, r.returncode, normal(r.stdout + "|" + r.stderr, brain)))
+        return out, real
 
     # The two paths in two brains side by side (their processes are independent): half the wall time.
     with ThreadPoolExecutor(2) as pool:
         fast_run = pool.submit(sequence, "fast", {})
         typer_run = pool.submit(sequence, "typer", {"NIKA_NO_FAST_CLI": "1"})
         said = {"fast": fast_run.result(), "typer": typer_run.result()}
-    for fast, slow in zip(said["fast"], said["typer"]):
+    for side, (forked, real) in said.items():
+        assert len(forked) == len(FAST_SEQUENCE) - 1 + len(REAL_TOO)
+        assert forked[-len(REAL_TOO):] == real, side   # a forked command says what a fresh process says
+    for fast, slow in zip(said["fast"][0], said["typer"][0]):
         assert fast == slow
-    assert {code for _, code, _ in said["fast"]} >= {0, 1, 2, 3}
-    listed = dict((tuple(a), t) for a, _, t in said["fast"])
+    assert {code for _, code, _ in said["fast"][0]} >= {0, 1, 2, 3}
+    listed = dict((tuple(a), t) for a, _, t in said["fast"][0])
     assert "invalid" in listed[("claim", "list")] and "sess-<stamp>-w2-step-3" in listed[("index", "--stdout")]
 
 

@@ -135,3 +135,21 @@ def run_claude(prompt: str, *, cwd: Path, home: Path, base_url: str, args: list[
             except ValueError:
                 pass
     return Run(proc.returncode, events, proc.stderr, argv)
+
+
+def stop_doors(brain_root: Path) -> None:
+    """End the door processes a kernel spawn started for this brain (`python -m
+    nika_brain.federation.doors <root>`): they exit by themselves once no kernel of the brain is live,
+    and a test that kills its tmux server leaves the records live, so each would poll until the
+    temporary folder is deleted. Only the processes named with this brain's own folder."""
+    import signal
+    want = ["-m", "nika_brain.federation.doors", str(brain_root)]
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
+            if argv[1:] == want:
+                os.kill(int(proc.name), signal.SIGTERM)
+        except (OSError, IndexError):
+            continue

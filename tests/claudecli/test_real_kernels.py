@@ -22,7 +22,7 @@ from tests.kit.brain import make_brain
 from tests.kit.orch import nb
 from tests.kit.wait import until
 
-from .harness import claude_binary
+from .harness import claude_binary, stop_doors
 from .standin import MessagesStandin, text
 
 REPO = Path(__file__).resolve().parents[2]
@@ -47,6 +47,7 @@ def realfed(tmp_path):
     yield brain, cfg
     import subprocess
     subprocess.run(["tmux", "-S", str(sock), "kill-server"], capture_output=True)
+    stop_doors(brain.root)
 
 
 def _env_file(tmp_path: Path, url: str, cfg: Path) -> Path:
@@ -213,6 +214,7 @@ def daemon_down():
         nb(b, "federation", "down", env=_cli_env())
         sock = json.loads((b.root / "nika-brain.yml").read_text().split("federation: ", 1)[1])["tmux_socket"]
         subprocess.run(["tmux", "-S", sock, "kill-server"], capture_output=True)
+        stop_doors(b.root)
 
 
 def _last_user_text(body: dict) -> str:

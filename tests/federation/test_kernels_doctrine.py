@@ -5,6 +5,7 @@ and each session is told its doctrine at start."""
 from __future__ import annotations
 
 import json
+import re
 
 import yaml
 
@@ -125,13 +126,19 @@ def test_a_strict_kernels_sandbox_refuses_any_process_writing_outside_its_scope(
     }
     got: dict[str, dict[str, tuple[int, bool]]] = {}
     for kid in ("rnd", "client"):
+        # the five writers, each its own process, in one turn of the kernel's agent: "<<i:rc>>out" each
+        script = "\n".join(f"o=$( ( {cmd.format(p=brain.root / 'docs' / f'{kid}-{i}.txt')} ) 2>&1 ); r=$?; "
+                           f"printf '<<{i}:%d>>%s\\n' \"$r\" \"$(printf %s \"$o\" | head -c 300)\""
+                           for i, cmd in enumerate(writes.values()))
+        _, out = _sh(brain, kid, script)
+        said = {int(i): (int(rc), text) for i, rc, text in re.findall(r"<<(\d+):(-?\d+)>>(.*?)(?= \| <<\d+:|$)", out)}
+        assert sorted(said) == list(range(len(writes))), out
         got[kid] = {}
-        for i, (what, cmd) in enumerate(writes.items()):
-            target = brain.root / "docs" / f"{kid}-{i}.txt"
-            rc, out = _sh(brain, kid, cmd.format(p=target) + " 2>&1")
-            got[kid][what] = (rc, target.exists())
+        for i, what in enumerate(writes):
+            rc, text = said[i]
+            got[kid][what] = (rc, (brain.root / "docs" / f"{kid}-{i}.txt").exists())
             if kid == "client":
-                assert "Read-only file system" in out or "EROFS" in out, (what, out)
+                assert "Read-only file system" in text or "EROFS" in text, (what, text)
     assert all(rc == 0 and there for rc, there in got["rnd"].values()), got["rnd"]
     assert all(rc != 0 and not there for rc, there in got["client"].values()), got["client"]
     # the client kernel still writes in its folder and in its scope, whatever the process

@@ -113,3 +113,37 @@ def test_the_borg_restic_update_with_the_real_model_keeps_the_new_fact_and_it_wi
     assert len(res.added) == 1 and not res.dropped
     hits = query.search(vb, "How are the backups run at night?", kernel="alpha", k=2)
     assert [h.text for h in hits][0] == new, [(h.text, h.score) for h in hits]
+
+
+def test_the_blocked_batch_dedup_keeps_and_drops_what_the_one_by_one_comparison_does():
+    """The batch dedup compares blocks of chunks with one matrix product; across block edges it must
+    keep, drop and name the twin exactly as comparing each chunk with every earlier kept one does."""
+    import random
+
+    import numpy as np
+
+    rng = random.Random(5)
+    centres = np.random.default_rng(5).normal(size=(40, 16)).astype(np.float32)
+    chunks, vecs = [], []
+    for n in range(3 * write.BLOCK + 37):
+        c = rng.randrange(40)   # the same fact worded alike, or another fact near the same vector
+        chunks.append(Chunk(f"Fact {c} about host {c}{'!' * rng.randrange(3)}" if rng.random() < 0.7
+                            else f"Other fact {n} about host {c}"))
+        v = centres[c] + np.random.default_rng(n).normal(scale=rng.choice([0.01, 0.2, 1.0]), size=16)
+        vecs.append(v / np.linalg.norm(v))
+    vecs = np.asarray(vecs, dtype=np.float32)
+    ids = [f"r{n}" for n in range(len(chunks))]
+    got = write.AddResult()
+    kept = write._kept_in_batch(chunks, vecs, list(range(len(chunks))), ids, 0.95, got)
+    want_kept, want_dropped = [], []
+    for i in range(len(chunks)):   # the reference: every earlier kept chunk, closest (then earliest) first
+        sims = vecs[want_kept] @ vecs[i] if want_kept else np.empty(0)
+        order = sorted((j for j in range(len(want_kept)) if sims[j] > 0.95), key=lambda j: (-sims[j], j))
+        twin = next((j for j in order[:write.CANDIDATES]
+                     if write.facts.same_thing(chunks[want_kept[j]].text, chunks[i].text)), None)
+        if twin is None:
+            want_kept.append(i)
+        else:
+            want_dropped.append((i, ids[want_kept[twin]]))
+    assert kept == want_kept and [(i, t) for i, t, _ in got.dropped] == want_dropped
+    assert len(want_dropped) > 100 and len(want_kept) > 100   # both sides exercised, across blocks

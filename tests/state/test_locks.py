@@ -520,6 +520,7 @@ scopes = ["src/", "src/a.py", "src/*.py", "."]
 rows, overlaps = [], 0
 for _ in range(int(cycles)):
     scope = rng.choice(scopes)
+    t_ask = time.monotonic_ns()
     lk = locks.acquire(brain, scope, owner, wait=300, poll=0.005, ttl=3600)
     t_in = time.monotonic_ns()
     try:  # an independent witness: only one process may be inside at a time
@@ -533,7 +534,7 @@ for _ in range(int(cycles)):
             overlaps += fh.read() != wid.encode()
         os.unlink(sentinel)
     t_out = time.monotonic_ns()
-    rows.append(f"{t_in} {t_out} {lk.token} {lk.scope}\n")
+    rows.append(f"{t_in} {t_out} {lk.token} {lk.scope} {t_ask}\n")
     locks.release(brain, scope, owner)
 with open(log, "w") as fh:
     fh.write("".join(rows) + f"done {len(rows)} {overlaps}\n")
@@ -541,7 +542,9 @@ with open(log, "w") as fh:
 
 
 def test_mutual_exclusion_between_processes(brain, tmp_path):
-    n_procs, cycles = 8, 500
+    """8 processes, every scope overlapping every other: each acquisition contends (counted: asked
+    while another process was inside), never two inside at once, tokens in acquisition order."""
+    n_procs, cycles = 8, 150
     sentinel = tmp_path / "inside"
     logs = [tmp_path / f"worker-{i}.log" for i in range(n_procs)]
     procs = [subprocess.Popen([sys.executable, "-c", WORKER, str(brain.root), str(i), str(cycles),
@@ -555,14 +558,16 @@ def test_mutual_exclusion_between_processes(brain, tmp_path):
         *rows, done = log.read_text().splitlines()
         assert done == f"done {cycles} 0"  # every cycle ran; the sentinel never saw two inside
         for row in rows:
-            t_in, t_out, token, scope = row.split()
-            records.append((int(t_in), int(t_out), int(token), scope))
+            t_in, t_out, token, scope, t_ask = row.split()
+            records.append((int(t_in), int(t_out), int(token), scope, int(t_ask)))
     assert len(records) == n_procs * cycles
     assert not sentinel.exists()
 
     records.sort()  # acquisition order (CLOCK_MONOTONIC is one clock for every process)
     for prev, nxt in zip(records, records[1:]):
         assert prev[1] < nxt[0], f"critical sections overlap: {prev} {nxt}"
+    contended = sum(nxt[4] < prev[1] for prev, nxt in zip(records, records[1:]))  # asked while held
+    assert contended >= len(records) // 2, f"only {contended} of {len(records)} acquisitions contended"
     tokens = [r[2] for r in records]
     assert len(set(tokens)) == len(tokens)
     assert all(x < y for x, y in zip(tokens, tokens[1:])), "tokens not increasing in acquisition order"

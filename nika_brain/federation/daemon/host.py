@@ -138,7 +138,8 @@ def run(brain: Brain) -> None:
 
 
 def up(brain: Brain, *, timeout: float = 120.0) -> int:
-    """Start the daemon in the background; return its pid once its socket answers."""
+    """Start the daemon in the background; return its pid once it serves: its socket answers (the
+    resident embedder's), or, with the embedder turned off, its status names it (services started)."""
     pid = resident.daemon_pid(brain.state_dir)
     if pid:
         raise DaemonRunning(f"a federation daemon runs already for this brain (pid {pid})")
@@ -146,15 +147,32 @@ def up(brain: Brain, *, timeout: float = 120.0) -> int:
         p = subprocess.Popen([sys.executable, "-m", "nika_brain.federation.daemon.host"], cwd=brain.root,
                              stdin=subprocess.DEVNULL, stdout=fh, stderr=fh, start_new_session=True,
                              env={**os.environ, "NIKA_BRAIN_DIR": str(brain.root)})
+    # The socket is the resident embedder's: a daemon without it (the embedder turned off) serves
+    # once it has started its services and written its status, which names its pid.
+    socket = EMBEDDER in service.specs(brain)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if p.poll() is not None:
             tail = log_path(brain).read_text(errors="replace").strip().splitlines()[-1:] or ["?"]
             raise BrainError(f"the federation daemon exited at once: {tail[0]}")
-        if resident.request(brain.state_dir, "ping", timeout=2.0) is not None:
+        if socket and resident.request(brain.state_dir, "ping", timeout=2.0) is not None:
+            return p.pid
+        if not socket and _status_pid(brain) == p.pid:
             return p.pid
         time.sleep(0.1)
     return p.pid  # running, the embedder still loading
+
+
+EMBEDDER = "nika_brain.federation.daemon.embedder:service"
+
+
+def _status_pid(brain: Brain) -> int | None:
+    """The pid daemon.json names (written once every service has started, then every 10 s)."""
+    try:
+        pid = json.loads(status_path(brain).read_text()).get("pid")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return pid if isinstance(pid, int) else None
 
 
 def down(brain: Brain, *, timeout: float = 30.0) -> int | None:
