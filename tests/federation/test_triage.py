@@ -244,7 +244,11 @@ def test_the_shipped_background_vectors_are_this_models_and_anything_else_is_emb
                                  "run python -m nika_brain.federation.triage.everyday")
     rows = list(range(0, len(texts), 47)) + [len(texts) - 1]
     fresh = emb.embed([texts[i] for i in rows], kind=goals.EMBED_KIND)
-    assert np.allclose(shipped[rows], fresh, atol=1e-5), "the shipped rows are this model's vectors"
+    # each row is its own sentence's vector (another sentence's is below 0.97); the margin is for
+    # another CPU's rounding in the 4-bit kernels
+    cos = (shipped[rows] * fresh).sum(axis=1)
+    assert (cos > 0.9999).all(), ("the shipped rows are this model's vectors", cos)
+    assert (shipped[rows] @ fresh.T - np.eye(len(rows)) * cos).max() < 0.97
     assert everyday.vectors(emb, goals.EMBED_KIND) is shipped
     assert everyday.shipped("another/model", goals.EMBED_KIND, texts, emb.dim) is None
     assert everyday.shipped(emb.model_id, "passage", texts, emb.dim) is None
