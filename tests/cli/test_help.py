@@ -37,6 +37,23 @@ def test_flags_show_no_metavar_and_values_a_plain_word():
                 assert param.metavar and not param.metavar.startswith("<"), (path, param.name, param.metavar)
 
 
+def test_each_top_level_command_imports_exactly_the_modules_that_make_it():
+    """A call of `nika-brain X ...` imports only cli._OWNERS[X]: every command under X (to the leaves)
+    is defined in one of them, and every top-level command is in the table."""
+    root = _tree()[0][1]
+
+    def modules(cmd):
+        found = {getattr(getattr(cmd, "callback", None), "__module__", None)}
+        for sub in getattr(cmd, "commands", {}).values():
+            found |= modules(sub)
+        return found
+    made = {name: {m.removeprefix("nika_brain.cli.") for m in modules(sub) if m} for name, sub in root.commands.items()}
+    assert set(made) == set(cli._OWNERS), set(made) ^ set(cli._OWNERS)
+    for name, mods in made.items():
+        assert mods <= set(cli._OWNERS[name]), (name, mods, cli._OWNERS[name])
+    assert made["kernel"] == {"kernel", "proposals", "stealing"}   # several modules extend one command
+
+
 def _help(*words: str) -> str:
     out = subprocess.run([sys.executable, "-m", "nika_brain", *words, "--help"], capture_output=True,
                          text=True, env={**os.environ, "COLUMNS": "120", "TERM": "dumb"}, timeout=60)

@@ -81,12 +81,16 @@ class NoRedirect(urllib.request.HTTPRedirectHandler):
 
 def console_brain(root: Path, tmp: Path, run) -> Brain:
     """A brain made by `init` (the example workflow), the stand-in agent as kernels' agent, and the
-    operator's key."""
-    assert run("init", str(root), cwd=tmp).returncode == 0
+    operator's key: what `nika-brain init` and `nika-brain operator init` do, called in this process
+    (the console is under test here, not those two commands: tests/engine and tests/state run them)."""
+    from nika_brain.engine.init import init
+    from nika_brain.state import authority
+    init(root, hooks=True)
     (root / "nika-brain.yml").write_text(fed_config(tmp), encoding="utf-8")
     git_out(root, "add", "nika-brain.yml")
     git_out(root, "commit", "-q", "-m", "federation: the stand-in agent")
-    assert run("operator", "init", cwd=root).returncode == 0
+    brain = Brain.at(root)
+    authority.create_key(brain)
     return Brain.at(root)
 
 

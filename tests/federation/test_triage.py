@@ -231,6 +231,42 @@ def test_calibration_report_of_the_real_index(fed):
     assert rep["kernels"][GENERALIST]["examples"] == 0 and rep["kernels"][GENERALIST]["texts"] == 0
 
 
+def test_the_shipped_background_vectors_are_this_models_and_anything_else_is_embedded(monkeypatch):
+    """everyday.npz (package data) holds the default model's vectors of everyday.txt: a spot check of
+    rows across the file against the model itself; an edited background, another model id or another
+    kind is embedded, never served from the file."""
+    from nika_brain.federation.embedding import open_embedder
+    from nika_brain.federation.triage import everyday
+    emb = open_embedder(None)
+    texts = list(router.background())
+    shipped = everyday.shipped(emb.model_id, goals.EMBED_KIND, texts, emb.dim)
+    assert shipped is not None, ("everyday.npz is stale or missing for this model: "
+                                 "run python -m nika_brain.federation.triage.everyday")
+    rows = list(range(0, len(texts), 47)) + [len(texts) - 1]
+    fresh = emb.embed([texts[i] for i in rows], kind=goals.EMBED_KIND)
+    # each row is its own sentence's vector (another sentence's is below 0.97); the margin is for
+    # another CPU's rounding in the 4-bit kernels
+    cos = (shipped[rows] * fresh).sum(axis=1)
+    assert (cos > 0.9999).all(), ("the shipped rows are this model's vectors", cos)
+    assert (shipped[rows] @ fresh.T - np.eye(len(rows)) * cos).max() < 0.97
+    assert everyday.vectors(emb, goals.EMBED_KIND) is shipped
+    assert everyday.shipped("another/model", goals.EMBED_KIND, texts, emb.dim) is None
+    assert everyday.shipped(emb.model_id, "passage", texts, emb.dim) is None
+
+    class Counting:
+        model_id, dim = emb.model_id, emb.dim
+        seen: list[str] = []
+
+        def embed(self, batch, *, kind):   # the model's id, not the model: what is asked is the point
+            self.seen.extend(batch)
+            return np.full((len(batch), self.dim), 0.5, np.float32)
+    edited = texts[:-1] + ["a request nobody shipped"]
+    monkeypatch.setattr(router, "background", lambda: tuple(edited))
+    counting = Counting()
+    got = everyday.vectors(counting, goals.EMBED_KIND)
+    assert counting.seen == edited and got.shape == (len(edited), emb.dim) and (got == 0.5).all()
+
+
 def test_a_single_kernel_and_no_examples_still_route(tmp_path, git_env):
     brain = make_brain(tmp_path / "b", CONFIG)
     write_kernel(brain, "solo", "Opérations IT et sauvegardes des serveurs")

@@ -92,12 +92,12 @@ def peer_scores(index, embedder, texts: list[str]) -> dict[str, Any]:
     examples, mean of its 5 nearest, cosine to its centroid). Returns {name: (z (m, K), thresholds)}."""
     import numpy as np
 
-    from nika_brain.federation.triage import router
+    from nika_brain.federation.triage import everyday, router
     from nika_brain.federation.triage.goals import EMBED_KIND
     m = index.model
-    bg = list(router.background())
-    vecs = embedder.embed(list(texts) + bg, kind=EMBED_KIND)
-    c = m.center(vecs)
+    bgv = everyday.vectors(embedder, EMBED_KIND)
+    vecs = embedder.embed(list(texts), kind=EMBED_KIND) if texts else np.zeros((0, embedder.dim), np.float32)
+    c = m.center(np.vstack([vecs, bgv]))
     sims = c @ m.examples.T
     K = len(m.kernels)
     out: dict[str, Any] = {}

@@ -207,11 +207,11 @@ def digest(entries: list[Entry], model_id: str, st: Settings, cal_digest: str | 
 def build(entries: list[Entry], embedder: Embedder, st: Settings, *,
           labelled: list[tuple[str, str | None]] | None = None, digest_: str = "",
           fixes: list[Correction] | None = None) -> Index:
-    """Embed every entry's texts and the everyday background (cached), fit and calibrate the
+    """Embed every entry's texts and the everyday background (shipped, or cached), fit and calibrate the
     routing model. The default kernel takes part only through examples of its own."""
     import numpy as np
 
-    from nika_brain.federation.triage import router
+    from nika_brain.federation.triage import everyday, router
     entries = sorted(entries, key=lambda e: e.id)
     ids = [e.id for e in entries]
     if len(set(ids)) != len(ids):
@@ -235,12 +235,13 @@ def build(entries: list[Entry], embedder: Embedder, st: Settings, *,
             owner.append(where[c.kernel])
             calib.append(True)
     dim = embedder.dim
-    bg_texts = list(router.background())
-    vecs = embedder.embed(texts + bg_texts + [c.prompt for c in fixes], kind=EMBED_KIND)
+    bgv = everyday.vectors(embedder, EMBED_KIND)   # shipped embedded for the default model
+    extra = texts + [c.prompt for c in fixes]
+    vecs = embedder.embed(extra, kind=EMBED_KIND) if extra else np.zeros((0, dim), np.float32)
     n = len(texts)
     model, report = router.fit(ids, vecs[:n], np.array(owner, dtype=int), texts, np.array(calib, dtype=bool),
-                               vecs[n:n + len(bg_texts)], miss_rate=st.miss_rate,
-                               corrections=vecs[n + len(bg_texts):] if fixes else None,
+                               bgv, miss_rate=st.miss_rate,
+                               corrections=vecs[n:] if fixes else None,
                                corr_owner=[-1 if c.kernel is None else where[c.kernel] for c in fixes],
                                corr_ids=[c.id for c in fixes])
     if not entries:
