@@ -47,6 +47,11 @@ POLICY_TESTS = ("tests/claude/test_policy_writers.py",)
 EDGES = "tests/federation/test_edges.py"
 
 MUTANTS: list[Mutant] = [
+    # ---- a state file written in place, not through a temporary file renamed over it --------------
+    Mutant("fsio: atomic_write writes the target in place (a kill mid-write tears it)",
+           "nika_brain/support/fsio.py", "    fd, tmp = _temp_file(path)\n",
+           "    fd, tmp = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), str(path)\n",
+           ("tests/support/test_crash.py::test_kill_9_during_writes_leaves_old_or_new_versions",)),
     # ---- issue 25 §1: the survivors of the last check ------------------------------------------
     Mutant("authority: the record's id not signed (a signature replayed onto another id)",
            "nika_brain/state/authority.py",

@@ -27,6 +27,12 @@ def atomic_write(path: Path | str, text: str, *, fsync: bool = True, mode: int |
         if mode is not None:
             os.fchmod(fd, mode)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            if "NIKA_FAULT" in os.environ:   # a crash test may kill this process with half the text written
+                from nika_brain.support import faults
+                fh.write(text[:len(text) // 2])
+                fh.flush()
+                faults.point("mid-write")
+                text = text[len(text) // 2:]
             fh.write(text)
             fh.flush()
             if fsync:

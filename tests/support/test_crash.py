@@ -118,10 +118,12 @@ for pkg in (nika_brain.state, nika_brain.support):
 writer, argv = sys.argv[1], sys.argv[2:]
 for line in sys.stdin:
     cmd, *args = line.split()
-    if cmd == "fork":   # fork <stdout fifo> <stderr file>: a writer, its pid on our stdout
+    if cmd == "fork":   # fork <stdout fifo> <stderr file> [NIKA_FAULT]: a writer, its pid on our stdout
         sys.stdout.flush()
         pid = os.fork()
         if pid == 0:
+            if len(args) > 2:
+                os.environ["NIKA_FAULT"] = args[2]
             os.dup2(os.open(args[0], os.O_WRONLY), 1)
             os.dup2(os.open(args[1], os.O_WRONLY | os.O_CREAT, 0o644), 2)
             sys.stdin.close()
@@ -201,30 +203,43 @@ def test_kill_9_during_writes_leaves_old_or_new_versions(brain, tmp_path):
     for folder in (brain.claims_dir, brain.gates_dir, brain.locks_dir):
         folder.mkdir(exist_ok=True)
         (folder / ".big.yml.k1llme.tmp").write_text("id: [half a wri")
-    versions_seen, kills, rounds = set(), 50, 0
+    versions_seen, kills, rounds, mid_write = set(), 50, 0, []
     zygote = subprocess.Popen([sys.executable, "-c", ZYGOTE, WRITER, str(brain.root), str(BIG), OWNER],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         for kill in range(kills):
             out_path, err_path = tmp_path / f"writer-{kill}.out", tmp_path / f"writer-{kill}.err"
             os.mkfifo(out_path)
-            zygote.stdin.write(f"fork {out_path} {err_path}\n")
+            # Every other writer kills itself with half of its Nth file written (support/faults.py
+            # `mid-write@N`, N seeded: any of the files a round writes, the big one included); the rest
+            # are killed from here after a seeded number of whole rounds, wherever they then are.
+            fault = f"mid-write@{rng.randint(1, 24)}" if kill % 2 else ""
+            zygote.stdin.write(f"fork {out_path} {err_path} {fault}\n")
             zygote.stdin.flush()
             pid = int(zygote.stdout.readline() or 0)
             assert pid, zygote.stderr.read()
             with open(out_path) as out:
                 assert out.readline() == "ready\n", err_path.read_text()
-                # After a seeded random number of whole rounds (none: killed in its first writes), the
-                # kill lands wherever the writer is in the next one: most often in the middle of a write.
-                for _round in range(rng.randint(0, 3)):
-                    assert out.readline() == "done\n", err_path.read_text()
-                    rounds += 1
-                os.kill(pid, signal.SIGKILL)
+                if fault:   # until it kills itself: within its first few rounds (each writes ~8 files)
+                    for line in out:
+                        rounds += line == "done\n"
+                        if line == "done\n" and rounds > 1000:
+                            os.kill(pid, signal.SIGKILL)
+                            raise AssertionError(f"{fault} never fired")
+                else:
+                    for _round in range(rng.randint(0, 3)):
+                        assert out.readline() == "done\n", err_path.read_text()
+                        rounds += 1
+                    os.kill(pid, signal.SIGKILL)
             zygote.stdin.write(f"wait {pid}\n")
             zygote.stdin.flush()
             code = int(zygote.stdout.readline())
             assert code == -signal.SIGKILL, err_path.read_text()  # still writing, not dead of an error
             seen = check_state(brain)
+            if fault:   # it died with half a file written: its temporary file is there (never read as state)
+                half = [p for p in brain.root.rglob(f".*.{pid}.*.tmp") if ".git" not in p.parts]
+                assert len(half) == 1, (fault, half)
+                mid_write.append(pid)
             versions_seen.add(seen["big"])
     finally:
         zygote.stdin.close()
@@ -232,3 +247,4 @@ def test_kill_9_during_writes_leaves_old_or_new_versions(brain, tmp_path):
     assert {"A", "B"} <= versions_seen
     assert rounds >= 10 and seen["claims"] >= rounds  # the writer did get work done between the kills
     assert seen["tmp"] >= 3  # the planted leftovers (and any real ones) were there, and ignored
+    assert len(mid_write) == kills // 2   # each self-killed writer died in the middle of a write
