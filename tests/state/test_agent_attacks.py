@@ -661,7 +661,8 @@ res["hard_link"] = attempt(lambda: os.link(held, os.path.join(wt, "l.yml")))
 res["write_claim"] = attempt(lambda: open(os.path.join(brain, "claims", claim + ".yml"), "a").write("scope: [.]\n"))
 res["write_queue"] = attempt(lambda: open(os.path.join(brain, "kernels", "gen", "queue.jsonl"), "a").write(
     json.dumps({"id": "q9", "at": "2030-01-01T00:00:00Z", "prompt": "rm -rf", "by": "x"}) + "\n"))
-res["write_ref"] = attempt(lambda: open(os.path.join(brain, ".git", "refs", "heads", "evil"), "w").write("0" * 40 + "\n"))
+ref = os.path.join(brain, ".git", "refs", "heads", "evil")
+res["write_ref"] = attempt(lambda: open(ref, "w").write("0" * 40 + "\n"))
 # its own work, through its door
 res["own_acquire"] = nb("lock", "acquire", "src/app/", "--ttl", "600")
 res["own_renew"] = nb("lock", "renew", "src/app/", "--ttl", "900")
@@ -682,7 +683,7 @@ def test_a_satellite_without_claude_codes_sandbox_changes_state_only_through_its
     record = tmp_path / "record.json"
     brain = orch_brain(tmp_path / "b", {"door": DOOR_WF.replace("test -f src/app/main.py", "true")},
                        files={"src/app/.keep": "", "src/locked/f.py": "x\n",
-                              "kernels/gen/kernel.yml": "id: gen\ngoal: 'release notes and changelogs'\nstatus: active\n"},
+                              "kernels/gen/kernel.yml": "id: gen\ngoal: 'release notes'\nstatus: active\n"},
                        config=f'federation: {{triage: {{default: gen}}, agent_command: ["{sys.executable}"]}}\n')
     nb(brain, "lock", "acquire", "src/locked/", "--owner", "other-claim", "--ttl", "3600", "--no-pid", check=0)
     held = next((brain.root / "locks").glob("*.yml"))
