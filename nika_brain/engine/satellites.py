@@ -212,6 +212,9 @@ def launch(brain: Brain, claim: Claim, brief: str, brief_file: Path, cwd: Path, 
         own.parent.mkdir(parents=True, exist_ok=True)
         argv += ["--settings", str(claude_settings.satellite_settings(brain.root, kernel_settings, own,
                                                                       walled=bool(wall)))]
+    if wall and _not_found(argv[0], cwd):   # said as without the wall (bwrap's execvp line is not the reason)
+        return SatelliteOutcome(127, "failed", f"satellite could not start: command not found: "
+                                f"{shlex.join(argv[:1])} (set satellite_command in nika-brain.yml)")
     argv = wall + argv
     env = {**{k: v for k, v in os.environ.items() if k != git.RERUN}, "NIKA_BRAIN_DIR": str(brain.root),
            "NIKA_CLAIM": claim.id, "NIKA_WORKTREE": str(cwd), "NIKA_AGENT": "1", "NIKA_DOOR": str(door_sock)}
@@ -297,6 +300,12 @@ def _wait(brain: Brain, claim: Claim, proc: subprocess.Popen, timeout: float) ->
         return SatelliteOutcome(124, "failed", f"satellite timed out after {timeout:g}s "
                                 "(satellite_timeout in nika-brain.yml)")
     return collect(brain, claim.id, returncode)
+
+
+def _not_found(program: str, cwd: Path) -> bool:
+    if os.sep in program:
+        return not os.access(cwd / program, os.X_OK)
+    return shutil.which(program) is None
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
