@@ -171,13 +171,32 @@ def _ask(brain: Brain, cid: str, req: dict, _holder: int | None) -> Any:
                                   by=f"claim {cid}"))
 
 
+def _session(brain: Brain, cid: str, req: dict, _holder: int | None) -> Any:
+    """The SessionStart hook binds the satellite's session to its claim (bookkeeping, its own claim)."""
+    from nika_brain.state import claims, sessions
+    session = req.get("session")
+    if not isinstance(session, str) or not sessions.valid_id(session):
+        raise Refused("session is a session id")
+    return claims.update_open(brain, cid, session=session).session
+
+
+def _touched(brain: Brain, cid: str, req: dict, _holder: int | None) -> Any:
+    """The PostToolUse hook records the files the satellite wrote on its claim (its own claim)."""
+    from nika_brain.state import claims
+    paths = req.get("paths")
+    if not isinstance(paths, list) or not paths or len(paths) > 1000 or \
+            not all(isinstance(p, str) and 0 < len(p) < 4096 and "\n" not in p for p in paths):
+        raise Refused("paths is a list of relative paths")
+    return list(claims.record_touched(brain, cid, paths).touched)
+
+
 def _ping(_brain: Brain, cid: str, _req: dict, _holder: int | None) -> Any:
     return cid
 
 
 OPS: dict[str, Callable[[Brain, str, dict, int | None], Any]] = {
     "ping": _ping, "lock_acquire": _acquire, "lock_renew": _renew, "lock_release": _release,
-    "claim_close": _close, "ask": _ask}
+    "claim_close": _close, "ask": _ask, "claim_session": _session, "claim_touched": _touched}
 
 
 def answer(brain: Brain, cid: str, req: Any, holder: int | None) -> dict:
