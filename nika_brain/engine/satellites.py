@@ -242,7 +242,8 @@ def launch(brain: Brain, claim: Claim, brief: str, brief_file: Path, cwd: Path, 
         door_sock.unlink(missing_ok=True)
 
 
-# The satellites' door (federation/doors/claim.py): one process for all the satellites this process
+# The satellites' door (federation/doors/claim.py, with `ask`: federation/asking/door.py): one process
+# for all the satellites this process
 # launches (a process a satellite cost every swarm step ~100 ms CPU), started on the first one and
 # told on its stdin which claim to serve for which satellite. Started by module name: the engine does
 # not import the federation. It ends when this process has gone and its last satellite has exited.
@@ -258,7 +259,7 @@ def _door(brain: Brain) -> subprocess.Popen:
     err = brain.state_dir / "satellites" / "door.log"
     err.parent.mkdir(parents=True, exist_ok=True)
     with open(err, "ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "nika_brain.federation.doors.claim", str(brain.root)],
+        proc = subprocess.Popen([sys.executable, "-m", "nika_brain.federation.asking.door", str(brain.root)],
                                 cwd=brain.root, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                                 text=True, env={k: v for k, v in os.environ.items() if k != "NIKA_DOOR"})
     _DOORS[str(brain.root)] = proc

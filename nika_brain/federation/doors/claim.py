@@ -5,8 +5,9 @@ PID` / `close CLAIM`); `BRAIN CLAIM SOCKET` serves one claim, the satellite's pi
 
 The satellite's commands change locks, claims and the kernels' queues only through it: `lock
 acquire|renew|release`, `claim close` (cli/fast.py sends them here when `$NIKA_DOOR` names a door) and
-`ask` (cli/askfast.py: triaged and delivered here, recorded as asked by the claim). It acts with owner = its
-claim and refuses acting for another owner or closing another claim (refusals journaled in
+`ask` (cli/askfast.py: triaged and delivered here, recorded as asked by the claim; the op is added by
+federation/asking/door.py, the module the launcher starts: asking may use the doors, not the reverse).
+It acts with owner = its claim and refuses acting for another owner or closing another claim (refusals journaled in
 `.nika/doors/refusals.jsonl`, {at, claim, op, why, layer: "claim-door"}). Who asks is checked on the
 connection itself, never read from the request or the environment: the peer's credentials
 (SO_PEERCRED) must be this user's and its process must descend from the satellite's own process
@@ -157,20 +158,6 @@ def _close(brain: Brain, cid: str, req: dict, _holder: int | None) -> Any:
             "warnings": list(done.warnings), "next": nxt}
 
 
-def _ask(brain: Brain, cid: str, req: dict, _holder: int | None) -> Any:
-    """`nika-brain ask` for the satellite: triaged, queued in the kernels' `queue.jsonl` (which its
-    wall keeps read-only) and delivered here, on the host, recorded as asked by its claim."""
-    from nika_brain.federation.asking import route
-    prompt, timeout = req.get("prompt"), _number(req, "timeout")
-    if not isinstance(prompt, str):
-        raise Refused("prompt is a string")
-    timeout = 600.0 if timeout is None else timeout
-    if not 0 < timeout <= 86400:
-        raise Refused("timeout is between 0 and 86400 seconds")
-    return route.public(route.ask(brain, prompt, wait=req.get("wait") is True, timeout=timeout,
-                                  by=f"claim {cid}"))
-
-
 def _session(brain: Brain, cid: str, req: dict, _holder: int | None) -> Any:
     """The SessionStart hook binds the satellite's session to its claim (bookkeeping, its own claim)."""
     from nika_brain.state import claims, sessions
@@ -196,7 +183,7 @@ def _ping(_brain: Brain, cid: str, _req: dict, _holder: int | None) -> Any:
 
 OPS: dict[str, Callable[[Brain, str, dict, int | None], Any]] = {
     "ping": _ping, "lock_acquire": _acquire, "lock_renew": _renew, "lock_release": _release,
-    "claim_close": _close, "ask": _ask, "claim_session": _session, "claim_touched": _touched}
+    "claim_close": _close, "claim_session": _session, "claim_touched": _touched}
 
 
 def answer(brain: Brain, cid: str, req: Any, holder: int | None) -> dict:
