@@ -155,7 +155,12 @@ def satellite_settings(root: Path, source: Path, dest: Path, walled: bool = Fals
         # sockets hidden, no capabilities) Claude Code's bwrap cannot nest: without capabilities no new
         # namespace, and keeping them would let the agent unmount the wall. Ours takes its place, as
         # in a kernel's sandbox (kernels/sandbox.claude_sandbox).
+        # Claude Code auto-allows a sandboxed Bash command (autoAllowBashIfSandboxed); in ours every
+        # command is walled, so Bash stays allowed (its deny rules and the PreToolUse hook still apply).
         data["sandbox"] = {"enabled": False}
+        allow = data.setdefault("permissions", {}).setdefault("allow", [])
+        if "Bash" not in allow:
+            allow.append("Bash")
     elif isinstance(box, dict) and box.get("enabled"):
         fs = box.setdefault("filesystem", {})
         deny_write = fs.setdefault("denyWrite", [])
