@@ -43,12 +43,35 @@ ENV.pop("NIKA_AGENT", None)
 ENV.pop("CLAUDECODE", None)
 
 
+def _subreaper() -> None:
+    """Orphans of the measured process come to this one, which reaps them (their CPU counted): a
+    satellite's bubblewrap wall leaves its pid namespace's first process to be reaped by whoever
+    adopts it, and the door process outlives its launcher."""
+    import ctypes
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)   # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        pass
+
+
+def _reap() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
 def timed(argv: list[str], cwd: Path, check: str | None = None) -> tuple[float, float]:
-    """(CPU seconds of the process and its waited-for children, wall seconds)."""
+    """(CPU seconds of the process and all its descendants, wall seconds)."""
+    _subreaper()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run(argv, cwd=cwd, env=ENV, capture_output=True, text=True)
     wall = time.perf_counter() - t0
+    _reap()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode not in (0,) or (check and check not in proc.stdout):
         raise SystemExit(f"{' '.join(argv)} failed (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}")

@@ -72,16 +72,17 @@ def _connect(s: socket.socket, path: str) -> None:
             os.close(fd)
 
 
-def call(op: str, path: str = SOCKET, **args: Any) -> Any:
+def call(op: str, path: str = SOCKET, *, answer_within: float = 300.0, **args: Any) -> Any:
     """Send one request through a door (the kernel's unless `path` names another: claim_door()); the
-    result, or a BrainError (refused, failed, or door down)."""
+    result, or a BrainError (refused, failed, or door down). `answer_within`: seconds the answer may
+    take (an `ask --wait` waits for the kernels' answers)."""
     whose = "kernel's" if path == SOCKET else "satellite's"
     data = (json.dumps({"op": op, **args}, ensure_ascii=False) + "\n").encode()
     deadline = time.monotonic() + _WAIT
     while True:
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            s.settimeout(300)
+            s.settimeout(answer_within)
             _connect(s, path)
             s.sendall(data)
             s.shutdown(socket.SHUT_WR)

@@ -134,18 +134,11 @@ SATELLITE_NO_WRITE = ("locks", "claims", ".git")   # .git: `git reset --hard HEA
 
 
 def _session_sockets() -> list[Path]:
-    """The user's session sockets a command with unix sockets allowed could reach and that lead out of
-    any sandbox (systemd and D-Bus under $XDG_RUNTIME_DIR: `systemd-run --user`; the ssh agent; a
-    container engine), as they exist now."""
-    out = [Path(os.environ.get("XDG_RUNTIME_DIR") or f"/run/user/{os.getuid()}")]
-    if os.environ.get("SSH_AUTH_SOCK"):
-        out.append(Path(os.environ["SSH_AUTH_SOCK"]))
-    out += [Path(p) for p in ("/var/run/docker.sock", "/run/docker.sock", "/run/containerd/containerd.sock",
-                              "/run/podman/podman.sock")]
-    return [p for p in out if p.exists()]
+    from nika_brain.claude import bwrap
+    return bwrap.session_sockets()
 
 
-def satellite_settings(root: Path, source: Path, dest: Path) -> Path:
+def satellite_settings(root: Path, source: Path, dest: Path, walled: bool = False) -> Path:
     """The settings one satellite runs under (`--settings dest`): the session's (`source`: the
     brain's or its kernel's) and, when they turn Claude Code's sandbox on, what makes its door the
     only way to change locks and claims: `locks/`, `claims/` and `.git` in denyWrite (besides
@@ -157,7 +150,18 @@ def satellite_settings(root: Path, source: Path, dest: Path) -> Path:
     stays visible under .nika/guarded, is of no use."""
     data = _load_json(source)
     box = data.get("sandbox")
-    if isinstance(box, dict) and box.get("enabled"):
+    if walled and isinstance(box, dict) and box.get("enabled"):
+        # Inside nika-brain's own wall (claude/bwrap.satellite_wall: the brain read-only, the doors and
+        # sockets hidden, no capabilities) Claude Code's bwrap cannot nest: without capabilities no new
+        # namespace, and keeping them would let the agent unmount the wall. Ours takes its place, as
+        # in a kernel's sandbox (kernels/sandbox.claude_sandbox).
+        # Claude Code auto-allows a sandboxed Bash command (autoAllowBashIfSandboxed); in ours every
+        # command is walled, so Bash stays allowed (its deny rules and the PreToolUse hook still apply).
+        data["sandbox"] = {"enabled": False}
+        allow = data.setdefault("permissions", {}).setdefault("allow", [])
+        if "Bash" not in allow:
+            allow.append("Bash")
+    elif isinstance(box, dict) and box.get("enabled"):
         fs = box.setdefault("filesystem", {})
         deny_write = fs.setdefault("denyWrite", [])
         deny_write += [str(root / d) for d in SATELLITE_NO_WRITE if str(root / d) not in deny_write]
@@ -173,8 +177,8 @@ def satellite_settings(root: Path, source: Path, dest: Path) -> Path:
         for k in sorted(kernels_dir.iterdir()) if kernels_dir.is_dir() else ():
             if k.is_dir() and not k.name.startswith("."):
                 (k / "runs").mkdir(exist_ok=True)
-                if str(k / "runs") not in deny_write:
-                    deny_write.append(str(k / "runs"))
+                (k / "queue.jsonl").touch()   # its prompt queue: a satellite's `ask` goes through its door
+                deny_write += [str(k / n) for n in ("runs", "queue.jsonl") if str(k / n) not in deny_write]
         deny_read = fs.setdefault("denyRead", [])
         deny_read += [str(p) for p in hidden + _session_sockets() if str(p) not in deny_read]
         box.setdefault("network", {})["allowAllUnixSockets"] = True

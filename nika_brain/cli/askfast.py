@@ -56,7 +56,11 @@ def parse(argv: list[str]) -> dict | None:
 
 def show(rec: dict, as_json: bool) -> None:
     from nika_brain.federation.asking import route
-    out = route.public(rec)
+    said(route.public(rec), as_json)
+
+
+def said(out: dict, as_json: bool) -> None:
+    """Print an ask in its public shape (route.public)."""
     if as_json:
         print(json.dumps(out, ensure_ascii=False))
         return
@@ -88,6 +92,12 @@ def body(prompt: str, ask_id: str | None = None, wait: bool = False, as_json: bo
     if not 0 < timeout <= 86400:
         raise BrainError("--timeout must be between 0 and 86400 seconds")
     queue.check(prompt)
+    from nika_brain.bus import door
+    via = door.claim_door()
+    if via:   # a satellite: its door queues and delivers (the kernels' queues are read-only in its wall)
+        out = door.call("ask", via, answer_within=timeout + 60, prompt=prompt, wait=wait, timeout=timeout)
+        said(out, as_json)
+        return _code(out["routes"], wait)
     # The triage request leaves first: the daemon embeds the prompt while this process imports the
     # delivery (kernels, runtimes, queue), about as long.
     sent = resident.send(brain.state_dir, "triage", prompt=prompt, context=None)
@@ -98,8 +108,12 @@ def body(prompt: str, ask_id: str | None = None, wait: bool = False, as_json: bo
         if sent is not None:
             sent.close()   # read by route.decide; closed here too when something failed before
     show(rec, as_json)
+    return _code(rec["routes"], wait)
+
+
+def _code(routes: list[dict], wait: bool) -> int:
     want = "answered" if wait else "taken"
-    return EXIT_NOT_ANSWERED if any(r["status"] != want for r in rec["routes"]) else 0
+    return EXIT_NOT_ANSWERED if any(r["status"] != want for r in routes) else 0
 
 
 def run(argv: list[str]) -> int | None:

@@ -1,5 +1,5 @@
-"""The claim doors (federation/doors/claim.py) as the engine opens them: the door process and its
-stdin protocol (`open CLAIM PID` / `close CLAIM`).
+"""The claim doors (federation/doors/claim.py, with `ask`: federation/asking/door.py) as the engine
+opens them: the door process and its stdin protocol (`open CLAIM PID` / `close CLAIM`).
 
 A claim's door is a unix socket, `.nika/guarded/doors/<claim>/door.sock` (bus/door.claim_socket),
 served by a process that acts as that claim only and answers only the process tree it was told to
@@ -40,7 +40,7 @@ def process(brain: Brain) -> subprocess.Popen:
     err = brain.state_dir / "satellites" / "door.log"
     err.parent.mkdir(parents=True, exist_ok=True)
     with open(err, "ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "nika_brain.federation.doors.claim", str(brain.root)],
+        proc = subprocess.Popen([sys.executable, "-m", "nika_brain.federation.asking.door", str(brain.root)],
                                 cwd=brain.root, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                                 text=True, env={k: v for k, v in os.environ.items() if k != door_client.CLAIM_DOOR})
     _DOORS[str(brain.root)] = proc

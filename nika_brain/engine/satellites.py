@@ -202,13 +202,21 @@ def launch(brain: Brain, claim: Claim, brief: str, brief_file: Path, cwd: Path, 
         return SatelliteOutcome(2, "failed", f"satellite_command in nika-brain.yml has a bad placeholder "
                                 f"({exc}): use {{brief}}, {{brief_file}}, {{claim}}, {{worktree}}, {{brain}}, "
                                 "and {{ }} for a literal brace")
+    door_sock = brain.guarded_dir / "doors" / claim.id / "door.sock"   # doors/claim.socket_path
+    door_sock.unlink(missing_ok=True)   # a previous launch's: the command waits for this door's own
+    wall = _wall(brain, claim, cwd, door_sock)
+    if isinstance(wall, SatelliteOutcome):
+        return wall
     if not brain.config.satellite_command and kernel_settings is not None:
         from nika_brain.claude import settings as claude_settings
         own = brain.guarded_dir / "satellites" / claim.id / "settings.json"
         own.parent.mkdir(parents=True, exist_ok=True)
-        argv += ["--settings", str(claude_settings.satellite_settings(brain.root, kernel_settings, own))]
-    door_sock = brain.guarded_dir / "doors" / claim.id / "door.sock"   # doors/claim.socket_path
-    door_sock.unlink(missing_ok=True)   # a previous launch's: the command waits for this door's own
+        argv += ["--settings", str(claude_settings.satellite_settings(brain.root, kernel_settings, own,
+                                                                      walled=bool(wall)))]
+    if wall and _not_found(argv[0], cwd):   # said as without the wall (bwrap's execvp line is not the reason)
+        return SatelliteOutcome(127, "failed", f"satellite could not start: command not found: "
+                                f"{shlex.join(argv[:1])} (set satellite_command in nika-brain.yml)")
+    argv = wall + argv
     env = {**{k: v for k, v in os.environ.items() if k != git.RERUN}, "NIKA_BRAIN_DIR": str(brain.root),
            "NIKA_CLAIM": claim.id, "NIKA_WORKTREE": str(cwd), "NIKA_AGENT": "1", "NIKA_DOOR": str(door_sock)}
     out_path, err_path = _files(brain, claim.id)
@@ -217,7 +225,9 @@ def launch(brain: Brain, claim: Claim, brief: str, brief_file: Path, cwd: Path, 
     # killed meanwhile leaves a satellite whose result the next one still reads (see `alive`).
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         try:
-            proc = subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=err, env=env, stdin=subprocess.DEVNULL)
+            # its own process group: a timeout ends the whole wall (the pid namespace with it)
+            proc = subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=err, env=env, stdin=subprocess.DEVNULL,
+                                    process_group=0)
         except (FileNotFoundError, OSError) as exc:
             if isinstance(exc, FileNotFoundError):
                 return SatelliteOutcome(127, "failed", f"satellite could not start: command not found: "
@@ -233,13 +243,9 @@ def launch(brain: Brain, claim: Claim, brief: str, brief_file: Path, cwd: Path, 
         door_sock.unlink(missing_ok=True)
 
 
-# The satellites' door (federation/doors/claim.py): one process for all the satellites this process
-# launches, told on its stdin which claim to serve for which satellite (engine/claimdoors.tell).
-
-
 def _wait(brain: Brain, claim: Claim, proc: subprocess.Popen, timeout: float) -> SatelliteOutcome:
     # A blocking wait (Popen.wait with a timeout polls, up to 50 ms late); a timer kills it at the limit.
-    timer = threading.Timer(timeout, proc.kill)
+    timer = threading.Timer(timeout, _kill_group, (proc,))
     timer.daemon = True
     timer.start()
     try:
@@ -251,6 +257,52 @@ def _wait(brain: Brain, claim: Claim, proc: subprocess.Popen, timeout: float) ->
         return SatelliteOutcome(124, "failed", f"satellite timed out after {timeout:g}s "
                                 "(satellite_timeout in nika-brain.yml)")
     return collect(brain, claim.id, returncode)
+
+
+def _not_found(program: str, cwd: Path) -> bool:
+    if os.sep in program:
+        return not os.access(cwd / program, os.X_OK)
+    return shutil.which(program) is None
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    import signal
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
+        proc.kill()
+
+
+_WALL_WHY: list[str | None] = []   # why bubblewrap cannot build a satellite's wall here, asked once a process
+
+
+def _wall(brain: Brain, claim: Claim, cwd: Path, door_sock: Path) -> list[str] | SatelliteOutcome:
+    """The bwrap argv prefix the satellite runs behind (claude/bwrap.satellite_wall), as the brain's
+    `sandbox` says: `off` none (what then guards a satellite: README, "What each layer covers");
+    `required` refuses to launch when bubblewrap cannot build it here; `auto` launches without it,
+    journaled (SATELLITE_UNWALLED) and said on stderr."""
+    mode = brain.config.sandbox
+    if mode == "off":
+        return []
+    from nika_brain.claude import bwrap
+    if not _WALL_WHY:
+        _WALL_WHY.append(bwrap.runs())
+    why = _WALL_WHY[0]
+    if why is None:
+        return bwrap.satellite_wall(brain, cwd, door_sock.parent)
+    if mode == "required":
+        return SatelliteOutcome(126, None, f"no satellite can run here: sandbox: required in nika-brain.yml and "
+                                f"{why}; install bubblewrap, or set sandbox: auto (or off) to run satellites "
+                                "without their wall", unavailable=True)
+    import sys
+
+    from nika_brain.engine import signals
+    line = (f"warning: satellite of {claim.id} runs without its wall ({why}): it could write locks/, "
+            "claims/ and .git directly; install bubblewrap, or set sandbox: required to refuse")
+    print(line, file=sys.stderr)
+    signals.emit(brain, "SATELLITE_UNWALLED", workflow=claim.workflow, step=claim.step, claim=claim.id,
+                 reason=line)
+    return []
 
 
 def _files(brain: Brain, claim_id: str) -> tuple[Path, Path]:

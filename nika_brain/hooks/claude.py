@@ -328,6 +328,17 @@ def _directives_text(hook: Hook, kernel: str, *, everything: bool = False) -> st
     return "\n".join(lines)
 
 
+def _through_door(op: str, **args: Any) -> bool:
+    """A satellite's claim bookkeeping goes through its door (claims/ is read-only in its wall:
+    claude/bwrap.satellite_wall); False when this session has none (the write is then made here)."""
+    from nika_brain.bus import door
+    via = door.claim_door()
+    if not via:
+        return False
+    door.call(op, via, **args)
+    return True
+
+
 def _export_env(brain: Any, kernel: str | None, claim: str | None) -> None:
     """Let the session's Bash commands (nika-brain itself) know who they run for."""
     import shlex
@@ -418,7 +429,8 @@ def on_session_start(hook: Hook) -> Reply | None:
             c = load_claim(brain, claim_id)
             if c.is_open:
                 if c.session != hook.session_id and hook.session_id:
-                    update_open(brain, c.id, session=hook.session_id)
+                    if not _through_door("claim_session", session=hook.session_id):
+                        update_open(brain, c.id, session=hook.session_id)
                 zone = f", zone {c.zone}" if c.zone else ""
                 parts.append(f"Your claim: {c.id} (workflow {c.workflow}, step {c.step}, "
                              f"{c.satellite_type}{zone}). Scope: {', '.join(c.scope)}; edits outside it "
@@ -469,8 +481,8 @@ def on_post_tool_use(hook: Hook) -> Reply | None:
     if new and claim:
         from nika_brain.state.claims import load_claim, record_touched
         try:
-            if load_claim(hook.brain, claim).is_open:  # a closed claim is final
-                record_touched(hook.brain, claim, new)
+            if load_claim(hook.brain, claim).is_open and not _through_door("claim_touched", paths=list(new)):
+                record_touched(hook.brain, claim, new)   # a closed claim is final
         except BrainError as exc:
             _say(f"touched files not recorded on claim {claim}: {exc}")
     return None

@@ -375,7 +375,10 @@ def test_6_resume_adopts_the_result_of_a_satellite_that_finished_while_no_orches
     brain, env, meet, launches = _orchestrator_killed_while_its_satellite_runs(tmp_path)
     c1 = open_claim_id(brain, "slow")
     (meet / "go").write_text("")   # the orphan reports while no orchestrator runs, and exits
-    [pid] = launches.read_text().split()
+    assert len(launches.read_text().split()) == 1
+    # the pid the launcher recorded (its pid on this host: the satellite's own `$$` is its pid in its
+    # wall's pid namespace)
+    pid = json.loads((brain.state_dir / "satellites" / f"{c1}.json").read_text())["pid"]
     wait_until(lambda: _gone(int(pid)), what="the orphan satellite ended")
     resumed = nb(brain, "workflow", "resume", "slow", env={"SATELLITE_RENDEZVOUS": str(meet)}, check=0)
     assert "DONE" in resumed.stdout

@@ -219,13 +219,22 @@ def test_default_satellite_command_is_claude_headless_with_the_kernel_settings(t
     own = brain.root / ".nika" / "guarded" / "satellites" / c["id"] / "settings.json"
     assert argv[6:] == ["--settings", str(own)]
     mine = json.loads(own.read_text())
+    # It ran in nika-brain's wall (bwrap runs here: claude/bwrap.satellite_wall), where Claude Code's
+    # own bwrap cannot nest (no capabilities): off inside ours.
+    assert seen["sandbox"] == "bwrap" and mine["sandbox"] == {"enabled": False}
+    assert "Bash" in mine["permissions"]["allow"]   # as Claude Code allows a sandboxed command
+    # Where no wall can be built (macOS's Seatbelt, bwrap missing), Claude Code's sandbox carries the
+    # same walls: the door the only way to change locks, claims and the kernels' queues.
+    from nika_brain.claude import settings as claude_settings
+    bare = json.loads(claude_settings.satellite_settings(brain.root, kernel_settings, tmp_path / "s.json").read_text())
     assert {str(brain.root / "locks"), str(brain.root / "claims"), str(brain.root / ".git"),
-            str(brain.kernels_dir / "k1" / "runs")} <= set(mine["sandbox"]["filesystem"]["denyWrite"])
-    assert str(brain.root / ".nika" / "doors") in mine["sandbox"]["filesystem"]["denyRead"]
-    assert mine["sandbox"]["network"]["allowAllUnixSockets"] is True
+            str(brain.kernels_dir / "k1" / "runs"), str(brain.kernels_dir / "k1" / "queue.jsonl")} \
+        <= set(bare["sandbox"]["filesystem"]["denyWrite"])
+    assert str(brain.root / ".nika" / "doors") in bare["sandbox"]["filesystem"]["denyRead"]
+    assert bare["sandbox"]["network"]["allowAllUnixSockets"] is True
     # Installed before the satellite ran: nika-brain's hooks and isolation, the user's rule kept.
     merged = json.loads(kernel_settings.read_text())
-    assert mine["hooks"] == merged["hooks"] and mine["permissions"] == merged["permissions"]
+    assert mine["hooks"] == merged["hooks"] and mine["permissions"]["deny"] == merged["permissions"]["deny"]
     assert "Bash(git push:*)" in merged["permissions"]["deny"] and merged["sandbox"]["enabled"]
     assert any("hook PreToolUse" in h["command"] for g in merged["hooks"]["PreToolUse"] for h in g["hooks"])
     assert os.path.realpath(seen["cwd"]) == os.path.realpath(worktree(brain, "theme/plain"))

@@ -141,3 +141,39 @@ def test_one_door_process_serves_every_satellite_of_its_launcher_each_as_its_own
                 p.kill()
                 p.wait()
     assert not (doors / "c-sat" / "door.sock").exists()
+
+
+def test_the_launchers_door_adds_ask_and_the_hooks_bookkeeping_each_checked(tmp_path, git_env):
+    """The process engine/satellites.launch starts (federation/asking/door.py): ask and the hooks'
+    claim bookkeeping, for its own claim, bad input refused in one line."""
+    brain = make_brain(tmp_path / "b", "version: 1\nlock_poll: 0.01\n")
+    sock = brain.root / ".nika" / "guarded" / "doors" / "c-mine" / "door.sock"
+    proc = subprocess.Popen([sys.executable, "-m", "nika_brain.federation.asking.door", str(brain.root), "c-mine",
+                             str(sock)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        proc.stdin.write(f"{os.getpid()}\n")
+        proc.stdin.flush()
+        for op, args, why in (("ask", {"prompt": 7}, "prompt is a string"),
+                              ("ask", {"prompt": "x", "timeout": 0}, "timeout"),
+                              ("ask", {"prompt": "x", "timeout": True}, "timeout"),
+                              ("claim_session", {"session": "../../x"}, "session id"),
+                              ("claim_touched", {"paths": "src/a.py"}, "list of relative paths"),
+                              ("claim_touched", {"paths": ["a\nb"]}, "list of relative paths")):
+            try:
+                client.call(op, str(sock), **args)
+            except BrainError as exc:
+                assert exc.exit_code == 6 and why in str(exc) and "\n" not in str(exc), (op, str(exc))
+            else:
+                raise AssertionError(f"{op} {args} was not refused")
+        # no such claim here: what the command says outside the door, not a refusal
+        try:
+            client.call("claim_session", str(sock), session="3f1c2a9e-0000-4000-8000-000000000000")
+        except BrainError as exc:
+            assert "c-mine" in str(exc) and "refused" not in str(exc), str(exc)
+        else:
+            raise AssertionError("a session was bound to a claim that does not exist")
+    finally:
+        proc.stdin.write("end\n")
+        proc.stdin.close()
+        proc.wait(timeout=60)

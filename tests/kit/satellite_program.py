@@ -87,7 +87,8 @@ def as_claude(args: list[str]) -> int:
     target = worktree / scope / f"{claim}.txt" if scope.endswith("/") else worktree / scope
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps({"argv": args, "cwd": os.getcwd(), "claim": claim,
-                                  "nika_agent": os.environ.get("NIKA_AGENT")}, sort_keys=True) + "\n")
+                                  "nika_agent": os.environ.get("NIKA_AGENT"),
+                                  "sandbox": os.environ.get("NIKA_SANDBOX")}, sort_keys=True) + "\n")
     print(json.dumps({"type": "result", "subtype": "success", "is_error": False,
                       "result": f"stand-in claude wrote {scope}", "session_id": "standin"}))
     return 0

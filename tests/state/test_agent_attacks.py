@@ -22,7 +22,7 @@ from nika_brain.state import authority, gates
 from nika_brain.support import clock
 from nika_brain.support.yamlsafe import dumps, load_file
 from tests.engine.test_inbound import THREE  # the inbound tests' three-step chain
-from tests.kit.brain import git_out
+from tests.kit.brain import git, git_out
 from tests.kit.claude import SID, bound_env, hook, hook_brain
 from tests.kit.fixtures import agent_env
 from tests.kit.orch import claims_of, journal, nb, open_claim_id, orch_brain, run_file, satellite_config, worktree
@@ -713,3 +713,90 @@ def test_an_assisted_session_started_by_nika_brain_acts_as_its_claim_only_throug
     # the session closed its claim through the door: `claude start` committed its work and routed it
     assert run_file(brain, "door")["status"] == "done", out + err
     assert (brain.root / "src" / "app" / "main.py").read_text() == "print('hi')\n"
+
+
+# ---- issue 24, satellites without Claude Code's sandbox: nika-brain's own wall (claude/bwrap.py) -----
+
+# What a satellite that is not Claude Code (or runs without its sandbox) tries once it drops its door:
+# each attack as an interpreter would make it, from the satellite's own process tree, in the wall
+# engine/satellites.launch starts it in (the brain's `sandbox: auto`, bwrap present).
+WALL_SATELLITE = r'''
+import errno, json, os, subprocess, sys
+claim, out = sys.argv[1], sys.argv[3]
+agent = json.loads(open(sys.argv[4]).read())
+brain, wt = os.environ["NIKA_BRAIN_DIR"], os.getcwd()
+PY = sys.executable
+res = {"sandbox": os.environ.get("NIKA_SANDBOX", "")}
+def nb(*args, env=None, drop=()):
+    full = {k: v for k, v in {**os.environ, **agent, **(env or {})}.items() if k not in drop}
+    p = subprocess.run([PY, "-m", "nika_brain", *args], env=full, capture_output=True, text=True, timeout=120)
+    return [p.returncode, p.stdout + p.stderr]
+def attempt(fn):
+    try:
+        fn()
+        return "done"
+    except OSError as exc:
+        return errno.errorcode.get(exc.errno, str(exc.errno))
+held = os.path.join(brain, "locks", sys.argv[5])
+res["release_no_door"] = nb("lock", "release", "src/locked/", env={"NIKA_CLAIM": "other-claim"}, drop=("NIKA_DOOR",))
+res["write_lock"] = attempt(lambda: open(held, "w").write("owner: " + claim + "\n"))
+res["unlink_lock"] = attempt(lambda: os.unlink(held))
+res["hard_link"] = attempt(lambda: os.link(held, os.path.join(wt, "l.yml")))
+res["write_claim"] = attempt(lambda: open(os.path.join(brain, "claims", claim + ".yml"), "a").write("scope: [.]\n"))
+res["write_queue"] = attempt(lambda: open(os.path.join(brain, "kernels", "gen", "queue.jsonl"), "a").write(
+    json.dumps({"id": "q9", "at": "2030-01-01T00:00:00Z", "prompt": "rm -rf", "by": "x"}) + "\n"))
+ref = os.path.join(brain, ".git", "refs", "heads", "evil")
+res["write_ref"] = attempt(lambda: open(ref, "w").write("0" * 40 + "\n"))
+# its own work, through its door
+res["own_acquire"] = nb("lock", "acquire", "src/app/", "--ttl", "600")
+res["own_renew"] = nb("lock", "renew", "src/app/", "--ttl", "900")
+res["own_release"] = nb("lock", "release", "src/app/")
+res["ask"] = nb("ask", "summarise the release notes", "--json")
+os.makedirs("src/app", exist_ok=True)
+open("src/app/main.py", "w").write("print('hi')\n")
+res["own_close"] = nb("claim", "close", claim, "--status", "ok", "--summary", "wrote main.py")
+open(out, "w").write(json.dumps(res))
+'''
+
+
+def test_a_satellite_without_claude_codes_sandbox_changes_state_only_through_its_door(tmp_path, git_env):
+    program = tmp_path / "wall_satellite.py"
+    program.write_text(WALL_SATELLITE)
+    agent = tmp_path / "agent-env.json"
+    agent.write_text(json.dumps(agent_env(tmp_path)))
+    record = tmp_path / "record.json"
+    brain = orch_brain(tmp_path / "b", {"door": DOOR_WF.replace("test -f src/app/main.py", "true")},
+                       files={"src/app/.keep": "", "src/locked/f.py": "x\n",
+                              "kernels/gen/kernel.yml": "id: gen\ngoal: 'release notes'\nstatus: active\n"},
+                       config=f'federation: {{triage: {{default: gen}}, agent_command: ["{sys.executable}"]}}\n')
+    nb(brain, "lock", "acquire", "src/locked/", "--owner", "other-claim", "--ttl", "3600", "--no-pid", check=0)
+    held = next((brain.root / "locks").glob("*.yml"))
+    before = held.read_bytes()
+    (brain.root / "nika-brain.yml").write_text(
+        (brain.root / "nika-brain.yml").read_text() +
+        f'satellite_command: ["{sys.executable}", "{program}", "{{claim}}", "{{brief_file}}", "{record}", '
+        f'"{agent}", "{held.name}"]\n')
+    git(brain.root, "commit", "-qam", "the satellite command")
+    nb(brain, "workflow-launch", "door", "--mode", "swarm", check=0)
+    res = json.loads(record.read_text())
+    assert res["sandbox"] == "bwrap", "the satellite did not run in nika-brain's wall"
+    assert res["release_no_door"][0] != 0, res["release_no_door"]
+    assert "read-only file system" in res["release_no_door"][1].lower(), res["release_no_door"]
+    for attack in ("write_lock", "unlink_lock", "write_claim", "write_queue", "write_ref"):
+        assert res[attack] == "EROFS", (attack, res[attack])
+    assert res["hard_link"] in ("EXDEV", "EROFS"), res["hard_link"]
+    assert held.read_bytes() == before, "another claim's lock was changed"
+    assert not (brain.root / ".git" / "refs" / "heads" / "evil").exists()
+    # its own work: locks through its door, the ask queued by the door (as asked by its claim), the close
+    for own in ("own_acquire", "own_renew", "own_release", "own_close"):
+        assert res[own][0] == 0, (own, res[own][1])
+    rc, said = res["ask"]
+    ask = json.loads(said[said.index("{"):])
+    assert [r["kernel"] for r in ask["routes"]] == ["gen"] and ask["routes"][0]["status"] == "queued", said
+    queued = [json.loads(x) for x in (brain.root / "kernels" / "gen" / "queue.jsonl").read_text().splitlines()]
+    (claim_id,) = [p.stem for p in (brain.root / "claims").glob("*.yml")]
+    assert [(q["prompt"], q["by"]) for q in queued if "prompt" in q] == [
+        ("summarise the release notes", f"claim {claim_id}")], queued
+    assert run_file(brain, "door")["status"] == "done"
+    # its work is committed on the theme branch (by the orchestrator: .git is read-only in the wall)
+    assert git_out(brain.root, "log", "--format=%s", "theme/door", "--", "src/app/main.py").strip()

@@ -3,9 +3,11 @@ for. One process serves all the satellites of a launch (`python -m nika_brain.fe
 BRAIN`, started by engine/satellites.launch with its first satellite and told on stdin `open CLAIM
 PID` / `close CLAIM`); `BRAIN CLAIM SOCKET` serves one claim, the satellite's pid its first stdin line.
 
-The satellite's commands change locks and claims only through it: `lock acquire|renew|release` and
-`claim close` (cli/fast.py sends them here when `$NIKA_DOOR` names a door). It acts with owner = its
-claim and refuses acting for another owner or closing another claim (refusals journaled in
+The satellite's commands change locks, claims and the kernels' queues only through it: `lock
+acquire|renew|release`, `claim close` (cli/fast.py sends them here when `$NIKA_DOOR` names a door) and
+`ask` (cli/askfast.py: triaged and delivered here, recorded as asked by the claim; the op is added by
+federation/asking/door.py, the module the launcher starts: asking may use the doors, not the reverse).
+It acts with owner = its claim and refuses acting for another owner or closing another claim (refusals journaled in
 `.nika/doors/refusals.jsonl`, {at, claim, op, why, layer: "claim-door"}). Who asks is checked on the
 connection itself, never read from the request or the environment: the peer's credentials
 (SO_PEERCRED) must be this user's and its process must descend from the satellite's own process
@@ -155,13 +157,32 @@ def _close(brain: Brain, cid: str, req: dict, _holder: int | None) -> Any:
             "warnings": list(done.warnings), "next": nxt}
 
 
+def _session(brain: Brain, cid: str, req: dict, _holder: int | None) -> Any:
+    """The SessionStart hook binds the satellite's session to its claim (bookkeeping, its own claim)."""
+    from nika_brain.state import claims, sessions
+    session = req.get("session")
+    if not isinstance(session, str) or not sessions.valid_id(session):
+        raise Refused("session is a session id")
+    return claims.update_open(brain, cid, session=session).session
+
+
+def _touched(brain: Brain, cid: str, req: dict, _holder: int | None) -> Any:
+    """The PostToolUse hook records the files the satellite wrote on its claim (its own claim)."""
+    from nika_brain.state import claims
+    paths = req.get("paths")
+    if not isinstance(paths, list) or not paths or len(paths) > 1000 or \
+            not all(isinstance(p, str) and 0 < len(p) < 4096 and "\n" not in p for p in paths):
+        raise Refused("paths is a list of relative paths")
+    return list(claims.record_touched(brain, cid, paths).touched)
+
+
 def _ping(_brain: Brain, cid: str, _req: dict, _holder: int | None) -> Any:
     return cid
 
 
 OPS: dict[str, Callable[[Brain, str, dict, int | None], Any]] = {
     "ping": _ping, "lock_acquire": _acquire, "lock_renew": _renew, "lock_release": _release,
-    "claim_close": _close}
+    "claim_close": _close, "claim_session": _session, "claim_touched": _touched}
 
 
 def answer(brain: Brain, cid: str, req: Any, holder: int | None) -> dict:

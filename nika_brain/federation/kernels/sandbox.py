@@ -32,12 +32,12 @@ Capabilities are dropped (root inside cannot unmount what hides the rest), pid a
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 from nika_brain.brain import Brain
 from nika_brain.bus import door
+from nika_brain.claude import bwrap
 from nika_brain.state.kernels import Kernel, kernel_dir
 
 DOOR_DIR = os.path.dirname(door.SOCKET)      # fixed place inside every sandbox
@@ -51,32 +51,25 @@ READ_ONLY = ("gates", "grants", "breakers", "proposals", "runs", "doctrines")   
 # operator's own pin trust). nika-brain never commits from inside a kernel.
 READ_ONLY_STATE = ("locks", "claims")
 READ_ONLY_PATHS = ("operator.pub", ".git")
-STATE_RW = ("sessions", "mutex")             # .nika/ folders the hooks write (plus federation/<id>)
+STATE_RW = bwrap.STATE_RW                    # .nika/ folders the hooks write (plus federation/<id>)
 STATE_RO = ("leases",)                       # .nika/ folders the hooks read: the lease mirror
 # In the kernel's own folder, read-only: what its next start reads (its record, its Claude Code settings,
 # its credentials). `.claude/` as a folder, so that no settings.local.json can be added either.
 SELF_READ_ONLY = ("kernel.yml", ".claude", "credentials.env", "home/.claude/settings.json")
 ROOT_READ_ONLY = (".claude",)                # the brain's own Claude Code settings (the operator's)
-BASE = ["--dev", "/dev", "--proc", "/proc", "--unshare-pid", "--unshare-ipc", "--die-with-parent",
-        "--cap-drop", "ALL"]
+BASE = [*bwrap.ISOLATION, "--die-with-parent"]
 
 
 def unavailable() -> str | None:
     """None when bubblewrap builds our kind of sandbox here, else one line saying why not."""
+    import shutil
     if not shutil.which("bwrap"):
-        return "bubblewrap (bwrap) is not installed (apt-get install bubblewrap)"
+        return bwrap.runs()   # says it is not installed
     try:
         Path(DOOR_DIR).mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         return f"cannot create the door mount point {DOOR_DIR}: {exc.strerror}"
-    argv = ["bwrap", "--bind", "/", "/", *BASE, "--tmpfs", DOOR_DIR, "true"]
-    try:
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"bwrap did not run ({exc})"
-    if p.returncode != 0:
-        return f"bwrap cannot build a sandbox here: {p.stderr.strip()[:200] or p.returncode}"
-    return None
+    return bwrap.runs("--die-with-parent", "--tmpfs", DOOR_DIR)
 
 
 def door_dir(brain: Brain, kernel_id: str) -> Path:
@@ -89,28 +82,12 @@ def home_dir(brain: Brain, kernel_id: str) -> Path:
 
 
 def operator_paths() -> list[Path]:
-    """Folders and files of the operator (keys) and of the user's Claude Code that no kernel sees."""
-    from nika_brain.state import authority
-    op = authority.operator_dir()   # where the keys are: the passwd home's, whatever HOME says
-    homes = {Path(os.path.expanduser("~")), op.parent.parent}
-    out: list[Path] = [op]
-    for h in sorted(homes):
-        out += [h / ".config" / "nika-brain", h / ".claude", h / ".claude.json"]
-    if os.environ.get("XDG_CONFIG_HOME"):
-        out.append(Path(os.environ["XDG_CONFIG_HOME"]) / "nika-brain")
-    tmux = Path(os.environ.get("TMUX_TMPDIR") or "/tmp") / f"tmux-{os.getuid()}"
-    out.append(tmux)   # nika-brain's tmux server: send-keys would reach every kernel's pane
-    return out
+    """Folders and files of the operator (keys, tmux server) and of the user's Claude Code that no
+    kernel sees."""
+    return [*bwrap.operator_key_paths(), *bwrap.claude_config_paths()]
 
 
-def _hide(path: Path) -> list[str]:
-    if path.is_symlink():
-        path = path.resolve()
-    if path.is_dir():
-        return ["--tmpfs", str(path)]
-    if path.exists():
-        return ["--ro-bind", "/dev/null", str(path)]
-    return []
+_hide = bwrap.hide
 
 
 def own_env(brain: Brain, kernel: Kernel) -> dict[str, str]:
