@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +24,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from nika_brain.federation.embedding import Embedder
 
 SHIPPED = "everyday.npz"
+EMBED_KIND = "query"  # prompts and examples embedded alike: measured best for routing (bench_triage); goals'
 _MEMO: dict[str, Any] = {}   # digest -> the shipped vectors (read once per process)
 
 
@@ -34,6 +34,8 @@ def digest(model_id: str, kind: str, texts: list[str]) -> str:
 
 def shipped(model_id: str, kind: str, texts: list[str], dim: int) -> np.ndarray | None:
     """The shipped vectors of `texts` when everyday.npz was made by this model for these texts."""
+    from importlib import resources
+
     import numpy as np
     want = digest(model_id, kind, texts)
     if want in _MEMO:
@@ -77,7 +79,6 @@ def write(path: Path, embedder: Embedder, kind: str) -> None:
 def main() -> None:
     from nika_brain.federation.embedding import E5Embedder
     from nika_brain.federation.triage import router
-    from nika_brain.federation.triage.goals import EMBED_KIND
     path = Path(__file__).with_name(SHIPPED)
     emb = E5Embedder()
     write(path, emb, EMBED_KIND)

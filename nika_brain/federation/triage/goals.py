@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from nika_brain.errors import BrainError, Invalid
 from nika_brain.federation.embedding import Kind
+from nika_brain.federation.triage import everyday
 from nika_brain.federation.triage.corrections import Correction
 from nika_brain.federation.triage.router import MISS_RATE, Model
 
@@ -44,7 +45,7 @@ INDEX_NAME = "goals-index.npz"
 FORMAT = 3  # 2: background-calibrated scores, corrections (issue 21); 3: sub-topic centroids
 ROUTED_STATUSES = ("starting", "active", "paused", "dead")  # a dead kernel's prompts queue for it
 DEFAULT_KERNEL = "generalist"
-EMBED_KIND: Kind = "query"  # prompts and examples embedded alike: measured best for routing (bench_triage)
+EMBED_KIND: Kind = everyday.EMBED_KIND  # every goals index embeds its texts and the background so
 
 
 @dataclass(frozen=True)
@@ -211,7 +212,7 @@ def build(entries: list[Entry], embedder: Embedder, st: Settings, *,
     routing model. The default kernel takes part only through examples of its own."""
     import numpy as np
 
-    from nika_brain.federation.triage import everyday, router
+    from nika_brain.federation.triage import router
     entries = sorted(entries, key=lambda e: e.id)
     ids = [e.id for e in entries]
     if len(set(ids)) != len(ids):
