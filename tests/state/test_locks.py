@@ -567,7 +567,9 @@ def test_mutual_exclusion_between_processes(brain, tmp_path):
     for prev, nxt in zip(records, records[1:]):
         assert prev[1] < nxt[0], f"critical sections overlap: {prev} {nxt}"
     contended = sum(nxt[4] < prev[1] for prev, nxt in zip(records, records[1:]))  # asked while held
-    assert contended >= len(records) // 2, f"only {contended} of {len(records)} acquisitions contended"
+    # How many depends on the machine (295 of 1,200 on a quiet one, over 900 at load 8): enough that
+    # exclusion was tested under contention, never a share the scheduler decides.
+    assert contended >= 50, f"only {contended} of {len(records)} acquisitions contended"
     tokens = [r[2] for r in records]
     assert len(set(tokens)) == len(tokens)
     assert all(x < y for x, y in zip(tokens, tokens[1:])), "tokens not increasing in acquisition order"
