@@ -27,17 +27,12 @@ from nika_brain.gitrepo import git
 def _live(sock: Path) -> bool:
     """Whether a door process listens on `sock` (a refusal is an answer too)."""
     import socket
-    where, fd = door_client.short_path(str(sock))
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        s.connect(where)
-        return True
-    except OSError:
-        return False
-    finally:
-        s.close()
-        if fd is not None:
-            os.close(fd)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        try:
+            door_client._connect(s, str(sock))
+            return True
+        except OSError:
+            return False
 
 
 def waiting_claim(brain: Brain) -> str:
