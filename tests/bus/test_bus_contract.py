@@ -506,8 +506,11 @@ def test_cli_publish_tail_and_ping(h):
 
 def test_cli_tail_follow_prints_new_messages(h):
     env = dict(os.environ, NIKA_BRAIN_DIR=str(h.brain.root))
+    # Ctrl-C as in a terminal: a suite started in the background (`bash .ci/run &` from a script) hands
+    # its children SIGINT ignored, and a Python started so never raises KeyboardInterrupt.
     proc = subprocess.Popen([*NIKA_BRAIN, "bus", "tail", bus.GOALS, "--follow"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     lines: queue.Queue = queue.Queue()
     threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True).start()
     try:
