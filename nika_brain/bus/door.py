@@ -76,7 +76,7 @@ def call(op: str, path: str = SOCKET, *, answer_within: float = 300.0, **args: A
     """Send one request through a door (the kernel's unless `path` names another: claim_door()); the
     result, or a BrainError (refused, failed, or door down). `answer_within`: seconds the answer may
     take (an `ask --wait` waits for the kernels' answers)."""
-    whose = "kernel's" if path == SOCKET else "satellite's"
+    whose = "kernel's" if path == SOCKET else "claim's"   # a refusal names its session (below)
     data = (json.dumps({"op": op, **args}, ensure_ascii=False) + "\n").encode()
     deadline = time.monotonic() + _WAIT
     while True:
@@ -111,6 +111,9 @@ def call(op: str, path: str = SOCKET, *, answer_within: float = 300.0, **args: A
     if not isinstance(answer, dict) or not answer.get("ok"):
         why = answer.get("refused", "no answer") if isinstance(answer, dict) else "no answer"
         code = answer.get("exit") if isinstance(answer, dict) else None
+        session = answer.get("session") if isinstance(answer, dict) else None
+        if session in ("satellite", "assisted session"):   # a claim's door: whose session it serves
+            whose = f"{session}'s"
         raise BrainError(f"refused by the {whose} door: {why}",
                          exit_code=code if isinstance(code, int) and 0 < code < 126 else None)
     return answer.get("result")

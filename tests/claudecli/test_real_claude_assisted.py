@@ -121,7 +121,7 @@ def test_an_assisted_session_started_with_claude_start_acts_as_its_claim_only_th
             pane.tmux("kill-server")
     results = list(standin.tool_results().values())
     _, attack, _, printf_v, acquire, renew, _, release, close = results[:9]
-    assert_held_through(brain, held, lock_file, before, attack)
+    assert_held_through(brain, held, lock_file, before, attack, session="assisted session")
     assert "printf rc=6" in printf_v["text"] and "other-claim" in printf_v["text"], printf_v
     for step in (acquire, renew, release, close):
         assert not step["is_error"], step["text"]
