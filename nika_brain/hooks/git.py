@@ -114,15 +114,8 @@ def committer(brain: Brain, hint: str | None) -> str | None:
     (the operator's shell, or nika-brain committing a claim's work), else none. Asked only when a
     lock covers what is committed: an ordinary commit pays for no key."""
     from nika_brain.bus import door
-    via = door.claim_door()
-    if via is not None:
-        if not os.path.exists(via):
-            return None   # no door where it says: this session is no claim
-        try:
-            claim = door.call("ping", via, answer_within=30.0)
-        except BrainError:
-            claim = None
-        return claim if isinstance(claim, str) and claim else None
+    if door.claim_door() is not None:
+        return door.session_claim()   # a session with a door is its claim, or none
     if hint is None:
         return None
     from nika_brain.state import authority
