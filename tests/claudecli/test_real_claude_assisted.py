@@ -135,3 +135,56 @@ def test_an_assisted_session_started_with_claude_start_acts_as_its_claim_only_th
     # read-only in the session's sandbox), merged into main: the run is done
     assert run_file(brain, "sat")["status"] == "done"
     assert (brain.root / "src" / "app" / "main.py").read_text() == "print('hi')\n"
+
+
+def test_a_claude_code_started_by_hand_with_another_claims_name_acts_as_no_claim(tmp_path, git_env):
+    """Issue 24: a door is the only agent path. `NIKA_CLAIM=<the step's claim> claude` typed in a terminal
+    (not `claude start`): its Bash `nika-brain lock release` and `lock renew` of that claim's lock are
+    refused with no effect (the operator's key is out of its sandbox's reach, and without a door
+    `$NIKA_CLAIM` proves nothing), its Write under the lock is refused by the hook, and it was told so
+    at its start in one line naming `nika-brain claude start <claim>`."""
+    brain, _held, _lock_file, _before = locked_brain(tmp_path, "sat", SATELLITE_WF)
+    nb(brain, "workflow-launch", "sat", check=0)   # assisted: the step's claim holds src/app/
+    cid = run_file(brain, "sat")["claim"]
+    tree = worktree(brain, "theme/sat")
+    locks_before = {p.name: p.read_bytes() for p in (brain.root / "locks").iterdir()}
+    assert len(locks_before) == 2 and any(cid.encode() in b for b in locks_before.values())
+    home = tmp_path / "claude-home"
+    home.mkdir()
+    (home / ".claude.json").write_text(json.dumps({
+        "hasCompletedOnboarding": True, "numStartups": 3,
+        "projects": {str(brain.root.resolve()): {"hasTrustDialogAccepted": True}},
+        "customApiKeyResponses": {"approved": [KEY[-20:]], "rejected": []}}))
+    nbc = f"{PY} -m nika_brain"
+    script = [   # in the brain, under the brain's own settings (`claude install`: its sandbox, its hooks)
+        [tool_use("Bash", command=f"{nbc} lock release src/app/", description="release")],
+        [tool_use("Bash", command=f"{nbc} lock renew src/app/ --ttl 3000", description="renew")],
+        [tool_use("Write", file_path=str(tree / "src" / "app" / "main.py"), content="print('hi')\n")],
+        [text("Nothing changed here.")],
+    ]
+    pane = Pane(tmp_path / "tmux.sock")
+    with MessagesStandin(script=script) as standin:
+        env = claude_env(home, standin.url, {"PYTHONPATH": str(REPO), "TERM": "xterm-256color", "NIKA_CLAIM": cid})
+        # the operator's own user and passwd home: the key is on disk, Claude Code's sandbox hides it
+        env.update({k: v for k, v in os.environ.items() if k.startswith(("GIT_", "NSS_WRAPPER", "LD_PRELOAD"))})
+        command = f"{claude_binary()} --permission-mode acceptEdits; echo rc=$? > {tmp_path}/rc"
+        subprocess.run(["tmux", "-S", str(pane.sock), "new-session", "-d", "-x", "200", "-y", "50", "-c",
+                        str(brain.root), command], env=env, check=True)
+        try:
+            until(lambda: RULE in pane.screen(), timeout=120, what="Claude Code's input box")
+            pane.enter("free the lock on src/app/", lambda: bool(standin.conversation()))
+            until(lambda: len(standin.tool_results()) >= 3, timeout=300, what="the session's script")
+            until(lambda: "Nothing changed here." in pane.screen(), what="the last answer")
+            pane.enter("/exit", lambda: (tmp_path / "rc").exists(), shown="Exit the CLI")
+        finally:
+            pane.tmux("kill-server")
+        told = standin.sent_text()
+    release, renew, write = list(standin.tool_results().values())[:3]
+    for step in (release, renew):
+        assert "operator's authority" in step["text"], step
+        assert f"`nika-brain claude start {cid}`" in step["text"], step
+    assert write["is_error"] and f"nika-brain claude start {cid}" in write["text"], write
+    assert {p.name: p.read_bytes() for p in (brain.root / "locks").iterdir()} == locks_before
+    assert not (tree / "src" / "app" / "main.py").exists()
+    assert claims_of(brain, "sat")[0]["status"] == "open"
+    assert "acts as no claim" in told and f"`nika-brain claude start {cid}`" in told, told[-3000:]
