@@ -55,6 +55,23 @@ class Pane:
     def screen(self) -> str:
         return self.tmux("capture-pane", "-p").stdout
 
+    def session(self, cwd: Path, command: str, env: dict, standin, *, prompt: str, results: int, last: str,
+                rc: Path, started=lambda: None) -> None:
+        """Run `command` (a Claude Code) in a new pane in `cwd`, type `prompt` once its input box shows
+        (after `started()`), wait for `results` tool results and the `last` answer, end it with /exit
+        (its exit code to `rc`), and stop the tmux server whatever happened."""
+        subprocess.run(["tmux", "-S", str(self.sock), "new-session", "-d", "-x", "200", "-y", "50", "-c",
+                        str(cwd), f"{command}; echo rc=$? > {rc}"], env=env, check=True)
+        try:
+            until(lambda: RULE in self.screen(), timeout=120, what="Claude Code's input box")
+            started()
+            self.enter(prompt, lambda: bool(standin.conversation()))
+            until(lambda: len(standin.tool_results()) >= results, timeout=300, what="the session's script")
+            until(lambda: last in self.screen(), what="the last answer")
+            self.enter("/exit", rc.exists, shown="Exit the CLI")   # the operator ends the session
+        finally:
+            self.tmux("kill-server")
+
     def enter(self, line: str, taken, shown: str | None = None) -> None:
         """Type `line`, press Enter once the screen shows it (or `shown`), and again while it still sits
         in the input box and `taken()` says nothing read it (a loaded machine can turn a quick Enter
@@ -107,18 +124,11 @@ def test_an_assisted_session_started_with_claude_start_acts_as_its_claim_only_th
         env.update({k: v for k, v in os.environ.items() if k.startswith(("GIT_", "NSS_WRAPPER", "LD_PRELOAD"))})
         # the operator's terminal, in the brain, running the hint's command (the key: the operator's)
         command = f"{PY} -m nika_brain {hint.strip().removeprefix('nika-brain ')} -- --permission-mode acceptEdits"
-        subprocess.run(["tmux", "-S", str(pane.sock), "new-session", "-d", "-x", "200", "-y", "50", "-c",
-                        str(brain.root), f"{command}; echo rc=$? > {tmp_path}/rc"], env=env, check=True)
-        try:
-            until(lambda: RULE in pane.screen(), timeout=120, what="Claude Code's input box")
+
+        def has_door() -> None:
             assert sock.exists(), "the session has no door"
-            pane.enter("do the step of your brief", lambda: bool(standin.conversation()))
-            until(lambda: len(standin.tool_results()) >= 9, timeout=300, what="the session's script")
-            until(lambda: "Step done; claim closed." in pane.screen(), what="the last answer")
-            # the operator ends the session
-            pane.enter("/exit", lambda: (tmp_path / "rc").exists(), shown="Exit the CLI")
-        finally:
-            pane.tmux("kill-server")
+        pane.session(brain.root, command, env, standin, prompt="do the step of your brief", results=9,
+                     last="Step done; claim closed.", rc=tmp_path / "rc", started=has_door)
     results = list(standin.tool_results().values())
     _, attack, _, printf_v, acquire, renew, _, release, close = results[:9]
     assert_held_through(brain, held, lock_file, before, attack, session="assisted session")
@@ -167,17 +177,8 @@ def test_a_claude_code_started_by_hand_with_another_claims_name_acts_as_no_claim
         env = claude_env(home, standin.url, {"PYTHONPATH": str(REPO), "TERM": "xterm-256color", "NIKA_CLAIM": cid})
         # the operator's own user and passwd home: the key is on disk, Claude Code's sandbox hides it
         env.update({k: v for k, v in os.environ.items() if k.startswith(("GIT_", "NSS_WRAPPER", "LD_PRELOAD"))})
-        command = f"{claude_binary()} --permission-mode acceptEdits; echo rc=$? > {tmp_path}/rc"
-        subprocess.run(["tmux", "-S", str(pane.sock), "new-session", "-d", "-x", "200", "-y", "50", "-c",
-                        str(brain.root), command], env=env, check=True)
-        try:
-            until(lambda: RULE in pane.screen(), timeout=120, what="Claude Code's input box")
-            pane.enter("free the lock on src/app/", lambda: bool(standin.conversation()))
-            until(lambda: len(standin.tool_results()) >= 3, timeout=300, what="the session's script")
-            until(lambda: "Nothing changed here." in pane.screen(), what="the last answer")
-            pane.enter("/exit", lambda: (tmp_path / "rc").exists(), shown="Exit the CLI")
-        finally:
-            pane.tmux("kill-server")
+        pane.session(brain.root, f"{claude_binary()} --permission-mode acceptEdits", env, standin,
+                     prompt="free the lock on src/app/", results=3, last="Nothing changed here.", rc=tmp_path / "rc")
         told = standin.sent_text()
     release, renew, write = list(standin.tool_results().values())[:3]
     for step in (release, renew):
