@@ -7,9 +7,9 @@ every case once (interleaved), and each case is judged by the paired ratios (min
      that may cover a path from the lock files' names), and a separate case gives every lock file a new
      inode and the folder a new mtime before each run (the first tool call after a clone or a checkout).
   2. one in-process `locks.acquire` with 3,000 locks held vs an empty brain (target: under 2x)
-  3. `nika-brain lock acquire` and an agent releasing its own lock (`lock release` with NIKA_CLAIM =
-     the owner: no operator signature), `lock list` and `claim list`, vs `python -c pass` (each at
-     most 3x, issue 25)
+  3. `nika-brain lock acquire` and releasing the shell's own claim's lock (`lock release` with
+     NIKA_CLAIM = the owner: outside a door, the operator's key check, no signature), `lock list`
+     and `claim list`, vs `python -c pass` (each at most 3x, issue 25)
   4. uncontended in-process lock cycles (acquire+release, fsync on) next to a bare atomic write+unlink
      cycle, as the ratio lock/base
 

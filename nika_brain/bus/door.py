@@ -48,6 +48,20 @@ def bound(brain: Any, claim_id: str) -> bool:
     return os.path.lexists(claim_socket(brain, claim_id))
 
 
+def session_claim() -> str | None:
+    """The claim this process acts as through its session's door (`$NIKA_DOOR`), as the door says: it
+    answers only the process tree of the session nika-brain started for its claim, so the answer is
+    the session's identity; None without a door, or when the door does not answer this process."""
+    path = claim_door()
+    if path is None or not os.path.exists(path):
+        return None
+    try:
+        claim = call("ping", path, answer_within=30.0, start_within=0.0)
+    except BrainError:
+        return None
+    return claim if isinstance(claim, str) and claim else None
+
+
 def present() -> bool:
     """True inside a kernel's sandbox (its door is bound there; outside, nothing is). A satellite's
     door is `claim_door()`: it carries lock and claim changes only, never the bus or the vault."""
@@ -72,13 +86,15 @@ def _connect(s: socket.socket, path: str) -> None:
             os.close(fd)
 
 
-def call(op: str, path: str = SOCKET, *, answer_within: float = 300.0, **args: Any) -> Any:
+def call(op: str, path: str = SOCKET, *, answer_within: float = 300.0, start_within: float = _WAIT,
+         **args: Any) -> Any:
     """Send one request through a door (the kernel's unless `path` names another: claim_door()); the
     result, or a BrainError (refused, failed, or door down). `answer_within`: seconds the answer may
-    take (an `ask --wait` waits for the kernels' answers)."""
-    whose = "kernel's" if path == SOCKET else "satellite's"
+    take (an `ask --wait` waits for the kernels' answers); `start_within`: how long a door that does not
+    listen yet is waited for."""
+    whose = "kernel's" if path == SOCKET else "claim's"   # a refusal names its session (below)
     data = (json.dumps({"op": op, **args}, ensure_ascii=False) + "\n").encode()
-    deadline = time.monotonic() + _WAIT
+    deadline = time.monotonic() + start_within
     while True:
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -111,6 +127,9 @@ def call(op: str, path: str = SOCKET, *, answer_within: float = 300.0, **args: A
     if not isinstance(answer, dict) or not answer.get("ok"):
         why = answer.get("refused", "no answer") if isinstance(answer, dict) else "no answer"
         code = answer.get("exit") if isinstance(answer, dict) else None
+        session = answer.get("session") if isinstance(answer, dict) else None
+        if session in ("satellite", "assisted session"):   # a claim's door: whose session it serves
+            whose = f"{session}'s"
         raise BrainError(f"refused by the {whose} door: {why}",
                          exit_code=code if isinstance(code, int) and 0 < code < 126 else None)
     return answer.get("result")

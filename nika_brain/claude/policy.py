@@ -190,6 +190,9 @@ def _check_write(t: Target, facts: Facts) -> str | None:
             continue
         if facts.now is not None and lk.expired(facts.now):
             continue
+        if lk.owner == facts.claim:   # its $NIKA_CLAIM's lock, in a session without the claim's door
+            return (f"{rel} is under the lock of claim {lk.owner}, and this session is not the one nika-brain "
+                    f"started for it: the operator runs `nika-brain claude start {lk.owner}` to work as it.")
         return (f"{rel} is locked: {describe(lk)}. Do not edit around the lock: wait for its release "
                 "or report BLOCKED_ON to the orchestrator.")
     if own_memory:

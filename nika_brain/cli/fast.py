@@ -100,10 +100,10 @@ def _lock_dict(lk) -> dict:
 # ---- command bodies (also called by the typer commands) -------------------------------------------------
 
 def _outsider(brain, owner: str) -> str | None:
-    """Why acting for `owner` here is the operator's decision, or None when it is this session's own:
-    another owner than the calling session's claim ($NIKA_CLAIM), or a claim whose session nika-brain
-    started (its door is open, `claude start` or a satellite): that session acts as the claim through
-    its door, and `$NIKA_CLAIM` set to it anywhere else (another agent's shell) is no proof."""
+    """Why acting for `owner` here is for another than the calling session's own claim, or None: another
+    owner than the session's `$NIKA_CLAIM`, or a claim whose session nika-brain started (its door is
+    open, `claude start` or a satellite): that session acts as the claim through its door, and
+    `$NIKA_CLAIM` set to it anywhere else (another agent's shell) is no proof."""
     if owner != os.environ.get("NIKA_CLAIM"):
         return "not this session's claim"
     from nika_brain.bus import door
@@ -112,13 +112,23 @@ def _outsider(brain, owner: str) -> str | None:
     return None
 
 
+def _operator(brain, what: str, owner: str, why: str | None) -> None:
+    """A lock or claim change made here, outside any door, is the operator's: refused unless this
+    process holds the pinned key (`$NIKA_CLAIM` names a claim, it proves none). An agent session acts
+    as a claim only through the door nika-brain opened for it; the refusal says how to get one."""
+    from nika_brain.errors import Refused
+    from nika_brain.state import authority
+    try:
+        authority.require(brain, f"{what} ({why or 'without the claim door: $NIKA_CLAIM is no proof'})")
+    except Refused as exc:
+        raise Refused(f"{exc.message}. An agent session acts as a claim only through the door nika-brain "
+                      f"opens for it: `nika-brain claude start {owner}`") from None
+
+
 def _for_another(brain, verb: str, scope: str, owner: str) -> None:
-    """Acting on a lock in the name of another owner than the calling session's claim rewrites that
-    owner's lock (`--ttl 1` expires it): the operator's decision, as a release is."""
-    why = _outsider(brain, owner)
-    if why is not None:
-        from nika_brain.state import authority
-        authority.require(brain, f"{verb} a lock on {scope} for {owner} ({why})")
+    """Acting on a lock outside a door, for the session's own claim or another owner (`--ttl 1` expires
+    its lock): the operator's decision, as a release is."""
+    _operator(brain, f"{verb} a lock on {scope} for {owner}", owner, _outsider(brain, owner))
 
 
 def _door(op: str, **args: Any) -> dict | None:
@@ -164,9 +174,9 @@ def lock_release(scope: str, owner: str | None) -> int:
     from nika_brain.support import clock
     brain = Brain.find()
     why = _outsider(brain, owner)
+    _operator(brain, f"releasing {owner}'s lock on {scope}", owner, why)   # outside a door: the operator's
     if why is not None:
-        # Not the calling session's own claim: releasing someone else's lock is the operator's
-        # decision, recorded with the operator's signature in the journal.
+        # Not the calling session's own claim: recorded with the operator's signature in the journal.
         from nika_brain.engine import signals
         from nika_brain.state import authority
         fields = {"scope": scopes.normalize_scope(scope), "owner": owner, "at": clock.iso(clock.now())}
@@ -333,10 +343,11 @@ def claim_close(claim_id: str, status: str, summary: str = "", tests_passed: int
     from nika_brain.state.claims import id_from_argument
     brain = Brain.find()
     claim_id = id_from_argument(claim_id)
-    if door.bound(brain, claim_id):   # its session acts through its door: from anywhere else, the operator
-        from nika_brain.state import authority
-        authority.require(brain, f"closing claim {claim_id} outside the session nika-brain started for it "
-                                 "(that session closes it through its door)")
+    # Outside a door a close is the operator's (the key), whatever $NIKA_CLAIM says: a bound claim's
+    # session closes it through its door, and an agent without one acts as no claim.
+    _operator(brain, f"closing claim {claim_id}", claim_id,
+              f"outside the session nika-brain started for {claim_id}, which closes it through its door"
+              if door.bound(brain, claim_id) else None)
     git.rerun_is_this_command()  # what the git hooks name when they refuse this close's commit
     done = service.report(brain, claim_id, status, summary, tests_passed=tests_passed,
                           tests_failed=tests_failed, empty=empty)

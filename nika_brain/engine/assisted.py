@@ -90,7 +90,7 @@ def start_session(brain: Brain, claim_id: str, args: list[str], *, say=print) ->
         sock.unlink()   # a door killed with its session: replaced by this one
     # The door serves this process's tree: the claude it starts and what that runs (this process
     # itself asks nothing of it). Opened first, so the session's first command finds it.
-    said = claimdoors.tell(brain, f"open {cid} {os.getpid()}")
+    said = claimdoors.tell(brain, f"open {cid} {os.getpid()} assisted")
     if said != f"open {cid}":
         raise BrainError(f"claim {cid}'s door could not be opened ({said or 'no door process'}); see "
                          f"{brain.state_dir / 'satellites' / 'door.log'}")

@@ -220,7 +220,14 @@ def _facts(hook: Hook, kind: str) -> Any:
     problems: list[str] = []
     if hook.record_error:
         problems.append(f"session record: {hook.record_error}")
-    owners = {x for x in (claim_id, kernel, hook.session_id) if x}
+    # $NIKA_CLAIM narrows (the claim's scope), never widens: the claim's own locks are this session's
+    # only when its door says so (the session nika-brain started for the claim); a session started by
+    # hand meets them as anyone's.
+    owners = {x for x in (kernel, hook.session_id) if x}
+    if claim_id and door_session():
+        from nika_brain.bus import door
+        if door.session_claim() == claim_id:
+            owners.add(claim_id)
     scope, claim = None, None
     if claim_id:
         try:
@@ -339,6 +346,21 @@ def _through_door(op: str, **args: Any) -> bool:
     return True
 
 
+def door_session() -> bool:
+    """Whether nika-brain started this session with a claim's door (`claude start`, a satellite): the
+    door itself proves who asks, this only chooses what the session is told."""
+    from nika_brain.bus import door
+    return door.claim_door() is not None
+
+
+def hand_started(claim_id: str) -> str:
+    """What a session started without the claim's door (`NIKA_CLAIM=<claim> claude`) is told: it reads,
+    its hooks keep their bookkeeping, and it acts as no claim."""
+    return (f"This session was not started by nika-brain for claim {claim_id}: it acts as no claim (its lock "
+            "changes, its claim close and writes under the claim's locks are refused; reading is not). "
+            f"To work as the claim, the operator runs `nika-brain claude start {claim_id}`.")
+
+
 def _export_env(brain: Any, kernel: str | None, claim: str | None) -> None:
     """Let the session's Bash commands (nika-brain itself) know who they run for."""
     import shlex
@@ -442,6 +464,8 @@ def on_session_start(hook: Hook) -> Reply | None:
                              "continue its step.")
         except BrainError as exc:
             parts.append(f"Claim {claim_id} cannot be read ({exc}); report BLOCKED_ON.")
+    if claim_id and not door_session():
+        parts.append(hand_started(claim_id))
     _export_env(brain, kernel_id, claim_id)
     if not parts:
         return None

@@ -107,6 +107,21 @@ def lock_conflicts(state_brain: Brain, paths: list[str], owner: str | None) -> l
     return out
 
 
+def committer(brain: Brain, hint: str | None) -> str | None:
+    """The claim this commit is made as, from the session, never from the environment alone: the claim
+    of the door this process's session reaches (`$NIKA_DOOR`: the door answers only its session's
+    process tree, with its own claim), else `$NIKA_CLAIM` when this process holds the operator's key
+    (the operator's shell, or nika-brain committing a claim's work), else none. Asked only when a
+    lock covers what is committed: an ordinary commit pays for no key."""
+    from nika_brain.bus import door
+    if door.claim_door() is not None:
+        return door.session_claim()   # a session with a door is its claim, or none
+    if hint is None:
+        return None
+    from nika_brain.state import authority
+    return hint if authority.available(brain) else None
+
+
 def pre_commit(top: Path) -> int:
     if not (top / CONFIG_NAME).is_file():
         return 0  # not a brain (or the brain sits elsewhere): nothing for us to check
@@ -142,17 +157,22 @@ def pre_commit(top: Path) -> int:
                 _err(f"commit refused: {exc}")
                 return 1
         else:
-            owner = os.environ.get("NIKA_CLAIM") or None
+            hint = os.environ.get("NIKA_CLAIM") or None
             try:
                 state_brain = Brain.find(top)
-                conflicts = lock_conflicts(state_brain, touched, owner)
+                conflicts = lock_conflicts(state_brain, touched, None)
+                owner = committer(state_brain, hint) if conflicts else None
             except BrainError as exc:
                 _err(f"commit refused: cannot check locks: {exc}")
                 _err("fix the lock file, or commit anyway with `NIKA_LOCK_OVERRIDE=1 git commit ...` "
                      "(`git commit --no-verify` skips every hook)")
                 return 1
+            conflicts = [(path, lk) for path, lk in conflicts if owner is None or lk.owner != owner]
             if conflicts:
-                who = f"claim {owner}" if owner else "a human without a claim (NIKA_CLAIM unset)"
+                who = (f"claim {owner}" if owner else
+                       f"not claim {hint}: $NIKA_CLAIM is not proof without the claim's door (`nika-brain claude "
+                       f"start {hint}`) or the operator's key" if hint else
+                       "a human without a claim (NIKA_CLAIM unset)")
                 for path, lk in conflicts:
                     _err(f"{path}: locked exclusively by {lk.owner} (scope {lk.scope}, token {lk.token}, "
                          f"expires {_iso(lk.expires)})")

@@ -266,15 +266,16 @@ def door_plan(tree: Path, lock_file: Path, root: Path, claim: str, extra: list |
     ]
 
 
-def assert_held_through(brain, held, lock_file: Path, before: bytes, attack: dict) -> None:
-    """ATTACK changed nothing: the door refused the lock changes, the operator key the door dropped,
-    the read-only files the rest."""
+def assert_held_through(brain, held, lock_file: Path, before: bytes, attack: dict,
+                        session: str = "satellite") -> None:
+    """ATTACK changed nothing: the door refused the lock changes (naming the kind of session it
+    serves), the operator key the door dropped, the read-only files the rest."""
     assert lock_file.exists() and lock_file.read_bytes() == before, attack["text"]
     assert locks.overlapping(brain, "src/locked/")[0].token == held.token
     lines = attack["text"].splitlines()[-7:]
-    assert all("rc=6 nika-brain: refused by the satellite's door" in x for x in lines[:2]), lines
-    assert "rc=6" in lines[2] and "operator" in lines[2], lines        # no door: another owner needs the key
-    assert "rc=1" in lines[3] and "Read-only file system" in lines[3], lines   # ... and the files are read-only
+    assert all(f"rc=6 nika-brain: refused by the {session}'s door" in x for x in lines[:2]), lines
+    # the door dropped: acting as any claim (another owner, or $NIKA_CLAIM) needs the key, out of reach
+    assert all("rc=6" in x and "`nika-brain claude start other-claim`" in x for x in lines[2:4]), lines
     assert lines[4:] == ["file: Read-only file system"] * 3, lines   # the lock, and git's branch
 
 

@@ -55,6 +55,23 @@ class Pane:
     def screen(self) -> str:
         return self.tmux("capture-pane", "-p").stdout
 
+    def session(self, cwd: Path, command: str, env: dict, standin, *, prompt: str, results: int, last: str,
+                rc: Path, started=lambda: None) -> None:
+        """Run `command` (a Claude Code) in a new pane in `cwd`, type `prompt` once its input box shows
+        (after `started()`), wait for `results` tool results and the `last` answer, end it with /exit
+        (its exit code to `rc`), and stop the tmux server whatever happened."""
+        subprocess.run(["tmux", "-S", str(self.sock), "new-session", "-d", "-x", "200", "-y", "50", "-c",
+                        str(cwd), f"{command}; echo rc=$? > {rc}"], env=env, check=True)
+        try:
+            until(lambda: RULE in self.screen(), timeout=120, what="Claude Code's input box")
+            started()
+            self.enter(prompt, lambda: bool(standin.conversation()))
+            until(lambda: len(standin.tool_results()) >= results, timeout=300, what="the session's script")
+            until(lambda: last in self.screen(), what="the last answer")
+            self.enter("/exit", rc.exists, shown="Exit the CLI")   # the operator ends the session
+        finally:
+            self.tmux("kill-server")
+
     def enter(self, line: str, taken, shown: str | None = None) -> None:
         """Type `line`, press Enter once the screen shows it (or `shown`), and again while it still sits
         in the input box and `taken()` says nothing read it (a loaded machine can turn a quick Enter
@@ -107,21 +124,14 @@ def test_an_assisted_session_started_with_claude_start_acts_as_its_claim_only_th
         env.update({k: v for k, v in os.environ.items() if k.startswith(("GIT_", "NSS_WRAPPER", "LD_PRELOAD"))})
         # the operator's terminal, in the brain, running the hint's command (the key: the operator's)
         command = f"{PY} -m nika_brain {hint.strip().removeprefix('nika-brain ')} -- --permission-mode acceptEdits"
-        subprocess.run(["tmux", "-S", str(pane.sock), "new-session", "-d", "-x", "200", "-y", "50", "-c",
-                        str(brain.root), f"{command}; echo rc=$? > {tmp_path}/rc"], env=env, check=True)
-        try:
-            until(lambda: RULE in pane.screen(), timeout=120, what="Claude Code's input box")
+
+        def has_door() -> None:
             assert sock.exists(), "the session has no door"
-            pane.enter("do the step of your brief", lambda: bool(standin.conversation()))
-            until(lambda: len(standin.tool_results()) >= 9, timeout=300, what="the session's script")
-            until(lambda: "Step done; claim closed." in pane.screen(), what="the last answer")
-            # the operator ends the session
-            pane.enter("/exit", lambda: (tmp_path / "rc").exists(), shown="Exit the CLI")
-        finally:
-            pane.tmux("kill-server")
+        pane.session(brain.root, command, env, standin, prompt="do the step of your brief", results=9,
+                     last="Step done; claim closed.", rc=tmp_path / "rc", started=has_door)
     results = list(standin.tool_results().values())
     _, attack, _, printf_v, acquire, renew, _, release, close = results[:9]
-    assert_held_through(brain, held, lock_file, before, attack)
+    assert_held_through(brain, held, lock_file, before, attack, session="assisted session")
     assert "printf rc=6" in printf_v["text"] and "other-claim" in printf_v["text"], printf_v
     for step in (acquire, renew, release, close):
         assert not step["is_error"], step["text"]
@@ -135,3 +145,47 @@ def test_an_assisted_session_started_with_claude_start_acts_as_its_claim_only_th
     # read-only in the session's sandbox), merged into main: the run is done
     assert run_file(brain, "sat")["status"] == "done"
     assert (brain.root / "src" / "app" / "main.py").read_text() == "print('hi')\n"
+
+
+def test_a_claude_code_started_by_hand_with_another_claims_name_acts_as_no_claim(tmp_path, git_env):
+    """Issue 24: a door is the only agent path. `NIKA_CLAIM=<the step's claim> claude` typed in a terminal
+    (not `claude start`): its Bash `nika-brain lock release` and `lock renew` of that claim's lock are
+    refused with no effect (the operator's key is out of its sandbox's reach, and without a door
+    `$NIKA_CLAIM` proves nothing), its Write under the lock is refused by the hook, and it was told so
+    at its start in one line naming `nika-brain claude start <claim>`."""
+    brain, _held, _lock_file, _before = locked_brain(tmp_path, "sat", SATELLITE_WF)
+    nb(brain, "workflow-launch", "sat", check=0)   # assisted: the step's claim holds src/app/
+    cid = run_file(brain, "sat")["claim"]
+    tree = worktree(brain, "theme/sat")
+    locks_before = {p.name: p.read_bytes() for p in (brain.root / "locks").iterdir()}
+    assert len(locks_before) == 2 and any(cid.encode() in b for b in locks_before.values())
+    home = tmp_path / "claude-home"
+    home.mkdir()
+    (home / ".claude.json").write_text(json.dumps({
+        "hasCompletedOnboarding": True, "numStartups": 3,
+        "projects": {str(brain.root.resolve()): {"hasTrustDialogAccepted": True}},
+        "customApiKeyResponses": {"approved": [KEY[-20:]], "rejected": []}}))
+    nbc = f"{PY} -m nika_brain"
+    script = [   # in the brain, under the brain's own settings (`claude install`: its sandbox, its hooks)
+        [tool_use("Bash", command=f"{nbc} lock release src/app/", description="release")],
+        [tool_use("Bash", command=f"{nbc} lock renew src/app/ --ttl 3000", description="renew")],
+        [tool_use("Write", file_path=str(tree / "src" / "app" / "main.py"), content="print('hi')\n")],
+        [text("Nothing changed here.")],
+    ]
+    pane = Pane(tmp_path / "tmux.sock")
+    with MessagesStandin(script=script) as standin:
+        env = claude_env(home, standin.url, {"PYTHONPATH": str(REPO), "TERM": "xterm-256color", "NIKA_CLAIM": cid})
+        # the operator's own user and passwd home: the key is on disk, Claude Code's sandbox hides it
+        env.update({k: v for k, v in os.environ.items() if k.startswith(("GIT_", "NSS_WRAPPER", "LD_PRELOAD"))})
+        pane.session(brain.root, f"{claude_binary()} --permission-mode acceptEdits", env, standin,
+                     prompt="free the lock on src/app/", results=3, last="Nothing changed here.", rc=tmp_path / "rc")
+        told = standin.sent_text()
+    release, renew, write = list(standin.tool_results().values())[:3]
+    for step in (release, renew):
+        assert "operator's authority" in step["text"], step
+        assert f"`nika-brain claude start {cid}`" in step["text"], step
+    assert write["is_error"] and f"nika-brain claude start {cid}" in write["text"], write
+    assert {p.name: p.read_bytes() for p in (brain.root / "locks").iterdir()} == locks_before
+    assert not (tree / "src" / "app" / "main.py").exists()
+    assert claims_of(brain, "sat")[0]["status"] == "open"
+    assert "acts as no claim" in told and f"`nika-brain claude start {cid}`" in told, told[-3000:]

@@ -16,6 +16,7 @@ import pytest
 from nika_brain.brain import Brain
 from nika_brain.federation.kernels import leases, leases_mirror
 from nika_brain.state import claims, leasemirror
+from tests.federation.test_claim_door import _door  # a real claim door serving this process's tree
 from tests.kit.brain import git_out as git
 from tests.kit.brain import make_brain
 from tests.kit.claude import bound_env, hook
@@ -43,12 +44,15 @@ def _machines(tmp_path: Path, url: str, **extra) -> tuple[Brain, Brain, str]:
     return a, Brain.at(tmp_path / "b"), c.id
 
 
-def _edit(brain: Brain, claim_id: str, rel: str):
+def _edit(brain: Brain, claim_id: str, rel: str, door=None):
+    """The hook's verdict on an Edit by claim_id's session (`door`: its claim door's socket, the session
+    nika-brain started for it: the claim's own locks are its own only then)."""
+    env = {**bound_env(brain, claim_id), **({"NIKA_DOOR": str(door)} if door else {})}
     return hook("PreToolUse", {"session_id": "s-mirror", "hook_event_name": "PreToolUse",
                                "cwd": str(brain.root), "tool_name": "Edit",
                                "tool_input": {"file_path": str(brain.root / rel), "old_string": "1",
                                               "new_string": "2"}},
-                env=bound_env(brain, claim_id), cwd=brain.root)
+                env=env, cwd=brain.root)
 
 
 def _read(brain: Brain, claim_id: str, rel: str):
@@ -192,7 +196,14 @@ def test_redis_cut_for_one_machine_refuses_that_machines_writes_only_and_they_co
         assert _edit(a, claim_a, "src/core/x.py").allowed
         leases.lock_acquire(a, "src/core/", claim_a, pid=None, ttl=600)
         until(_mirror_has(a, 1), what="a's lease on a's mirror")
-        assert _edit(a, claim_a, "src/core/x.py").allowed  # its own lock
+        assert _edit(a, claim_a, "src/core/x.py").denied   # its own lock, but no door: not its session's
+        door, sock = _door(a, claim_a, os.getpid())        # the session nika-brain started for claim_a
+        try:
+            assert _edit(a, claim_a, "src/core/x.py", door=sock).allowed  # its own lock
+        finally:
+            door.stdin.write("end\n")
+            door.stdin.close()
+            door.wait(timeout=60)
         assert _edit(b, claim_b, "docs/b.md").denied       # b still cut off
         proxy.restore()
         until(_mirror_has(b, 1), what="b's mirror back, with the lease a took meanwhile")

@@ -4,6 +4,7 @@ stand in for what it writes on the hook's stdin."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 
 from nika_brain.brain import Brain
 from nika_brain.state import claims, kernels, locks, sessions
+from tests.federation.test_claim_door import _door  # a real claim door serving this process's tree
 from tests.kit.brain import git_out as git
 from tests.kit.claude import FIXTURES, SID, bound_env, clean_env, fixture, hook
 
@@ -71,10 +73,27 @@ def test_every_write_tool_is_checked_against_locks(hb, tool):
     assert hook("PreToolUse", edit(brain, "src/auth/locked.py", tool), env=bound_env(brain, claim_id)).denied
 
 
-def test_own_lock_allows_and_shared_or_expired_locks_of_others_do_not_block(hb):
+def test_own_lock_allows_and_shared_or_expired_locks_of_others_do_not_block(hb, request):
     brain, claim_id = hb
-    env = bound_env(brain, claim_id)
     locks.acquire(brain, "src/auth/mine.py", claim_id, pid=None, ttl=3600)
+    # Without the claim's door (`NIKA_CLAIM=<claim> claude` started by hand) its lock is anyone's:
+    # $NIKA_CLAIM narrows, never widens.
+    ans = hook("PreToolUse", edit(brain, "src/auth/mine.py"), env=bound_env(brain, claim_id))
+    assert ans.denied and f"`nika-brain claude start {claim_id}`" in ans.reason, ans.stdout
+    # A door of another claim says who the session is: not this claim.
+    other, other_sock = _door(brain, "sess-other-claim", os.getpid())
+    try:
+        ans = hook("PreToolUse", edit(brain, "src/auth/mine.py"),
+                   env={**bound_env(brain, claim_id), "NIKA_DOOR": str(other_sock)})
+        assert ans.denied, ans.stdout
+    finally:
+        other.stdin.write("end\n")
+        other.stdin.close()
+        other.wait(timeout=60)
+    # The session nika-brain started for the claim (its door, serving this process's tree): its own.
+    proc, sock = _door(brain, claim_id, os.getpid())
+    env = {**bound_env(brain, claim_id), "NIKA_DOOR": str(sock)}
+    request.addfinalizer(lambda: (proc.stdin.write("end\n"), proc.stdin.close(), proc.wait(timeout=60)))
     locks.acquire(brain, "src/auth/shared.py", "sess-reader", mode="shared", pid=None, ttl=3600)
     from datetime import datetime, timedelta, timezone
     old = datetime.now(timezone.utc) - timedelta(hours=3)
@@ -371,6 +390,30 @@ def test_stop_with_missing_transcript_still_beats(hb):
     assert ans.code == 0
     rec = sessions.load(brain, SID)
     assert rec.heartbeat_at and rec.context_pct is None
+
+
+def test_a_session_started_by_hand_for_a_claim_is_told_it_acts_as_no_claim_and_keeps_its_bookkeeping(hb):
+    """`NIKA_CLAIM=<claim> claude` without `claude start`: one line says it acts as no claim and names the
+    command that starts it as one; its hooks still bind the session and record what it touched."""
+    brain, claim_id = hb
+    ans = hook("SessionStart", fixture("session_start_startup", brain), env=bound_env(brain, claim_id))
+    told = [x for x in ans.context.splitlines() if "acts as no claim" in x]
+    assert len(told) == 1 and f"`nika-brain claude start {claim_id}`" in told[0], ans.context
+    assert claims.load_claim(brain, claim_id).session == SID   # the hooks' bookkeeping
+    post = hook("PostToolUse", {**edit(brain, "src/auth/login.py"), "hook_event_name": "PostToolUse"},
+                env=bound_env(brain, claim_id))
+    assert post.code == 0, post.stderr
+    assert "src/auth/login.py" in claims.load_claim(brain, claim_id).touched
+    # the session nika-brain starts with the claim's door is not told so
+    proc, sock = _door(brain, claim_id, os.getpid())
+    try:
+        ans = hook("SessionStart", fixture("session_start_startup", brain),
+                   env={**bound_env(brain, claim_id), "NIKA_DOOR": str(sock)})
+    finally:
+        proc.stdin.write("end\n")
+        proc.stdin.close()
+        proc.wait(timeout=60)
+    assert f"Your claim: {claim_id}" in ans.context and "acts as no claim" not in ans.context, ans.context
 
 
 def test_session_end_records_the_end(hb):

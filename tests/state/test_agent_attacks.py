@@ -91,9 +91,10 @@ def test_an_agent_cannot_release_another_owners_lock_nor_commit_over_it(tmp_path
                  *(["--no-pid"] if verb == "acquire" else []), env=env)
         assert out.returncode == 6 and "operator's authority" in out.stderr, (verb, out.stderr)
         assert held.read_text() == before, verb
-    # its own claim's locks stay its own business, without any key
-    assert nb(brain, "lock", "acquire", "src/mine/", "--no-pid", env=env).returncode == 0
-    assert nb(brain, "lock", "release", "src/mine/", env=env).returncode == 0
+    # nor its "own" claim's: without a door, $NIKA_CLAIM is the shell's word, not a session's identity
+    out = nb(brain, "lock", "acquire", "src/mine/", "--no-pid", env=env)
+    assert out.returncode == 6 and "`nika-brain claude start mine`" in out.stderr, out.stderr
+    assert held.read_text() == before and len(list((brain.root / "locks").glob("*.yml"))) == 1
     from nika_brain.gitrepo import githooks
     githooks.install(brain.root)
     (brain.root / "src" / "locked").mkdir(parents=True)
@@ -589,15 +590,17 @@ def _door_brain(tmp_path, foreign=""):
     return brain, held, held.read_bytes(), record
 
 
-def _door_results(record, held, before) -> dict:
+def _door_results(record, held, before, session="satellite") -> dict:
     """What DOOR_SATELLITE recorded, checked: another claim's lock unchanged, each attack refused by the
-    door, the session's own lock and claim work done through it."""
+    door (its refusal naming the kind of session it serves), the session's own lock and claim work done
+    through it."""
     res = json.loads(record.read_text())
     assert held.exists() and held.read_bytes() == before, ("another claim's lock was changed", res)
     for attack in ("release_as_other", "printf_v", "renew_century", "acquire_over", "release_owner",
                    "close_other"):
         rc, text = res[attack]
-        assert rc != 0 and "refused by the satellite's door" in text and "other-claim" in text, (attack, text)
+        assert rc != 0 and f"refused by the {session}'s door" in text and "other-claim" in text, (attack, text)
+        assert session == "satellite" or "satellite" not in text, (attack, text)
     for own in ("own_acquire", "own_renew", "own_release", "own_close"):
         assert res[own][0] == 0, (own, res[own][1])
     assert "acquired src/app/" in res["own_acquire"][1] and "released src/app/" in res["own_release"][1]
@@ -694,7 +697,8 @@ def test_an_assisted_session_started_by_nika_brain_acts_as_its_claim_only_throug
         assert claims_of(brain, "door")[0]["status"] == "open"
         # pointed at the session's door from outside its process tree: refused by the door
         through = nb(brain, "lock", "acquire", "src/app/", env={**as_it, "NIKA_DOOR": str(sock)})
-        assert through.returncode == 6 and "not of the satellite this door was made for" in through.stderr
+        assert through.returncode == 6 and "not of the assisted session this door was made for" in through.stderr, \
+            through.stderr
         # a second session for the same claim while this one runs: refused
         again = nb(brain, "claude", "start", cid, env=path)
         assert again.returncode == 6 and "already has a session" in again.stderr, again.stderr
@@ -707,7 +711,7 @@ def test_an_assisted_session_started_by_nika_brain_acts_as_its_claim_only_throug
         session.kill()
     assert session.returncode == 0, out + err
     assert f"claim {cid}: Claude Code in" in out
-    _door_results(record, held, before)
+    _door_results(record, held, before, session="assisted session")
     assert claims_of(brain, "door")[0]["result"]["status"] == "ok"
     assert not sock.exists(), "the door outlived its session"
     # the session closed its claim through the door: `claude start` committed its work and routed it
@@ -780,8 +784,9 @@ def test_a_satellite_without_claude_codes_sandbox_changes_state_only_through_its
     nb(brain, "workflow-launch", "door", "--mode", "swarm", check=0)
     res = json.loads(record.read_text())
     assert res["sandbox"] == "bwrap", "the satellite did not run in nika-brain's wall"
-    assert res["release_no_door"][0] != 0, res["release_no_door"]
-    assert "read-only file system" in res["release_no_door"][1].lower(), res["release_no_door"]
+    # its door dropped, the CLI acts as no claim without the operator's key (and the files are read-only)
+    assert res["release_no_door"][0] == 6, res["release_no_door"]
+    assert "operator's authority" in res["release_no_door"][1], res["release_no_door"]
     for attack in ("write_lock", "unlink_lock", "write_claim", "write_queue", "write_ref"):
         assert res[attack] == "EROFS", (attack, res[attack])
     assert res["hard_link"] in ("EXDEV", "EROFS"), res["hard_link"]
@@ -800,3 +805,64 @@ def test_a_satellite_without_claude_codes_sandbox_changes_state_only_through_its
     assert run_file(brain, "door")["status"] == "done"
     # its work is committed on the theme branch (by the orchestrator: .git is read-only in the wall)
     assert git_out(brain.root, "log", "--format=%s", "theme/door", "--", "src/app/main.py").strip()
+
+
+# ---- issue 24, the rest of hole 2: without its door, no agent acts as a claim ----------------------
+# A Claude Code started by hand (`NIKA_CLAIM=<claim> claude`), or any agent shell setting NIKA_CLAIM, has
+# no door: its `$NIKA_CLAIM` is a hint, never the authority to change that claim's locks or close it.
+
+def _claimed(tmp_path):
+    """An assisted run waiting on its step (its claim holds the lock on src/app/), and another claim's
+    exclusive lock on src/locked/."""
+    brain = orch_brain(tmp_path / "b", {"door": DOOR_WF}, files={"src/app/.keep": "", "src/locked/f.py": "x\n"})
+    nb(brain, "lock", "acquire", "src/locked/", "--owner", "other-claim", "--ttl", "3600", "--no-pid", check=0)
+    nb(brain, "workflow-launch", "door", check=0)
+    return brain, open_claim_id(brain, "door")
+
+
+def test_without_a_door_an_agent_cannot_act_as_any_claim_whatever_nika_claim_says(tmp_path, git_env):
+    brain, cid = _claimed(tmp_path)
+    locks_before = {p.name: p.read_bytes() for p in (brain.root / "locks").iterdir()}
+    assert any(cid.encode() in b for b in locks_before.values()), "the step's claim holds no lock"
+    attacks = {   # each: (argv, NIKA_CLAIM)
+        "release another's lock as that claim": (["lock", "release", "src/locked/"], "other-claim"),
+        "renew another's lock as that claim": (["lock", "renew", "src/locked/", "--ttl", "600"], "other-claim"),
+        "acquire over it as that claim": (["lock", "acquire", "src/locked/", "--ttl", "1", "--no-pid"], "other-claim"),
+        "acquire as the step's claim": (["lock", "acquire", "docs/x/", "--ttl", "60", "--no-pid"], cid),
+        "renew the step's lock": (["lock", "renew", "src/app/", "--ttl", "600"], cid),
+        "release the step's lock": (["lock", "release", "src/app/"], cid),
+        "close the step's claim": (["claim", "close", cid, "--status", "failed"], cid),
+    }
+    for name, (argv, claim) in attacks.items():
+        out = nb(brain, *argv, env={**agent_env(tmp_path), "NIKA_CLAIM": claim})
+        assert out.returncode == 6, (name, out.stdout, out.stderr)
+        line = out.stderr.strip()
+        assert len(line.splitlines()) == 1 and "Traceback" not in out.stderr, (name, out.stderr)
+        assert "operator's authority" in line and f"`nika-brain claude start {claim}`" in line, (name, line)
+    assert {p.name: p.read_bytes() for p in (brain.root / "locks").iterdir()} == locks_before
+    assert claims_of(brain, "door")[0]["status"] == "open"
+    assert run_file(brain, "door")["status"] != "failed"
+    # The operator's own shell (it holds the key) still acts as the claim.
+    nb(brain, "lock", "acquire", "docs/op/", "--ttl", "60", "--no-pid", env={"NIKA_CLAIM": cid}, check=0)
+    nb(brain, "lock", "renew", "docs/op/", "--ttl", "90", env={"NIKA_CLAIM": cid}, check=0)
+    nb(brain, "lock", "release", "docs/op/", env={"NIKA_CLAIM": cid}, check=0)
+
+
+def test_the_commit_hook_takes_no_owner_from_nika_claim_in_an_agents_shell(tmp_path, git_env):
+    brain, _cid = _claimed(tmp_path)
+    from nika_brain.gitrepo import githooks
+    githooks.install(brain.root)
+    (brain.root / "src" / "locked" / "f.py").write_text("x = 2\n")
+    git_out(brain.root, "add", "src/locked/f.py")
+    head = git_out(brain.root, "rev-parse", "HEAD")
+    agent = {**git_env, **agent_env(tmp_path), "NIKA_CLAIM": "other-claim"}
+    commit = subprocess.run(["git", "-C", str(brain.root), "commit", "-qm", "over the lock"], env=agent,
+                            capture_output=True, text=True)
+    assert commit.returncode != 0, commit.stdout + commit.stderr
+    assert "locked exclusively by other-claim" in commit.stderr and "not proof" in commit.stderr, commit.stderr
+    assert git_out(brain.root, "rev-parse", "HEAD") == head
+    # The operator (the key) committing as the lock's owner: its own lock does not stop it.
+    ok = subprocess.run(["git", "-C", str(brain.root), "commit", "-qm", "as the owner"],
+                        env={**git_env, "NIKA_CLAIM": "other-claim"}, capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    assert git_out(brain.root, "rev-parse", "HEAD") != head

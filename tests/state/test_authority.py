@@ -89,8 +89,13 @@ def test_without_the_private_key_nothing_is_decided(brain):
         authority.sign(brain, "spawn", {"kernel": "k9"})
 
 
-def test_the_lock_owner_releases_its_own_lock_without_the_key(brain):
+def test_outside_a_door_even_the_lock_owners_release_needs_the_key(brain):
+    """`$NIKA_CLAIM` names the claim, it proves nothing: without the claim's door (the session
+    nika-brain starts for it) the release is the operator's, who holds the key."""
     nb(brain, "lock", "acquire", "src/mine/", "--owner", "my-claim", "--no-pid", check=0)
+    nb(brain, "lock", "acquire", "src/op/", "--owner", "my-claim", "--no-pid", check=0)
+    nb(brain, "lock", "release", "src/op/", env={"NIKA_CLAIM": "my-claim"}, check=0)   # the operator
     as_agent(brain)
-    nb(brain, "lock", "release", "src/mine/", env={"NIKA_CLAIM": "my-claim"}, check=0)
-    assert not list((brain.root / "locks").glob("*.yml"))
+    out = nb(brain, "lock", "release", "src/mine/", env={"NIKA_CLAIM": "my-claim"})
+    assert out.returncode == 6 and "`nika-brain claude start my-claim`" in out.stderr, out.stderr
+    assert len(list((brain.root / "locks").glob("*.yml"))) == 1

@@ -44,6 +44,15 @@ from nika_brain.support import clock, procs
 
 LAYER = "claim-door"
 
+# What kind of session a claim's door serves, as its opener said (`open CLAIM PID [assisted]`): the
+# refusals name it ("this assisted session acts for claim ... only"), never an authority.
+SATELLITE, ASSISTED = "satellite", "assisted session"
+KINDS: dict[str, str] = {}
+
+
+def kind(cid: str) -> str:
+    return KINDS.get(cid, SATELLITE)
+
 
 socket_path = door_client.claim_socket   # under .nika/guarded/: no agent replaces a socket
 
@@ -94,7 +103,7 @@ def _lock_dict(lk: Any) -> dict:
 def _owner(claim_id: str, req: dict) -> None:
     owner = req.get("owner")
     if owner not in (None, "", claim_id):
-        raise Refused(f"this satellite acts for claim {claim_id} only, not for {owner} (releasing, renewing "
+        raise Refused(f"this {kind(claim_id)} acts for claim {claim_id} only, not for {owner} (releasing, renewing "
                       "or taking a lock in another claim's name is the operator's decision)")
 
 
@@ -145,7 +154,7 @@ def _close(brain: Brain, cid: str, req: dict, _holder: int | None) -> Any:
         raise Refused("claim, status and summary are strings")
     assert isinstance(other, str)
     if claims.id_from_argument(other) != cid:
-        raise Refused(f"claim {other} is not this satellite's to close (its claim is {cid})")
+        raise Refused(f"claim {other} is not this {kind(cid)}'s to close (its claim is {cid})")
     counts = [req.get("tests_passed"), req.get("tests_failed")]
     if not all(n is None or (isinstance(n, int) and not isinstance(n, bool) and n >= 0) for n in counts):
         raise Refused("tests_passed and tests_failed are counts")
@@ -158,7 +167,7 @@ def _close(brain: Brain, cid: str, req: dict, _holder: int | None) -> Any:
 
 
 def _session(brain: Brain, cid: str, req: dict, _holder: int | None) -> Any:
-    """The SessionStart hook binds the satellite's session to its claim (bookkeeping, its own claim)."""
+    """The SessionStart hook binds the session to its claim (bookkeeping, its own claim)."""
     from nika_brain.state import claims, sessions
     session = req.get("session")
     if not isinstance(session, str) or not sessions.valid_id(session):
@@ -167,7 +176,7 @@ def _session(brain: Brain, cid: str, req: dict, _holder: int | None) -> Any:
 
 
 def _touched(brain: Brain, cid: str, req: dict, _holder: int | None) -> Any:
-    """The PostToolUse hook records the files the satellite wrote on its claim (its own claim)."""
+    """The PostToolUse hook records the files the session wrote on its claim (its own claim)."""
     from nika_brain.state import claims
     paths = req.get("paths")
     if not isinstance(paths, list) or not paths or len(paths) > 1000 or \
@@ -189,11 +198,11 @@ def answer(brain: Brain, cid: str, req: Any, holder: int | None) -> dict:
     op = req.get("op") if isinstance(req, dict) else None
     try:
         if op not in OPS:
-            raise Refused(f"no such door operation for a satellite: {op!r}")
+            raise Refused(f"no such door operation for a {kind(cid)}: {op!r}")
         return {"ok": True, "result": OPS[str(op)](brain, cid, req, holder)}
     except Refused as exc:
         journal(brain, cid, str(op), str(exc))
-        return {"ok": False, "refused": str(exc), "layer": LAYER, "exit": exc.exit_code}
+        return {"ok": False, "refused": str(exc), "layer": LAYER, "exit": exc.exit_code, "session": kind(cid)}
     except BrainError as exc:
         return {"ok": False, "error": str(exc), "exit": exc.exit_code}
     except OSError as exc:
@@ -220,10 +229,10 @@ def _serve(brain: Brain, cid: str, satellite: int, conn: socket.socket) -> None:
             ok = uid == os.getuid() and descends_from(pid, satellite)
             req = read_request(conn)
             if not ok:
-                why = (f"process {pid} is not of the satellite this door was made for (claim {cid}): a "
-                       "satellite reaches its own door only")
+                why = (f"process {pid} is not of the {kind(cid)} this door was made for (claim {cid}): a "
+                       f"{kind(cid)} reaches its own door only")
                 journal(brain, cid, str(req.get("op") if isinstance(req, dict) else None), why)
-                ans: dict = {"ok": False, "refused": why, "layer": LAYER, "exit": 6}
+                ans: dict = {"ok": False, "refused": why, "layer": LAYER, "exit": 6, "session": kind(cid)}
             elif req is None:
                 ans = {"ok": False, "refused": "a request is one JSON object line under 1 MiB", "layer": LAYER}
             else:
@@ -241,10 +250,12 @@ class _Door:
         self.sel = selectors.DefaultSelector()
         self.claims: dict[str, tuple[socket.socket, Path, int, bytes | None, int | None]] = {}
 
-    def open(self, cid: str, path: Path, satellite: int, srv: socket.socket | None = None) -> None:
+    def open(self, cid: str, path: Path, satellite: int, srv: socket.socket | None = None,
+             session: str = SATELLITE) -> None:
         if srv is None:
             self.close(cid)
             srv = listening(path)
+        KINDS[cid] = session
         start = _start(satellite)
         try:   # readable when the satellite exits: its door lives as long as it, not as its launcher
             pidfd: int | None = os.pidfd_open(satellite)
@@ -260,6 +271,7 @@ class _Door:
         if entry is None:
             return
         srv, path, _sat, _start_time, pidfd = entry
+        KINDS.pop(cid, None)
         self.sel.unregister(srv)
         srv.close()
         if pidfd is not None:
@@ -283,14 +295,16 @@ class _Door:
 
 
 def _command(door: _Door, line: str) -> bool:
-    """One launcher line: `open CLAIM PID` (answered `open CLAIM` once its socket listens), `close
-    CLAIM`, `end`. False when the door must end."""
+    """One launcher line: `open CLAIM PID [assisted]` (answered `open CLAIM` once its socket listens;
+    `assisted`: the session `nika-brain claude start` runs, else a satellite), `close CLAIM`, `end`.
+    False when the door must end."""
     words = line.split()
     if words[:1] == ["end"]:
         return False
-    if len(words) == 3 and words[0] == "open" and words[2].isdigit():
+    if len(words) in (3, 4) and words[0] == "open" and words[2].isdigit() and words[3:] in ([], ["assisted"]):
         try:
-            door.open(words[1], socket_path(door.brain, words[1]), int(words[2]))
+            door.open(words[1], socket_path(door.brain, words[1]), int(words[2]),
+                      session=ASSISTED if words[3:] else SATELLITE)
             print(f"open {words[1]}", flush=True)
         except (OSError, ValueError) as exc:
             print(f"failed {words[1]} {exc}", flush=True)
