@@ -128,11 +128,49 @@ def stability(emb) -> dict:
     return {"max_change": moved, "thresholds": [round(float(t), 3) for t in full.model.thresholds]}
 
 
+def long_prompts(emb, per_kernel: int = 30) -> dict:
+    """What the long prompt's bound costs in accuracy: 5,000-character prompts made of one kernel's
+    in-scope prompts of the development sets (dev, dev2, dev3; never final.jsonl), shuffled and
+    joined, are they routed to that kernel? Beside the same prompts seen through the 300-character
+    window alone (no token bound)."""
+    import random
+
+    from nika_brain.federation.triage import decide, goals
+    from nika_brain.federation.triage.bench import read_routes
+    from nika_brain.federation.triage.queries import read_queries
+    default, entries = read_routes(FEW / "routes.yml")
+    st = goals.Settings(default=default)
+    tri = decide.Triage(goals.build(entries, emb, st), emb, st)
+    by: dict[str, list[str]] = defaultdict(list)
+    for name in ("dev.jsonl", "dev2.jsonl", "dev3.jsonl"):
+        for q in read_queries(FEW / name):
+            if q.expected and len(q.expected) == 1:
+                by[q.expected[0]].append(q.text)
+    rng = random.Random(7)
+    longs = []
+    for kid, texts in sorted(by.items()):
+        for _ in range(per_kernel):
+            mixed = texts[:]
+            rng.shuffle(mixed)
+            para = ". ".join(mixed)
+            longs.append(((para * (5000 // len(para) + 1))[:5000], kid))
+    out = {}
+    for label, bound in (("bounded", decide.LONG_TOKENS), ("window only", 10_000)):
+        saved, decide.LONG_TOKENS = decide.LONG_TOKENS, bound
+        try:
+            out[label] = sum(tri.decide(t).kernels == (k,) for t, k in longs) / len(longs)
+        finally:
+            decide.LONG_TOKENS = saved
+    out["n"] = len(longs)
+    return out
+
+
 def latency(raw_emb, n: int) -> dict:
     """Warm in-process latency per prompt (fresh embeddings) on the few-shot routes."""
-    from nika_brain.federation.triage import goals
+    from nika_brain.federation.triage import decide, goals
     from nika_brain.federation.triage.bench import read_routes
     from nika_brain.federation.triage.decide import Triage
+    from nika_brain.federation.triage.everyday import EMBED_KIND
     from nika_brain.federation.triage.queries import read_queries
     default, entries = read_routes(FEW / "routes.yml")
     st = goals.Settings(default=default)
@@ -155,12 +193,38 @@ def latency(raw_emb, n: int) -> dict:
             cpu[key].append((time.process_time() - c0) * 1000)
         return out
     per = [timed(t, 1, "per")[0] for t in texts]
+    # paired, interleaved: the decision beside the model's one forward pass of the same prompt, so a
+    # busy machine weighs on both alike (what the triage adds to the embedding)
+    pairs = []
+    for t in texts:
+        t0 = time.perf_counter()
+        raw_emb.embed([t], kind=EMBED_KIND)
+        bare = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        tri.decide(t)
+        pairs.append((time.perf_counter() - t0) / bare)
     longs = timed(long, 20, "long")
+    # the long prompt with and without the token bound (the 300-character window alone), interleaved
+    long_pairs = []
+    for _ in range(10):
+        t0 = time.perf_counter()
+        tri.decide(long)
+        bounded = time.perf_counter() - t0
+        saved, decide.LONG_TOKENS = decide.LONG_TOKENS, 10_000
+        try:
+            t0 = time.perf_counter()
+            tri.decide(long)
+            window = time.perf_counter() - t0
+        finally:
+            decide.LONG_TOKENS = saved
+        long_pairs.append(bounded / window)
     emojis = timed(emoji, 5, "emoji")
     q = statistics.quantiles
     return {"p50": statistics.median(per), "p95": q(per, n=20)[18], "n": len(per),
             "long_p50": statistics.median(longs), "long_p95": q(longs, n=20)[18],
             "emoji_max": max(emojis), "cpu_p50": statistics.median(cpu["per"]),
+            "pairs": (min(pairs), statistics.median(pairs), max(pairs)),
+            "long_pairs": (min(long_pairs), statistics.median(long_pairs), max(long_pairs)),
             "cpu_long_p50": statistics.median(cpu["long"]), "threads": os.environ.get("OMP_NUM_THREADS", "default")}
 
 
@@ -370,12 +434,21 @@ def main() -> int:
     print(f"\nStability: removing any one kernel moves the others' thresholds/calibration by at most "
           f"{s['max_change']:.2g} (thresholds {s['thresholds']})")
 
+    lp = long_prompts(emb)
+    from nika_brain.federation.triage.decide import LONG_TOKENS
+    print(f"\nLong prompts (5,000 characters of one kernel's dev prompts, {lp['n']}): routed to their kernel "
+          f"{lp['bounded']:.1%} with the part bounded to {LONG_TOKENS} tokens, {lp['window only']:.1%} through the "
+          f"300-character window alone")
+
     lat = latency(raw, args.latency_prompts)
     print(f"\nWarm latency in process, embedding included ({lat['n']} prompts, load average "
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores):")
     print(f"  per prompt p50 {lat['p50']:.1f} ms  p95 {lat['p95']:.1f} ms   (goal p50 < 30 ms)")
     print(f"  5,000-character prompt p50 {lat['long_p50']:.1f} ms  p95 {lat['long_p95']:.1f} ms   (goal p95 < 100 ms)")
     print(f"  1,000 emoji: at most {lat['emoji_max']:.1f} ms")
+    print("  paired, interleaved (min / median / max of the ratios): the decision over the model's one forward"
+          " pass of the same prompt {:.2f} / {:.2f} / {:.2f}x; the 5,000-character prompt bounded in tokens over"
+          " the 300-character window alone {:.2f} / {:.2f} / {:.2f}x".format(*lat["pairs"], *lat["long_pairs"]))
     print(f"  CPU time of this process (all embedder threads, OMP_NUM_THREADS {lat['threads']}; what a busy"
           f" machine does not inflate): per prompt p50 {lat['cpu_p50']:.1f} ms, 5,000 characters p50"
           f" {lat['cpu_long_p50']:.1f} ms")

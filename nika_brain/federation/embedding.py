@@ -98,6 +98,11 @@ class E5Embedder:
             n = self._model.token_count(text, is_query)
         return text
 
+    def token_count(self, text: str, *, kind: Kind) -> int:
+        """Tokens the model feeds for `text`, its prefix and special tokens included (a forward pass
+        costs per token: the triage bounds a long prompt's part by this count)."""
+        return int(self._model.token_count(text, kind == "query"))
+
     def embed(self, texts: Sequence[str], *, kind: Kind) -> numpy.ndarray:
         import numpy as np
         _check_kind(kind)

@@ -11,7 +11,7 @@ import pytest
 
 from nika_brain.brain import is_state_path
 from nika_brain.federation.triage import corrections, goals
-from nika_brain.federation.triage.decide import HEAD, TAIL, representative, triage
+from nika_brain.federation.triage.decide import HEAD, LONG_TOKENS, TAIL, bound_tokens, represent, representative, triage
 from tests.federation.triagekit import ALPHA, BETA, DELTA, GAMMA, GENERALIST, ROOT, policy_config, seed_kernels
 from tests.kit.brain import make_brain
 
@@ -167,6 +167,34 @@ def test_long_prompts_and_emoji_are_bounded():
     assert representative("\U0001F600" * 50 + " vérifie le NAS \U0001F525") == "vérifie le NAS"
 
 
+def test_a_long_prompts_part_is_bounded_by_the_models_tokens():
+    """The forward pass costs per token: the part of a long prompt the model sees holds at most
+    LONG_TOKENS of its tokens whatever the words (prose, figures and codes, English), keeps the
+    prompt's first and last words in order, and a prompt short enough is left as it is."""
+    from nika_brain.federation.embedding import E5Embedder
+    emb = E5Embedder()
+
+    def count(s: str) -> int:
+        return emb.token_count(s, kind="query")
+    prompts = [
+        "vérifie les sauvegardes du serveur de fichiers et rédige le rapport mensuel. " * 70 + "Merci d'avance.",
+        "ticket INC-48213 : VLAN 4012 / 10.42.17.0/24, SN 7F3A-99C2-B41E, erreur 0x80070005 ; " * 60 + "urgent",
+        "Please draft the quarterly compliance summary for the board, with the audit findings. " * 60 + "Thanks.",
+    ]
+    for p in prompts:
+        part, cut = represent(p)
+        assert cut and count(part) > LONG_TOKENS    # the character window alone would exceed the bound
+        bounded = bound_tokens(part, count)
+        assert count(bounded) <= LONG_TOKENS
+        assert count(bounded) >= LONG_TOKENS - 8    # as many words as fit, not a few
+        head, _, tail = bounded.partition(" ... ")
+        assert part.startswith(head) and part.endswith(tail) and head and tail
+    assert bound_tokens("vérifie le NAS ... et le rapport", count) == "vérifie le NAS ... et le rapport"
+    # an embedder without a tokenizer: an estimate from the characters bounds it too
+    est = bound_tokens(represent(prompts[1])[0], None)
+    assert len(est) < len(represent(prompts[1])[0]) and count(est) <= 2 * LONG_TOKENS
+
+
 def test_emoji_and_long_prompts_route(tmp_path, git_env):
     brain = make_brain(tmp_path / "b", CONFIG)
     seed_kernels(brain)
@@ -187,6 +215,7 @@ def test_emoji_and_long_prompts_route(tmp_path, git_env):
              * 60)
     d = tri.decide(brief)
     assert d.decision == "kernel" and seen == [[d.extra["representative"]]]
+    assert tri.embedder.token_count(seen[0][0], kind="query") <= LONG_TOKENS   # type: ignore[attr-defined]
 
 
 def test_a_kernel_coming_or_going_moves_no_other_threshold():

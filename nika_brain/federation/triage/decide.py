@@ -22,8 +22,8 @@ The decision, for a prompt and the goals index (goals.py, router.py), one model 
      the first (within HYBRID_GAP). Each part then carries the whole prompt.
    A part that cannot stand alone (a dependent clause) carries the whole prompt too.
 5. Long prompts: the embedder sees a bounded, representative part (symbols such as emoji dropped,
-   then the head and the tail), embedded once (a prompt that long is a brief, routed whole, never
-   split): latency does not grow with the prompt.
+   then the head and the tail, then at most LONG_TOKENS of the embedder's tokens), embedded once (a
+   prompt that long is a brief, routed whole, never split): latency does not grow with the prompt.
 
 Deterministic for the same index: no sampling, stable sorts.
 """
@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -43,7 +44,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 MIN_WORD_CHARS = 2   # "x" or "?" says nothing a kernel could take: the generalist's
 MAX_PROMPT = 20_000  # characters looked at for the data class; longer prompts are cut first
-HEAD, TAIL = 200, 100  # characters of a long prompt the embedder sees (head ... tail): ~75 tokens
+HEAD, TAIL = 200, 100  # characters of a long prompt the embedder sees (head ... tail): 55-100 tokens ...
+LONG_TOKENS = 48     # ... then cut, word by word, to this many tokens (prefix and special ones included)
+CHARS_PER_TOKEN = 3  # the token count's estimate for an embedder without a tokenizer of its own
 MIN_CLAUSE_WORDS = 3
 MIN_CLAUSE_CONTENT = 2  # content words a clause needs to split off to a kernel of its own ("tell me what's
                         # on it", "but i have no idea why" only continue the clause before them)
@@ -140,6 +143,50 @@ def represent(text: str) -> tuple[str, bool]:
 
 def representative(text: str) -> str:
     return represent(text)[0]
+
+
+def bound_tokens(text: str, count: Callable[[str], int] | None, limit: int | None = None) -> str:
+    """A cut prompt's part ("head ... tail", represent()) shortened to the most words, head and tail
+    in the proportion HEAD : TAIL, that hold at most `limit` (LONG_TOKENS) tokens. The forward pass
+    costs per token (~1.5 ms of CPU each for e5-small here), and the same characters are 55 to 100
+    tokens depending on the words: a bound in characters alone does not bound the latency.
+
+    `count` is the embedder's tokenizer, asked word by word (a word alone costs microseconds to count,
+    a 300-character text ~1 ms), the result checked once; without one, CHARS_PER_TOKEN estimates it."""
+    limit = LONG_TOKENS if limit is None else limit
+
+    def estimate(s: str) -> int:
+        return 4 + len(s) // CHARS_PER_TOKEN
+    tokens = count or estimate
+    head, sep, tail = text.partition(" ... ")
+    h, t = head.split(), tail.split()
+
+    def keep(k: int) -> tuple[list[str], list[str]]:   # k words: the head's first, the tail's last
+        tk = min(len(t), k * TAIL // (HEAD + TAIL))
+        hk = min(len(h), k - tk)
+        tk = min(len(t), k - hk)
+        return h[:hk], t[len(t) - tk:]
+
+    def joined(k: int) -> str:
+        a, b = keep(k)
+        return " ".join(a) + (f" ... {' '.join(b)}" if sep else "")
+    n = len(h) + len(t)
+    if n <= 1:
+        return text
+    # the prefix's trailing "▁" joins the first word: a word alone counts one token less than inside
+    base = tokens("") - 1
+    cost = {w: max(1, tokens(w) - base) for w in {*h, *t}}
+    glue = tokens("...") - base if sep else 0
+
+    def size(k: int) -> int:
+        a, b = keep(k)
+        return base + glue + sum(cost[w] for w in a) + sum(cost[w] for w in b)
+    k = n
+    while k > 1 and size(k) > limit:
+        k -= 1
+    while k > 1 and tokens(joined(k)) > limit:   # words joined may count a little apart
+        k -= 1
+    return joined(k)
 
 
 def content_words(clause: str) -> int:
@@ -259,6 +306,9 @@ class Triage:
         prompt = prompt.strip()
         dc = data_class_of(prompt[:MAX_PROMPT], self.settings.data_classes, data_class)
         text, cut = represent(prompt)
+        if cut:
+            count = getattr(getattr(self.embedder, "inner", self.embedder), "token_count", None)
+            text = bound_tokens(text, None if count is None else lambda s: count(s, kind=EMBED_KIND))
         if not self._scored or len(re.findall(r"\w", text)) < MIN_WORD_CHARS:
             why = "no kernel has a goal yet" if not self._scored else "nothing in the prompt to route on"
             return self._finish(self._fallback(prompt, why, [], dc, context))
@@ -296,7 +346,7 @@ class Triage:
         split = None
         if len(parts) > 1:
             split = self._clause_split(parts, z[1:], raw[1:], dc, prompt)
-        if split is None and len(parts) == 1 and aspects:
+        if split is None and len(parts) == 1 and aspects and not cut:   # a cut prompt is a brief: whole
             split = self._aspects(text, scores, dc, prompt)
         if split:
             ks = tuple(dict.fromkeys(p.kernel for p in split))
