@@ -83,9 +83,9 @@ def open_branch(brain: Brain, wf: Workflow) -> Path:
 
 
 def reindex(brain: Brain) -> None:
-    """Regenerate BRAIN-INDEX.md after a transition."""
+    """Regenerate BRAIN-INDEX.md after a transition (inside a drive: once, when it hands over)."""
     from nika_brain.engine import index
-    index.regenerate(brain)
+    index.soon(brain)
 
 
 def _agent(brain: Brain, wf: Workflow, step: Step) -> str:
