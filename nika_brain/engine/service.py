@@ -410,7 +410,7 @@ def settle_work(worktree, c: claims.Claim, status: str, summary: str, dirty: lis
         return said
     msg = f"{c.workflow} step {c.step}: {summary or c.story_angle or 'work'}\n\nClaim: {c.id}"
     changes.commit_paths(worktree, mine, msg, env={"NIKA_CLAIM": c.id})
-    git.run(worktree, "update-ref", "-d", base_ref(c.id), check=False)
+    # Its mark (base_ref) is tidied by the next claim's mark or at the run's end (orchestrator).
     if others:
         said.append(f"not committed under {c.id} (outside its scope {', '.join(c.scope)}): "
                     f"{', '.join(others[:5])}{', ...' if len(others) > 5 else ''}")
