@@ -15,11 +15,15 @@ Two properties matter more than anything else here:
 * Fast cold (no cache, as after a fresh clone): a claim in the shape `claims` writes is summarized
   straight from its text by `indexfast` (exact, or declined to the full loader, which names any
   error); each file is read once with os.read of its stat size.
-* Fast when nothing changed (a git hook on a commit that touched no state, `index` run twice): the
-  text is a function of the state files alone, so .nika/cache/index-text.json keeps the last text with
-  a fingerprint of every input (the stat of each file the model reads, listed by `_inputs`, plus the
-  template, the config and the rendering code); the same fingerprint gives the same text without a
-  parse or a render. A file changed in the racy window makes no fingerprint (rendered every time).
+* Fast when nothing changed (a git hook on a commit that touched no state, the pre-commit hook of the
+  orchestrator's state commit right after its transition rendered, `index` run twice): the text is a
+  function of the state files alone, so .nika/cache/index-text.json keeps the last text with a
+  fingerprint of every input (the stat of each file the model reads, listed by `_inputs`, plus the
+  template, the config and the rendering code) and, for each one changed in the racy window then, the
+  hash of its bytes; the same stat of every input and the same bytes of those gives the same text
+  without a parse, a render or Jinja's import. (A remembered text could only be given for other
+  bytes than it was made from if a file went A, B, A on the same inode within one tick of the file
+  system's clock: the stat would not show it, the bytes would be A's again.)
   Both caches are data an agent could write, as the state files are: never code, and a lie in them
   is no worse than the same lie written into the state or into BRAIN-INDEX.md itself.
 
@@ -35,6 +39,7 @@ import json
 import os
 import stat
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -279,53 +284,88 @@ def _inputs(brain: Brain) -> tuple[list[Path], list[Path]]:
     return folders, files
 
 
-def _fingerprint(brain: Brain, template: Path, listings: dict[Path, list]) -> str | None:
-    """A digest of the stat of every input (None when one changed in the racy window: its stat may
-    not show a second change in the same tick). Fills `listings` for the render that may follow."""
+@dataclass(frozen=True)
+class _Print:
+    """The fingerprint of the inputs: a digest of the stat of every one, and the ones changed in the
+    racy window (path, size), whose stat may not show a second change in the same tick."""
+    digest: str
+    racy: tuple[tuple[str, int], ...]
+
+
+def _fingerprint(brain: Brain, template: Path, listings: dict[Path, list]) -> _Print:
+    """The stat of every input (fills `listings` for the render that may follow)."""
     settled = time.time_ns() - _RACY_NS
     h = hashlib.blake2b(digest_size=20)
     h.update(f"{_CACHE_VERSION}\0{__version__}\0{brain.root}\0{template}\0".encode())
     folders, files = _inputs(brain)
+    racy: list[tuple[str, int]] = []
     for folder in folders:
         rows = listings[folder] = _listing(folder)
         h.update(f"\1{folder.name}".encode())
-        if any(st.st_mtime_ns >= settled or st.st_ctime_ns >= settled for _, _, st in rows):
-            return None
         h.update("".join([f"{name}\0{st.st_ino}\0{st.st_mtime_ns}\0{st.st_size}\0{st.st_ctime_ns}\0{st.st_mode}\n"
                           for name, _, st in rows]).encode())
+        racy += [(path, st.st_size) for _, path, st in rows if st.st_mtime_ns >= settled or st.st_ctime_ns >= settled]
     for path in (*files, template):
         try:
             st = os.stat(path)
         except OSError:
             h.update(f"\2{path}\0-\n".encode())
             continue
-        if st.st_mtime_ns >= settled or st.st_ctime_ns >= settled:
-            return None
         h.update(f"\2{path}\0{st.st_ino}\0{st.st_mtime_ns}\0{st.st_size}\0{st.st_ctime_ns}\n".encode())
-    return h.hexdigest()
+        if st.st_mtime_ns >= settled or st.st_ctime_ns >= settled:
+            racy.append((str(path), st.st_size))
+    return _Print(h.hexdigest(), tuple(racy))
 
 
 def _memo_path(brain: Brain) -> Path:
     return brain.state_dir / "cache" / "index-text.json"
 
 
-def _memo(brain: Brain, fingerprint: str, strict: bool) -> str | None:
+def _memo(brain: Brain, fingerprint: _Print, strict: bool) -> str | None:
+    """The remembered text when every input has the stat it had then, and each input that was in the
+    racy window then still has the bytes it had (the same stat does not prove them)."""
     try:
         raw = json.loads(_memo_path(brain).read_bytes())
     except (OSError, ValueError):
         return None
-    if not isinstance(raw, dict) or raw.get("fingerprint") != fingerprint or not isinstance(raw.get("text"), str):
+    if not isinstance(raw, dict) or raw.get("fingerprint") != fingerprint.digest \
+            or not isinstance(raw.get("text"), str) or not isinstance(raw.get("racy"), dict):
         return None
     if strict and raw.get("clean") is not True:
         return None  # an invalid file was listed: strict must fail on it, so render again
+    sizes = dict(fingerprint.racy)
+    for path, digest in raw["racy"].items():
+        # Only an input's own path (the memo is data an agent could write: it names nothing else to read).
+        if path not in sizes and not _is_input(brain, path):
+            return None
+        size = sizes.get(path)
+        if size is None:
+            try:
+                size = os.stat(path).st_size
+            except OSError:
+                return None
+        if _read(path, size)[1] != digest:
+            return None
     return raw["text"]
 
 
-def _remember(brain: Brain, fingerprint: str, text: str, clean: bool) -> None:
+def _is_input(brain: Brain, path: str) -> bool:
+    folders, files = _inputs(brain)
+    return Path(path).parent in folders or Path(path) in files or Path(path) == template_path(brain)
+
+
+def _digests(fingerprint: _Print) -> dict[str, str | None]:
+    """The hash of each input in the racy window, read before the render reads it."""
+    return {path: _read(path, size)[1] for path, size in fingerprint.racy}
+
+
+def _remember(brain: Brain, fingerprint: _Print, racy: dict[str, str | None], text: str, clean: bool) -> None:
     from nika_brain.support.fsio import atomic_write
+    if any(d is None for d in racy.values()):
+        return  # an input gone or unreadable while the render read: nothing to remember it by
     with contextlib.suppress(OSError):  # a read-only state folder only costs speed
-        atomic_write(_memo_path(brain), json.dumps({"fingerprint": fingerprint, "clean": clean, "text": text}),
-                     fsync=False)
+        atomic_write(_memo_path(brain), json.dumps({"fingerprint": fingerprint.digest, "racy": racy,
+                                                    "clean": clean, "text": text}), fsync=False)
 
 
 def claim_summaries(brain: Brain) -> list[dict]:
@@ -583,13 +623,12 @@ def render(brain: Brain, strict: bool = False) -> str:
     path = template_path(brain)
     listings: dict[Path, list] = {}
     fingerprint = _fingerprint(brain, path, listings)
-    if fingerprint is not None:
-        text = _memo(brain, fingerprint, strict)
-        if text is not None:
-            return text
+    text = _memo(brain, fingerprint, strict)
+    if text is not None:
+        return text
+    racy = _digests(fingerprint)
     text, clean = _render(brain, strict, path, listings)
-    if fingerprint is not None:
-        _remember(brain, fingerprint, text, clean)
+    _remember(brain, fingerprint, racy, text, clean)
     return text
 
 
@@ -613,8 +652,58 @@ def _render(brain: Brain, strict: bool, path: Path, listings: dict[Path, list]) 
     return (text if text.endswith("\n") else text + "\n"), not data["invalid"]
 
 
+# ---- a drive's transitions: one regeneration when it hands over -----------------------------------
+# A drive (engine.service.drive) runs transitions back to back: a step's result is routed and the next
+# step claimed a few milliseconds later, each of them followed by a regeneration. Inside `held`, a
+# transition's regeneration (`soon`) is only noted; it is made once, when the state is looked at:
+# before a satellite starts (satellites.launch), before a state commit (merging), before the drive
+# waits for someone or returns. The index is derived: a process killed in between leaves it as the
+# previous transition made it, and the next regeneration (any transition, `nika-brain index`, a git
+# hook) makes it whole again.
+
+_OWED: dict[str, bool] = {}   # brain root -> a regeneration is owed (present: inside `held`)
+
+
+@contextlib.contextmanager
+def held(brain: Brain):
+    """Transitions inside this block regenerate the index once, when it is handed over (`flush`)."""
+    key = str(brain.root)
+    if key in _OWED:
+        yield  # inside an outer hold: that one hands over
+        return
+    _OWED[key] = False
+    failed = True
+    try:
+        yield
+        failed = False
+    finally:
+        owed = _OWED.pop(key, False)
+        if owed:
+            try:
+                regenerate(brain)
+            except (BrainError, OSError):
+                if not failed:
+                    raise  # on the way out of an error, that error is the one said
+
+
+def soon(brain: Brain) -> None:
+    """A transition's regeneration: now, or at the hand-over of the `held` block it runs in."""
+    if str(brain.root) in _OWED:
+        _OWED[str(brain.root)] = True
+    else:
+        regenerate(brain)
+
+
+def flush(brain: Brain) -> None:
+    """Make the regeneration a `held` block owes (nothing when none is owed)."""
+    if _OWED.get(str(brain.root)):
+        regenerate(brain)
+
+
 def regenerate(brain: Brain, strict: bool = False) -> bool:
     """Rewrite BRAIN-INDEX.md when its text changed; True when the file changed."""
+    if str(brain.root) in _OWED:
+        _OWED[str(brain.root)] = False  # what was owed is made now
     with brain.mutex("index"):
         text = render(brain, strict)
         try:
@@ -624,7 +713,10 @@ def regenerate(brain: Brain, strict: bool = False) -> bool:
             pass
         except OSError as exc:
             raise BrainError(f"cannot read: {exc.strerror}", file=str(brain.index_path)) from exc
-        brain.write(brain.index_path, text)
+        # Derived, not a source of truth: no fsync. A kill leaves the old text or the new one (the
+        # rename); a power loss may at worst leave it empty, and the next regeneration writes it again.
+        from nika_brain.support.fsio import atomic_write
+        atomic_write(brain.index_path, text, fsync=False)
         with contextlib.suppress(OSError):
             os.chmod(brain.index_path, 0o644)  # a tracked file: mkstemp's 0600 is not meant here
         return True

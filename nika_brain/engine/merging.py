@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 
 from nika_brain.brain import INDEX_FILE, TRACKED_STATE_FOLDERS, Brain
-from nika_brain.engine import satellites, signals
+from nika_brain.engine import index, satellites, signals
 from nika_brain.errors import Blocked, BrainError, DirtyCheckout, Invalid, Refused
 from nika_brain.gitrepo import branches, git
 from nika_brain.state import gates, runs
@@ -200,6 +200,7 @@ def _commit_state(brain: Brain, message: str, attempts: int = 5) -> bool:
 
 
 def _commit_state_once(brain: Brain, message: str) -> bool:
+    index.flush(brain)   # a drive's owed regeneration: the commit carries the index of its state
     present = [p for p in STATE_PATHS if (brain.root / p).exists()]
     if present:  # never a writer's temp file, even where .gitignore lacks the `.*.tmp` line
         git.run(brain.root, "add", "-A", "--", *present, NO_TEMP)

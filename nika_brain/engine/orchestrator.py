@@ -83,9 +83,9 @@ def open_branch(brain: Brain, wf: Workflow) -> Path:
 
 
 def reindex(brain: Brain) -> None:
-    """Regenerate BRAIN-INDEX.md after a transition."""
+    """Regenerate BRAIN-INDEX.md after a transition (inside a drive: once, when it hands over)."""
     from nika_brain.engine import index
-    index.regenerate(brain)
+    index.soon(brain)
 
 
 def _agent(brain: Brain, wf: Workflow, step: Step) -> str:
@@ -377,7 +377,7 @@ def _start_step(brain: Brain, wf: Workflow, run: Run, step: Step, now: datetime)
             return _block(brain, run, step.id, f"lock: {exc.message}")
         raise
     faults.point("after-claim-open")
-    mark_claim_base(worktree, c.id)
+    mark_claim_base(worktree, c.id, settled=[str(h["claim"]) for h in run.history[-1:] if h.get("claim")])
     run = runs.update(brain, run, claim=c.id, status="running")
     emit(brain, "CLAIM_OPEN", run, step.id, c.id, f"step {step.id} claimed ({', '.join(step.scope)})",
           payload={"scope": list(step.scope), "mode": run.mode})
@@ -389,10 +389,24 @@ def _start_step(brain: Brain, wf: Workflow, run: Run, step: Step, now: datetime)
                    f"step {step.id} claimed", claim=c.id, brief=brief, step=step.id)
 
 
-def mark_claim_base(worktree: Path, claim_id: str) -> None:
+def mark_claim_base(worktree: Path, claim_id: str, settled: list[str] | tuple[str, ...] = ()) -> None:
     """Where the theme branch stands as the claim opens: a failed attempt that committed on the branch
-    itself is set aside back to here (service.settle_work)."""
-    git.run(worktree, "update-ref", f"refs/nika/claim-base/{claim_id}", "HEAD", check=False)
+    itself is set aside back to here (service.settle_work). The marks of `settled` claims (an accepted
+    close leaves its mark: tidied here, and at the run's end, in the same git process as a new mark)
+    go in the same git process."""
+    lines = [f"update {CLAIM_BASE}{claim_id} HEAD\n"] + [f"delete {CLAIM_BASE}{c}\n" for c in settled if c != claim_id]
+    git.run(worktree, "update-ref", "--stdin", input="".join(lines), check=False)
+
+
+CLAIM_BASE = "refs/nika/claim-base/"
+
+
+def _tidy_claim_bases(brain: Brain, run: Run, also: str | None = None) -> None:
+    """The marks the run's claims left (mark_claim_base), in one git process."""
+    ids = sorted({str(h["claim"]) for h in run.history if h.get("claim")} | ({also} if also else set()))
+    if ids:
+        git.run(brain.root, "update-ref", "--stdin", input="".join(f"delete {CLAIM_BASE}{c}\n" for c in ids),
+                check=False)
 
 
 def _pre_gate(brain: Brain, wf: Workflow, run: Run, step: Step) -> Outcome | None:
@@ -515,12 +529,14 @@ def _send_inbox(brain: Brain, message: dict) -> None:
 
 
 def abort_run(brain: Brain, run: Run, reason: str, now: datetime) -> Outcome:
+    marked = run.claim
     if run.claim:
         c = _maybe_claim(brain, run.claim)
         if c is not None and c.is_open:
             claims.close_claim(brain, c.id, "failed", f"aborted: {reason}", now=now)
         locks.release_all(brain, run.claim)
     run = runs.update(brain, run, status="aborted", reason=reason, claim=None, finished=now)
+    _tidy_claim_bases(brain, run, marked)
     emit(brain, "ABORT", run, run.cursor, None, reason)
     reindex(brain)
     return Outcome(run.workflow, "aborted", reason)
@@ -590,6 +606,7 @@ def finish_run(brain: Brain, wf: Workflow, run: Run, commit: str | None, now: da
             branches.remove_theme_worktree(brain.root, wf.branch, brain.worktrees_dir)
         except BrainError as exc:
             notes.append(f"the theme worktree {worktree} stays: {exc.message}")
+        _tidy_claim_bases(brain, run)
     if notes:
         signals.emit(brain, "INFO", workflow=wf.name, reason="; ".join(notes))
     reindex(brain)

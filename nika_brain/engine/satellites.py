@@ -12,12 +12,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nika_brain.brain import Brain
+from nika_brain.engine import index
 from nika_brain.engine.claimdoors import tell as _tell_door
 from nika_brain.errors import BrainError
 from nika_brain.gitrepo import git
 from nika_brain.state import agents
 from nika_brain.state.claims import Claim
 from nika_brain.state.workflows import Step, Workflow
+from nika_brain.support import fsio
 
 _PASSED = re.compile(r"(\d+) passed")
 _FAILED = re.compile(r"(\d+) (?:failed|errors?)")
@@ -221,6 +223,7 @@ def launch(brain: Brain, claim: Claim, brief: str, brief_file: Path, cwd: Path, 
            "NIKA_CLAIM": claim.id, "NIKA_WORKTREE": str(cwd), "NIKA_AGENT": "1", "NIKA_DOOR": str(door_sock)}
     out_path, err_path = _files(brain, claim.id)
     out_path.parent.mkdir(parents=True, exist_ok=True)
+    index.flush(brain)   # the satellite finds the index as its claim's opening left it
     # Its output goes to files, not pipes, and its pid and start time are recorded: an orchestrator
     # killed meanwhile leaves a satellite whose result the next one still reads (see `alive`).
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
@@ -322,8 +325,11 @@ def _start_time(pid: int) -> str | None:
 
 
 def _record(brain: Brain, claim_id: str, pid: int) -> None:
-    brain.write(brain.state_dir / "satellites" / f"{claim_id}.json",
-                json.dumps({"pid": pid, "start": _start_time(pid)}))
+    # Says which live process runs the claim: written atomically (a kill leaves it whole), not fsynced,
+    # since after a power loss no process of it is alive, whatever the file holds (`alive` reads a
+    # damaged one as none).
+    fsio.atomic_write(brain.state_dir / "satellites" / f"{claim_id}.json",
+                      json.dumps({"pid": pid, "start": _start_time(pid)}), fsync=False)
 
 
 def alive(brain: Brain, claim_id: str) -> int | None:

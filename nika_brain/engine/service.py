@@ -70,7 +70,16 @@ def _finished(brain: Brain, name: str) -> bool:
 
 def drive(brain: Brain, name: str, *, wait: bool = False, poll: float = 1.0, timeout: float | None = None,
           on_event: Printer | None = None) -> Outcome:
-    """Run transitions until the workflow needs someone: a human (mode 1) or it ends/blocks."""
+    """Run transitions until the workflow needs someone: a human (mode 1) or it ends/blocks. The index
+    is regenerated when the drive hands over (engine/index.held), not after each transition."""
+    from nika_brain.engine import index
+    with index.held(brain):
+        return _drive(brain, name, wait=wait, poll=poll, timeout=timeout, on_event=on_event)
+
+
+def _drive(brain: Brain, name: str, *, wait: bool, poll: float, timeout: float | None,
+           on_event: Printer | None) -> Outcome:
+    from nika_brain.engine import index
     deadline = None if timeout is None else time.monotonic() + timeout
     shown: set[str] = set()
     events: list[str] = []
@@ -112,6 +121,7 @@ def drive(brain: Brain, name: str, *, wait: bool = False, poll: float = 1.0, tim
             gatebackends.sync(brain)
         if out.status == "waiting" and out.claim:
             _keep_locks(brain, out.claim)
+        index.flush(brain)   # someone is waited for: they find the index of the state they wait in
         time.sleep(poll)
 
 
@@ -400,7 +410,7 @@ def settle_work(worktree, c: claims.Claim, status: str, summary: str, dirty: lis
         return said
     msg = f"{c.workflow} step {c.step}: {summary or c.story_angle or 'work'}\n\nClaim: {c.id}"
     changes.commit_paths(worktree, mine, msg, env={"NIKA_CLAIM": c.id})
-    git.run(worktree, "update-ref", "-d", base_ref(c.id), check=False)
+    # Its mark (base_ref) is tidied by the next claim's mark or at the run's end (orchestrator).
     if others:
         said.append(f"not committed under {c.id} (outside its scope {', '.join(c.scope)}): "
                     f"{', '.join(others[:5])}{', ...' if len(others) > 5 else ''}")

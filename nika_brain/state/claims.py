@@ -16,7 +16,7 @@ from nika_brain.errors import BrainError, InvalidScope, Refused
 from nika_brain.state.scopes import normalize_scope
 from nika_brain.support import clock
 from nika_brain.support.schema import F, fields, name, step_id, step_id_error, step_id_yaml, str_list
-from nika_brain.support.yamlsafe import Doc, dumps, load_doc
+from nika_brain.support.yamlsafe import Doc, Parsed, dumps
 
 SATELLITE_TYPES = ("code", "brain-write", "test", "deploy", "search")
 LEVELS = ("domain", "leaf")
@@ -132,7 +132,10 @@ def _time(doc, values: dict, key: str) -> datetime:
 
 def load_path(path: Path, doc: Doc | None = None) -> Claim:
     """The claim in `path` (`doc`: its text already parsed, as the index does from the bytes it hashed)."""
-    doc = load_doc(path) if doc is None else doc
+    return _PARSED.load(path) if doc is None else _from_doc(path, doc)
+
+
+def _from_doc(path: Path, doc: Doc) -> Claim:
     v = fields(doc, doc.data, (), _SPEC)
     result = None
     if v["result"] is not None:
@@ -160,6 +163,9 @@ def load_path(path: Path, doc: Doc | None = None) -> Claim:
                  agent=v["agent"], on_done=v["on_done"], on_partial=v["on_partial"], on_fail=v["on_fail"],
                  closed=closed, parent=v["parent"], children=tuple(v["children"]), session=v["session"],
                  touched=tuple(v["touched"]), result=result, failed_tests=failure)
+
+
+_PARSED = Parsed(_from_doc)
 
 
 def to_dict(c: Claim) -> dict:

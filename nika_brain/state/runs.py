@@ -14,7 +14,7 @@ from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
 from nika_brain.support import clock
 from nika_brain.support.schema import F, fields, name, step_id, step_id_error
-from nika_brain.support.yamlsafe import dumps, load_doc
+from nika_brain.support.yamlsafe import Doc, Parsed, dumps
 
 STATUSES = ("running", "gated", "blocked", "breaker", "done", "aborted")
 MODES = ("assisted", "swarm")
@@ -72,7 +72,10 @@ def run_path(brain: Brain, workflow: str) -> Path:
 
 
 def load_path(path: Path) -> Run:
-    doc = load_doc(path)
+    return _PARSED.load(path)
+
+
+def _from_doc(path: Path, doc: Doc) -> Run:  # noqa: ARG001 (yamlsafe.Parsed's signature)
     v = fields(doc, doc.data, (), _SPEC)
     for key in ("history", "adaptations"):
         for i, item in enumerate(v[key]):
@@ -88,6 +91,9 @@ def load_path(path: Path) -> Run:
                None if v["after_gate"] is None else str(v["after_gate"]), v["reason"], v["context"],
                tuple(v["history"]), tuple(v["adaptations"]), tuple(str(g) for g in v["gates"]),
                finished, v["report"], v["halted"], v["driver"])
+
+
+_PARSED = Parsed(_from_doc)
 
 
 def to_dict(r: Run) -> dict:

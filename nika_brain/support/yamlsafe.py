@@ -14,13 +14,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Generic, TypeVar
 
 from nika_brain.errors import BrainError
 from nika_brain.support import yamlfast
 from nika_brain.support.fsio import read_text
 
 MAX_BYTES = 1 << 20
+T = TypeVar("T")
 MAX_DEPTH = 32
 MAX_NODES = 200_000
 
@@ -208,6 +209,31 @@ _NOKEY = _NoKey()
 def load_doc(path: Path | str) -> Doc:
     path = Path(path)
     return loads(read_text(path, limit=MAX_BYTES), str(path))
+
+
+class Parsed(Generic[T]):
+    """Records built from files, given again while a file holds the same text: a transition reads its
+    run and its claim several times (the orchestrator, the close, the index), each read a parse. The
+    file is read every time and its text compared: the same bytes give the same record, whoever wrote
+    them and whenever (no stat, no clock). The records are frozen dataclasses; their mappings are
+    never changed in place by their readers."""
+
+    def __init__(self, build: Callable[[Path, Doc], T], keep: int = 512):
+        self._build = build
+        self._keep = keep
+        self._seen: dict[str, tuple[str, T]] = {}
+
+    def load(self, path: Path) -> T:
+        key = str(path)
+        text = read_text(path, limit=MAX_BYTES)
+        hit = self._seen.get(key)
+        if hit is not None and hit[0] == text:
+            return hit[1]
+        record = self._build(path, loads(text, key))
+        if len(self._seen) >= self._keep:
+            self._seen.clear()
+        self._seen[key] = (text, record)
+        return record
 
 
 def load_file(path: Path | str) -> Any:

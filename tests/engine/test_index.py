@@ -27,9 +27,10 @@ from tests.kit.brain import (
 
 @pytest.fixture(autouse=True)
 def no_remembered_text(monkeypatch):
-    """These tests are about the model and the summary cache: every file counts as just written, so the
-    remembered text (tests/engine/test_index_memo.py) never answers, however slow the machine."""
+    """These tests are about the model and the summary cache: every file counts as just written, and
+    the remembered text (tests/engine/test_index_memo.py) never answers."""
     monkeypatch.setattr(index, "_RACY_NS", 10**18)
+    monkeypatch.setattr(index, "_memo", lambda brain, fingerprint, strict: None)
 
 
 def test_golden_index(brain):
@@ -292,3 +293,29 @@ def test_the_regen_script_runs_the_index_from_any_folder(ibrain):
     assert run.returncode == 0, run.stderr
     assert run.stdout == "BRAIN-INDEX.md updated\n"
     assert "`sess-x`" in ibrain.index_path.read_text()
+
+
+def test_inside_a_hold_the_transitions_regenerate_once_when_it_hands_over(brain, monkeypatch):
+    """engine.service.drive holds the index: a transition's regeneration (`soon`) waits for the
+    hand-over (`flush`, or the end of the hold), which regenerates once for all of them."""
+    populate_golden(brain.root)
+    index.regenerate(brain)
+    made = []
+    real = index.regenerate
+    monkeypatch.setattr(index, "regenerate", lambda b, strict=False: made.append(1) or real(b, strict))
+    with index.held(brain):
+        put_claim(brain.root, "sess-20260317-1300-gamma-step-1", workflow="gamma", opened="2026-03-17T13:00:00Z")
+        index.soon(brain)
+        put_claim(brain.root, "sess-20260317-1301-gamma-step-2", workflow="gamma", opened="2026-03-17T13:01:00Z")
+        index.soon(brain)
+        assert made == [] and "gamma-step-1" not in brain.index_path.read_text()   # owed, not made
+        index.flush(brain)
+        assert made == [1] and "gamma-step-2" in brain.index_path.read_text()
+        index.flush(brain)
+        assert made == [1]   # nothing owed since
+        put_claim(brain.root, "sess-20260317-1302-gamma-step-3", workflow="gamma", opened="2026-03-17T13:02:00Z")
+        index.soon(brain)
+    assert made == [1, 1] and index.is_current(brain)   # the end of the hold hands over
+    put_claim(brain.root, "sess-20260317-1303-gamma-step-4", workflow="gamma", opened="2026-03-17T13:03:00Z")
+    index.soon(brain)   # outside a hold: at once
+    assert made == [1, 1, 1] and "gamma-step-4" in brain.index_path.read_text()

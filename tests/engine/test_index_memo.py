@@ -3,7 +3,8 @@
 
 The memo is only as good as its list of inputs, so the first test holds `_inputs` to every file a
 render opens or lists. The others change one input at a time and compare with a render that has no
-cache at all. The racy window is set to 0 here (the files were all written a moment ago)."""
+cache at all, with every file's stat trusted (`settled`: the racy window set to 0) and inside the racy
+window, where a file just written is fingerprinted by its bytes as well."""
 from __future__ import annotations
 
 import json
@@ -15,6 +16,7 @@ import pytest
 
 from nika_brain.engine import index
 from nika_brain.errors import BrainError
+from nika_brain.state import kernels as kernel_records
 from tests.kit.brain import populate_golden, put_claim, put_gate, put_lock, write
 
 
@@ -63,6 +65,7 @@ def test_every_file_a_render_reads_is_an_input_of_the_fingerprint(brain):
     federation_state(brain)
     assert "Handovers" in fresh(brain)  # the federation files are read
     shutil.rmtree(brain.state_dir / "cache")
+    kernel_records._PARSED.clear()  # the kernel records' in-process cache would spare the render their files
     seen = opened_during(lambda: index._render(brain, False, index.template_path(brain), {}))
     folders, files = index._inputs(brain)
     covered_dirs = {os.path.realpath(f) for f in folders}
@@ -90,9 +93,12 @@ def test_an_unchanged_brain_gives_the_remembered_text_without_reading_a_state_fi
     assert index.render(brain) == first
 
 
+@pytest.mark.parametrize("window", ["settled", "racy"])
 @pytest.mark.parametrize("change", ["claim in place, mtime put back", "new claim", "removed claim", "gate",
                                     "lock", "kernel", "journal", "grant", "template override"])
-def test_a_changed_input_is_rendered_again(brain, settled, change):
+def test_a_changed_input_is_rendered_again(brain, monkeypatch, window, change):
+    if window == "settled":  # every file's stat trusted; "racy": every file just written, its bytes hashed
+        monkeypatch.setattr(index, "_RACY_NS", -10**12)
     populate_golden(brain.root)
     federation_state(brain)
     before = index.render(brain)  # remembered
@@ -140,17 +146,64 @@ def test_strict_still_fails_on_an_invalid_file_the_remembered_text_lists(brain, 
         index.render(brain, strict=True)
 
 
-def test_no_text_is_remembered_while_a_file_is_in_the_racy_window(brain):
+def test_in_the_racy_window_an_unchanged_brain_gives_the_remembered_text_without_a_render(brain, monkeypatch):
     populate_golden(brain.root)  # written just now: inside the default racy window
-    index.render(brain)
-    assert not (brain.state_dir / "cache" / "index-text.json").exists()
+    first = index.render(brain)
+    assert (brain.state_dir / "cache" / "index-text.json").is_file()
+
+    def no_render(*args):
+        raise AssertionError("rendered again")
+    monkeypatch.setattr(index, "_render", no_render)
+    assert index.render(brain) == first
+
+
+def test_a_text_remembered_in_the_racy_window_is_given_once_the_window_has_passed(brain, monkeypatch):
+    """The orchestrator's transition renders with its files just written; the git hook of its state
+    commit may look a moment later, when some of them have left the window."""
+    populate_golden(brain.root)
+    first = index.render(brain)
+    monkeypatch.setattr(index, "_RACY_NS", -10**12)  # now every file's stat is trusted
+
+    def no_render(*args):
+        raise AssertionError("rendered again")
+    monkeypatch.setattr(index, "_render", no_render)
+    assert index.render(brain) == first
+
+
+@pytest.mark.parametrize("looked_up", ["in the window", "after it"])
+def test_in_the_racy_window_new_bytes_under_the_same_stat_are_rendered_again(brain, monkeypatch, looked_up):
+    """A second write in the same tick of a coarse clock keeps the stat: the bytes' hash tells, also
+    when the next render comes after the window."""
+    populate_golden(brain.root)  # inside the default racy window
+    before = index.render(brain)
+    if looked_up == "after it":
+        monkeypatch.setattr(index, "_RACY_NS", -10**12)
+    stale = {row[0]: row for row in index._listing(brain.claims_dir)}
+    real = index._listing
+
+    def listing(folder):  # the stat each file had before the rewrite below, as a coarse clock shows it
+        rows = real(folder)
+        return [stale.get(name, (name, path, st)) for name, path, st in rows] if folder == brain.claims_dir else rows
+    monkeypatch.setattr(index, "_listing", listing)
+    path = brain.claims_dir / "sess-20260317-1200-beta-step-1.yml"
+    path.write_bytes(path.read_bytes().replace(b"src/beta/part1/", b"src/beta/part9/"))
+    got = index.render(brain)
+    assert got != before and "src/beta/part9/" in got
+    assert got == fresh(brain)
 
 
 def test_a_remembered_text_that_is_damaged_or_foreign_is_ignored(brain, settled):
     populate_golden(brain.root)
     first = fresh(brain)
     memo = brain.state_dir / "cache" / "index-text.json"
-    for junk in ("{not json", "[1, 2]", json.dumps({"fingerprint": "x", "text": "forged"}),
-                 json.dumps({"fingerprint": json.loads(memo.read_text())["fingerprint"], "text": 3})):
+    right = json.loads(memo.read_text())["fingerprint"]
+    outside = brain.root.parent / "outside.txt"   # not an input: a memo may not name it to be read
+    outside.write_text("anything\n")
+    digest = index._read(str(outside), outside.stat().st_size)[1]
+    for junk in ("{not json", "[1, 2]", json.dumps({"fingerprint": "x", "racy": {}, "text": "forged"}),
+                 json.dumps({"fingerprint": right, "racy": {}, "text": 3}),
+                 json.dumps({"fingerprint": right, "text": "forged"}),
+                 json.dumps({"fingerprint": right, "racy": [], "text": "forged"}),
+                 json.dumps({"fingerprint": right, "racy": {str(outside): digest}, "text": "forged"})):
         memo.write_text(junk)
         assert index.render(brain) == first

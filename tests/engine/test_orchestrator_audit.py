@@ -501,6 +501,44 @@ def test_8_a_failed_attempt_that_committed_on_the_branch_itself_is_set_aside_too
     assert git(brain.root, "for-each-ref", "refs/nika/claim-base/").strip() == ""   # tidied at each close
 
 
+TWO_MARKS = """name: marks
+branch: theme/marks
+chain:
+  - step: 1
+    type: search
+    scope: notes/
+  - step: 2
+    type: search
+    scope: docs/
+"""
+
+
+def _marks(brain) -> list[str]:
+    return git(brain.root, "for-each-ref", "--format=%(refname:lstrip=3)", "refs/nika/claim-base/").split()
+
+
+def test_8_each_claim_is_marked_at_its_opening_and_the_marks_are_tidied_by_the_next_one_and_at_the_end(tmp_path,
+                                                                                                         git_env):
+    """An accepted close leaves its claim's mark (the branch tip at its opening); the next claim's mark
+    removes it in the same git process, and the run's end or abort removes what is left."""
+    brain = orch_brain(tmp_path / "b", {"marks": TWO_MARKS, "rt": RETRY})
+    nb(brain, "workflow-launch", "marks", check=0)
+    c1 = open_claim_id(brain, "marks")
+    assert _marks(brain) == [c1]
+    _write(brain, "theme/marks", "notes/n.md")
+    nb(brain, "claim", "close", c1, "--status", "ok", check=0)
+    nb(brain, "workflow-launch", "marks", check=0)
+    c2 = open_claim_id(brain, "marks")
+    assert _marks(brain) == [c2]
+    _write(brain, "theme/marks", "docs/d.md")
+    assert "DONE" in nb(brain, "claim", "close", c2, "--status", "ok", check=0).stdout
+    assert _marks(brain) == []
+    nb(brain, "workflow-launch", "rt", check=0)
+    assert _marks(brain) == [open_claim_id(brain, "rt")]
+    nb(brain, "workflow", "abort", "rt", check=0)
+    assert _marks(brain) == []
+
+
 # ---- 9. what the operator is told ------------------------------------------------------------------------
 
 TOLD = """name: told

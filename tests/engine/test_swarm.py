@@ -258,3 +258,29 @@ def test_a_missing_satellite_command_fails_the_step_frees_the_scope_and_a_retry_
     first, again = claims_of(brain, "plain")
     assert first["id"] == c["id"] and again["result"]["status"] == "ok"
     assert (brain.root / "notes" / f"{again['id']}.txt").is_file()
+
+
+SEES_THE_INDEX = r"""
+import json, os
+text = open(os.path.join(os.environ["NIKA_BRAIN_DIR"], "BRAIN-INDEX.md")).read()
+listed = os.environ["NIKA_CLAIM"] in text
+print(json.dumps({"status": "ok" if listed else "failed",
+                  "summary": "the index lists its claim" if listed else "the index does not list its claim"}))
+"""
+
+
+def test_each_satellite_finds_its_claim_in_the_index_and_the_state_commit_carries_the_last_index(tmp_path, git_env):
+    """A drive regenerates the index when it hands over (engine/index.held): before each satellite
+    starts, before each state commit, when it returns."""
+    program = tmp_path / "sees_the_index.py"
+    program.write_text(SEES_THE_INDEX)
+    chain = "".join(f"  - step: {i}\n    type: search\n    scope: s{i}/\n" for i in (1, 2, 3))
+    brain = orch_brain(tmp_path / "b", {"seen": f"name: seen\nbranch: theme/seen\nchain:\n{chain}"},
+                       config=f'satellite_command: ["{sys.executable}", "{program}"]\n')
+    done = nb(brain, "workflow-launch", "seen", "--mode", "swarm", check=0)
+    assert "DONE" in done.stdout
+    said = [(c["result"]["status"], c["result"]["summary"]) for c in claims_of(brain, "seen")]
+    assert said == [("ok", "the index lists its claim")] * 3
+    from nika_brain.engine import index
+    assert index.is_current(brain)
+    assert git(brain.root, "show", "HEAD:BRAIN-INDEX.md").strip() == (brain.root / "BRAIN-INDEX.md").read_text().strip()

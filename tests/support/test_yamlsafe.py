@@ -10,6 +10,7 @@ import pytest
 from nika_brain.brain import CONFIG_NAME, load_config
 from nika_brain.errors import BrainError
 from nika_brain.state import locks
+from nika_brain.support import yamlsafe
 from nika_brain.support.yamlsafe import MAX_BYTES, MAX_DEPTH, MAX_NODES, dumps, load_doc, load_file, loads
 
 
@@ -229,3 +230,27 @@ def test_shared_objects_are_not_dumped_as_anchors():
     text = dumps({"a": shared, "b": shared})
     assert "&" not in text and "*" not in text
     assert loads(text).data == {"a": {"x": [1, 2]}, "b": {"x": [1, 2]}}
+
+
+def test_parsed_records_are_given_again_only_for_the_same_text(tmp_path):
+    built = []
+
+    def build(path, doc):
+        built.append(path.name)
+        return ("record", doc.data["n"])
+    parsed = yamlsafe.Parsed(build)
+    f = tmp_path / "r.yml"
+    f.write_text("n: 1\n")
+    first = parsed.load(f)
+    assert parsed.load(f) is first and built == ["r.yml"]          # the same text: not parsed again
+    f.write_text("n: 2\n")
+    assert parsed.load(f) == ("record", 2) and len(built) == 2      # a new text: parsed
+    f.write_text("n: 1\n")
+    assert parsed.load(f) == ("record", 1) and len(built) == 3      # the older text again: parsed again
+    f.write_text("n: [\n")
+    for _ in range(2):                                               # a broken file raises every time
+        with pytest.raises(BrainError):
+            parsed.load(f)
+    f.unlink()
+    with pytest.raises(BrainError):
+        parsed.load(f)
