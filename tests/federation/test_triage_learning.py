@@ -190,6 +190,11 @@ def test_a_long_prompts_part_is_bounded_by_the_models_tokens():
         head, _, tail = bounded.partition(" ... ")
         assert part.startswith(head) and part.endswith(tail) and head and tail
     assert bound_tokens("vérifie le NAS ... et le rapport", count) == "vérifie le NAS ... et le rapport"
+    # no blank to cut at (a script written without spaces, one long run of letters): still bounded
+    for p in ("中" * 1000, "é" * 1000, "服务器备份失败请检查日志" * 90):
+        part, cut = represent(p)
+        bounded = bound_tokens(part, count)
+        assert cut and count(bounded) <= LONG_TOKENS and bounded and part.startswith(bounded)
     # an embedder without a tokenizer: an estimate from the characters bounds it too
     est = bound_tokens(represent(prompts[1])[0], None)
     assert len(est) < len(represent(prompts[1])[0]) and count(est) <= 2 * LONG_TOKENS
