@@ -48,6 +48,24 @@ def test_a_huge_heading_is_text_chunked_once_not_repeated_in_every_chunk():
     assert all(f"Paragraph {i} is about" in " ".join(chunks) for i in range(60))
 
 
+def test_a_chunk_of_chinese_or_korean_fits_the_models_window_and_keeps_every_character():
+    """The embedder cuts a chunk at the model's 512 tokens: 1,200 Chinese characters (~760 tokens)
+    would leave a third of each chunk in no vector. Wide characters count more in a chunk's size, so
+    each chunk fits the window, and no character is lost; Latin text is chunked as before."""
+    from nika_brain.federation.embedding import MAX_TOKENS, E5Embedder
+    emb = E5Embedder()
+    zh = "服务器的备份每天凌晨两点运行，失败时请检查日志并通知值班工程师。" * 60
+    ko = "백업은 매일 새벽 두 시에 실행되며 실패하면 로그를 확인하고 당직 엔지니어에게 알립니다. " * 40
+    for text in (zh, "# 运维手册\n\n" + zh, ko, "Intro in English. " * 10 + zh):
+        chunks = chunk_text(text, 1200)
+        assert len(chunks) >= 2
+        assert all(emb.token_count(c, kind="passage") <= MAX_TOKENS for c in chunks)
+        body = "".join("".join(c.split("\n", 1)[1:] or [c]) if c.startswith("# ") else c for c in chunks)
+        assert "".join(body.split()) == "".join(text.replace("# 运维手册", "").split())
+    latin = "\n\n".join(prose(i) for i in range(12))
+    assert chunk_text(latin, 1200) == list(chunking._pack(chunking._sections(latin), 1200))
+
+
 def _corpus(folder, n_files=4, per_file=3):
     folder.mkdir(parents=True, exist_ok=True)
     seed = 0

@@ -89,8 +89,29 @@ def _pdf_chunks(path: Path, chunk_chars: int) -> list[Chunk]:
     return out
 
 
+# Characters e5's tokenizer reads as about 0.6 token each (CJK ideographs, kana, hangul, full-width
+# forms), against 0.25-0.3 for Latin text: a chunk of them holds fewer characters, or what lies past
+# the model's 512 tokens (the embedder cuts there) would be in no vector (1,200 Chinese characters
+# are ~760 tokens). Each counts WIDE_WEIGHT characters in a chunk's size.
+_WIDE = re.compile(r"[\u1100-\u11ff\u2e80-\ua4cf\uac00-\ud7af\uf900-\ufaff\ufe30-\ufe4f\uff00-\uffef]")
+WIDE_WEIGHT = 2.5
+
+
+def _width(text: str) -> int:
+    return len(text) + int((WIDE_WEIGHT - 1) * len(_WIDE.findall(text)))
+
+
 def chunk_text(text: str, chunk_chars: int) -> list[str]:
-    return [c for c in _pack(_sections(text), chunk_chars) if c.strip()]
+    out: list[str] = []
+    for c in _pack(_sections(text), chunk_chars):
+        if not c.strip():
+            continue
+        width = _width(c)
+        if width <= chunk_chars:
+            out.append(c)
+        else:   # wide characters: the same chunk again, cut to hold chunk_chars in width
+            out += [p for p in _pack(_sections(c), max(50, chunk_chars * len(c) // width)) if p.strip()]
+    return out
 
 
 def _sections(text: str) -> Iterator[tuple[str, list[str]]]:
