@@ -224,9 +224,9 @@ def _facts(hook: Hook, kind: str) -> Any:
     # only when its door says so (the session nika-brain started for the claim); a session started by
     # hand meets them as anyone's.
     owners = {x for x in (kernel, hook.session_id) if x}
-    if claim_id and door_session():
+    if claim_id:
         from nika_brain.bus import door
-        if door.session_claim() == claim_id:
+        if door.session_claim() == claim_id:   # None at once without a door ($NIKA_DOOR unset)
             owners.add(claim_id)
     scope, claim = None, None
     if claim_id:
