@@ -134,7 +134,10 @@ def test_kernel_page_steers_behind_a_confirmation(federation, browser):  # noqa:
     assert "taken by alpha" in page.inner_text("#flash"), page.inner_text("#flash")
     # The kernel's heartbeats (its hooks publish them as it takes and answers) draw its chart, and
     # its vault stats come after the page.
-    page.wait_for_selector("#chart polyline.queue", timeout=BOUND)
+    # A line through two heartbeats or more (its points are joined by spaces), attached rather than
+    # "visible": an idle queue draws a flat line, whose geometric box has no height, and Playwright
+    # counts a box with no height as hidden (the stroke the user sees is outside that box).
+    page.wait_for_selector('#chart polyline.queue[points*=" "]', state="attached", timeout=BOUND)
     vault = page.locator("#vault-stats:not(:has-text('loading'))")
     vault.wait_for(timeout=BOUND)
     assert "records" in vault.inner_text(), vault.inner_text()
