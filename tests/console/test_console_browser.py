@@ -74,7 +74,8 @@ def test_overview_live_heartbeat_and_signed_approval(federation, browser, cli): 
     assert run_after.gate is None and run_after.cursor != run_before.cursor, "the run took its next step"
     assert page.locator(f'[data-gate="{gate_id}"]').count() == 0
     # The workflows page draws the run's chain: the first step done, the cursor on the next.
-    page.click('a[href="/workflows"]')
+    page.click('a[href="/workflows"]')  # returns once the navigation starts, not when it ends
+    page.wait_for_selector('[data-run="example"] li.step', timeout=BOUND)
     chain = page.locator('[data-run="example"] li.step')
     assert chain.count() == 3
     assert "done" in chain.nth(0).get_attribute("class")

@@ -19,7 +19,7 @@ STANDIN = Path(__file__).with_name("standin_agent.py")
 
 def fed_config(tmp: Path, **extra) -> str:
     fed = {"agent_command": [sys.executable, str(STANDIN)], "tmux_socket": str(tmp / "tmux.sock"),
-           "supervisor": "manual", "deliver_timeout": 30, "kill_grace": 2, **extra}
+           "supervisor": "manual", "deliver_timeout": 120, "kill_grace": 2, **extra}
     return "version: 1\nlock_poll: 0.01\nfederation: " + json.dumps(fed) + "\n"
 
 
