@@ -130,6 +130,7 @@ def test_single_clause_hybrid_is_split_and_each_part_stands_alone(tmp_path, git_
     d = triage(brain, prompt)
     assert d.decision == "split" and set(d.kernels) == {DELTA, BETA}, d.reason
     assert all(p.text == prompt for p in d.parts)       # one clause: each kernel gets all of it
+    assert "tie" not in d.reason                        # cut in two aspects, not a tie
     assert [p.clause for p in d.parts] == ["exporte la télémétrie des capteurs",
                                            "pour l'entraînement du modèle au labo"]
     assert triage(brain, "flashe le nouveau firmware sur les contrôleurs de l'usine").decision == "kernel"
@@ -149,6 +150,7 @@ def test_a_single_clause_no_cut_divides_is_split_when_two_kernels_tie_far_above(
     assert {a.kernel, b.kernel} == {ALPHA, DELTA} and a.score - b.score < TIE_GAP
     assert all(s.score >= s.threshold + TIE_MARGIN for s in (a, b))
     assert d.reason.startswith("split: ") and all(k in d.reason for k in (ALPHA, DELTA))
+    assert "the two kernels tie" in d.reason
 
 
 def test_a_tie_splits_only_two_kernels_both_far_above_and_close():

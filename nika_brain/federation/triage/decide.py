@@ -358,6 +358,8 @@ class Triage:
         if split:
             ks = tuple(dict.fromkeys(p.kernel for p in split))
             reason = "split: " + "; ".join(f"{p.kernel} {p.score:.2f} >= {p.threshold:.2f}" for p in split)
+            if all(p.clause == prompt for p in split):   # _tie: no words of its own for either part
+                reason += f" (one clause, nothing to cut at: the two kernels tie within {TIE_GAP})"
             return self._finish(Decision(prompt, "split", ks, reason, tuple(scores), tuple(split),
                                          dc.name, context, extra=extra))
         chosen = self._pick(scores, self.index.default)
