@@ -9,6 +9,9 @@
    final.jsonl: dev2.jsonl (everyday wording, typos, FR/EN mixing) and dev3.jsonl (hard on purpose:
    jargon none of the routes uses, such as LoRaWAN, Modbus, DCE, UGAP, NaN or dropout; out-of-scope
    requests that sound like work, such as a letter to a landlord or a summary of an article).
+   A fourth, dev4.jsonl (40 in-scope, 16 everyday, 20 hybrid prompts), written later still, before
+   any result on it was seen: short chat-like requests, typos, Franglais, and half of its hybrids in
+   one clause with no connective ("supervision zabbix des capteurs de l'usine").
 2. The older French set (bench/triage_fr/routes.yml, 12 prompts per kernel, queries.jsonl).
 3. CLINC150 (../shared/data/clinc150, dev split): each of the 10 domains plays one kernel; its
    canonical prompts are the first 20 `train` queries of each of its 15 intents (300 per kernel);
@@ -412,6 +415,8 @@ def main() -> int:
               run_set(FEW / "routes.yml", FEW / "dev2.jsonl", emb), (0.95, 0.90))
     print_set("French/English few-shot: DEV3 (a hard dev set: jargon the routes never use, work-like "
               "everyday requests)", run_set(FEW / "routes.yml", FEW / "dev3.jsonl", emb), (0.95, 0.90))
+    print_set("French/English few-shot: DEV4 (short chat-like requests, typos, Franglais, single-clause hybrids)",
+              run_set(FEW / "routes.yml", FEW / "dev4.jsonl", emb), (0.95, 0.90))
     print_set("French/English few-shot, 5 canonical prompts per kernel: FINAL held-out set (never tuned on)",
               run_set(FEW / "routes.yml", FEW / "final.jsonl", emb), (0.95, 0.90))
     print_set("Older French set (bench/triage_fr, 12 canonical prompts per kernel)",

@@ -130,9 +130,42 @@ def test_single_clause_hybrid_is_split_and_each_part_stands_alone(tmp_path, git_
     d = triage(brain, prompt)
     assert d.decision == "split" and set(d.kernels) == {DELTA, BETA}, d.reason
     assert all(p.text == prompt for p in d.parts)       # one clause: each kernel gets all of it
+    assert "tie" not in d.reason                        # cut in two aspects, not a tie
     assert [p.clause for p in d.parts] == ["exporte la télémétrie des capteurs",
                                            "pour l'entraînement du modèle au labo"]
     assert triage(brain, "flashe le nouveau firmware sur les contrôleurs de l'usine").decision == "kernel"
+
+
+def test_a_single_clause_no_cut_divides_is_split_when_two_kernels_tie_far_above(tmp_path, git_env):
+    """No "pour/avec/..." to cut at, no connective: the IT and IoT kernels both score the prompt far
+    above their thresholds and within TIE_GAP of each other, so each gets the whole prompt."""
+    from nika_brain.federation.triage.decide import TIE_GAP, TIE_MARGIN
+    brain = make_brain(tmp_path / "b", CONFIG)
+    seed_kernels(brain)
+    prompt = "le serveur de supervision ne reçoit plus la télémétrie des capteurs"
+    d = triage(brain, prompt)
+    assert d.decision == "split" and set(d.kernels) == {ALPHA, DELTA}, d.reason
+    assert all(p.text == prompt and p.clause == prompt for p in d.parts)
+    a, b = d.scores[:2]
+    assert {a.kernel, b.kernel} == {ALPHA, DELTA} and a.score - b.score < TIE_GAP
+    assert all(s.score >= s.threshold + TIE_MARGIN for s in (a, b))
+    assert d.reason.startswith("split: ") and all(k in d.reason for k in (ALPHA, DELTA))
+    assert "the two kernels tie" in d.reason
+
+
+def test_a_tie_splits_only_two_kernels_both_far_above_and_close():
+    from nika_brain.federation.triage.decide import TIE_GAP, TIE_MARGIN, Score, Triage
+    t = 2.5
+
+    def pair(x: float, y: float) -> list[Score]:
+        return [Score(ALPHA, x, t, True), Score(DELTA, y, t, True)]
+    far = t + TIE_MARGIN
+    parts = Triage._tie(pair(far + 0.2, far + 0.2 - TIE_GAP / 2), "p")
+    assert parts is not None and [p.kernel for p in parts] == [ALPHA, DELTA]
+    assert all((p.text, p.clause, p.threshold) == ("p", "p", t) for p in parts)
+    assert Triage._tie(pair(far + 1.0, far + 0.99 - TIE_GAP), "p") is None       # one kernel ahead
+    assert Triage._tie(pair(far + 0.1, far - 0.1), "p") is None                 # the second not far enough
+    assert Triage._tie(pair(far - 0.01, far - 0.02), "p") is None
 
 
 def test_the_hints_decision_skips_the_aspect_split_and_its_second_embedding(tmp_path, git_env):

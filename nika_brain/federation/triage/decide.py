@@ -17,9 +17,12 @@ The decision, for a prompt and the goals index (goals.py, router.py), one model 
      and have MIN_CLAUSE_CONTENT content words of their own; clauses no kernel takes ("dis-moi
      pourquoi", "tell me what's on it") stay with their neighbour, adjacent clauses for one kernel
      stay together;
-   - one clause with two aspects ("génère un plan technique ISO pour le client X"): two kernels
-     each clearly pass the whole prompt (>= threshold + HYBRID_MARGIN) and the second is close to
-     the first (within HYBRID_GAP). Each part then carries the whole prompt.
+   - one clause with two aspects ("génère un plan technique ISO pour le client X"): the whole
+     prompt's two best kernels each clearly pass (>= threshold + ASPECT_MARGIN), and cut before
+     "pour/for/avec/with/..." its head and its tail each belong clearly to a different one of them;
+     or, with no such cut ("le firewall bloque la passerelle edge qui n'envoie plus rien"), the two
+     are both far above their thresholds (>= threshold + TIE_MARGIN) and tied (within TIE_GAP).
+     Each part then carries the whole prompt.
    A part that cannot stand alone (a dependent clause) carries the whole prompt too.
 5. Long prompts: the embedder sees a bounded, representative part (symbols such as emoji dropped,
    then the head and the tail, then at most LONG_TOKENS of the embedder's tokens), embedded once (a
@@ -55,6 +58,9 @@ CLAUSE_MARGIN = 1.0  # a clause splits off only when it clearly passes its kerne
 CLAUSE_LEAD = 0.5    # ... and no other kernel comes within this of it
 ASPECT_MARGIN = 1.5  # single-clause hybrid: the two kernels this far above their thresholds ...
 ASPECT_LEAD = 1.5    # ... and each aspect this far ahead of any other kernel
+TIE_MARGIN = 4.0     # single-clause hybrid with no cut: the two kernels this far above their thresholds ...
+TIE_GAP = 0.35       # ... and this close to each other (a prompt of one kernel rarely scores a
+                     # second one as high: 3.7 above was the highest seen on the dev sets)
 WRONG_GAP = 2.0      # the wrong-kernel hint: the context kernel this far behind the routed one
 ASPECT_WORDS = 30    # longer single clauses are not looked at for aspects (bounded latency)
 _SEPARATORS = re.compile(
@@ -352,6 +358,8 @@ class Triage:
         if split:
             ks = tuple(dict.fromkeys(p.kernel for p in split))
             reason = "split: " + "; ".join(f"{p.kernel} {p.score:.2f} >= {p.threshold:.2f}" for p in split)
+            if all(p.clause == prompt for p in split):   # _tie: no words of its own for either part
+                reason += f" (one clause, nothing to cut at: the two kernels tie within {TIE_GAP})"
             return self._finish(Decision(prompt, "split", ks, reason, tuple(scores), tuple(split),
                                          dc.name, context, extra=extra))
         chosen = self._pick(scores, self.index.default)
@@ -423,7 +431,7 @@ class Triage:
         spans = [(text[:c].strip(), text[c:].strip()) for c in cuts]
         spans = [(h, t) for h, t in spans if len(h.split()) >= 2 and len(t.split()) >= 2]
         if not spans:
-            return None
+            return self._tie(top, prompt)
         flat = [x for pair in spans for x in pair]
         vecs = self.embedder.embed(flat, kind=EMBED_KIND)
         m = self.index.model
@@ -441,6 +449,15 @@ class Triage:
             if len(picks) == 2 and picks[0].kernel != picks[1].kernel:
                 return [Part(prompt, s.kernel, s.score, s.threshold, clause)
                         for s, clause in zip(picks, spans[i])]
+        return self._tie(top, prompt)
+
+    @staticmethod
+    def _tie(top: list[Score], prompt: str) -> list[Part] | None:
+        """A single clause no cut divides, two kernels both far above their thresholds and tied
+        ("le firewall bloque la passerelle edge qui n'envoie plus rien": IT and IoT): one aspect
+        each, both parts carry the whole prompt."""
+        if all(s.score >= s.threshold + TIE_MARGIN for s in top) and top[0].score - top[1].score < TIE_GAP:
+            return [Part(prompt, s.kernel, s.score, s.threshold, prompt) for s in top]
         return None
 
     def _finish(self, d: Decision) -> Decision:
