@@ -170,6 +170,20 @@ def test_e5_cuts_short_texts_of_many_tokens(text):
     assert emb._model.token_count(cut, True) <= embedding.MAX_TOKENS < emb._model.token_count(text, True)
 
 
+def test_e5_cuts_a_text_whose_start_is_denser_than_the_rest_to_its_window():
+    """A Chinese summary above an English body: a cut in proportion to the whole text's count keeps a
+    start that holds more tokens per character than the average, still past the window (598 tokens
+    here); the cut is counted again until it fits, and keeps as much as fits."""
+    emb = embedding.E5Embedder()
+    text = ("摘要：服务器备份失败，请检查日志。" * 20 + "\n\n"
+            + "The nightly backup of the file server failed again; check the logs and tell the on-call engineer. " * 40)
+    for kind in ("query", "passage"):
+        cut = emb._fit(text, kind == "query")
+        assert text.startswith(cut)
+        n = emb.token_count(cut, kind=kind)
+        assert embedding.MAX_TOKENS - 32 <= n <= embedding.MAX_TOKENS < emb.token_count(text, kind=kind), (kind, n)
+
+
 def test_e5_cuts_long_texts_to_its_window():
     emb = embedding.E5Embedder()
     long = "sauvegarde du serveur " * 1500

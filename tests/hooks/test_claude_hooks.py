@@ -106,6 +106,28 @@ def test_own_lock_allows_and_shared_or_expired_locks_of_others_do_not_block(hb, 
     assert hook("PreToolUse", edit(brain, "tests/auth/test_x.py"), env=env).denied
 
 
+def test_the_claims_own_door_named_from_another_process_tree_gives_none_of_its_locks(hb):
+    """An agent in another session points `$NIKA_DOOR` at the real door of the claim it names: the door
+    answers only the session nika-brain started for the claim (here another process), so this session
+    is not the claim, and the claim's lock stops its write as anyone's."""
+    brain, claim_id = hb
+    locks.acquire(brain, "src/auth/mine.py", claim_id, pid=None, ttl=3600)
+    session = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    proc, sock = _door(brain, claim_id, session.pid)
+    try:
+        ans = hook("PreToolUse", edit(brain, "src/auth/mine.py"),
+                   env={**bound_env(brain, claim_id), "NIKA_DOOR": str(sock)})
+        assert ans.denied and f"`nika-brain claude start {claim_id}`" in ans.reason, ans.stdout
+        refused = brain.root.joinpath(".nika", "doors", "refusals.jsonl").read_text().splitlines()
+        assert [json.loads(x)["op"] for x in refused] == ["ping"]   # the door was asked, and said no
+    finally:
+        proc.stdin.write("end\n")
+        proc.stdin.close()
+        proc.wait(timeout=60)
+        session.stdin.close()
+        session.wait(timeout=60)
+
+
 def test_unreadable_lock_file_fails_closed(hb):
     brain, claim_id = hb
     (brain.locks_dir / "broken.yml").write_text("scope: [unclosed\n")
