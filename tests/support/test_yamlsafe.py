@@ -254,3 +254,54 @@ def test_parsed_records_are_given_again_only_for_the_same_text(tmp_path):
     f.unlink()
     with pytest.raises(BrainError):
         parsed.load(f)
+
+
+# ---- dumps_fast: dumps, byte for byte ------------------------------------------------------------
+
+TEXTS = ["src/", "a b", "satellite wrote src/a/", "step 1 in progress", "a: b", "a:b c", "ends:", "x #y", "#h",
+         "it's", 'say "hi"', "", " lead", "trail ", "two  spaces", "yes", "No", "null", "~", "1", "007", "1.5",
+         "1e5", "0x1F", "1_000", "12:30:00", "2031-05-06T07:08:09Z", "2001-12-14 21:59:43.10 -5", "1 2",
+         "true story", "on off", "a - b", "- a", "? q", "a, b", "(x) y=z; w+v", "é", "tab\there", "line\nbreak",
+         "a" * 50 + " b" * 2100, "x" * 5000, "trigger:next", "signal:BLOCKED_ON", "merged theme/b into main (abc)",
+         "--- a", "... b", "a\u2028b", "[a]", "{a}", "a*b", "&a", "!t", "%p", "@a", "`b", "|", ">"]
+KEYS = ["id", "status", "step", "on", "yes", "a-b", "k_1", "x.y", "1", "null", "a b", "", "k" * 130]
+
+
+def _value(rng: random.Random, depth: int = 0):
+    r = rng.random()
+    if depth < 4 and r < 0.15:
+        return {rng.choice(KEYS[:6]) + str(i) if rng.random() < 0.9 else rng.choice(KEYS): _value(rng, depth + 1)
+                for i in range(rng.randint(0, 4))}
+    if depth < 4 and r < 0.3:
+        return [_value(rng, depth + 1) for _ in range(rng.randint(0, 4))]
+    if r < 0.45:
+        return rng.choice([None, True, False, 0, 1, -7, 10**20, 1.5, -0.0, 3])
+    return rng.choice(TEXTS)
+
+
+def test_dumps_fast_is_dumps_byte_for_byte():
+    rng = random.Random(26)
+    fast = 0
+    for _ in range(4000):
+        data = {f"k{i}": _value(rng) for i in range(rng.randint(1, 6))}
+        assert yamlsafe.dumps_fast(data) == dumps(data), repr(data)
+        fast += yamlsafe.dump_plain(data) is not None
+    assert fast > 400   # the fast path was taken, not only the fallback (most documents hold one odd value)
+
+
+def test_run_and_claim_files_are_written_without_yaml_dump(brain):
+    """The files a swarm step writes (its run and its claim, at each transition) take the fast path."""
+    from nika_brain.state import claims, runs
+    c = claims.open_claim(brain, workflow="w", step=1, satellite_type="search", scope=["s1/", "docs/a b/"],
+                          story_angle="build it; result=ok")
+    c = claims.update_open(brain, c.id, session="s-1")
+    assert yamlsafe.dump_plain(claims.to_dict(c)) is not None
+    from nika_brain.support import clock
+    run = runs.Run(workflow="w", status="running", mode="swarm", started=clock.parse("2026-03-01T10:00:00Z"),
+                   cursor="2", claim=c.id,
+                   history=({"step": "1", "claim": c.id, "result": "ok", "action": "trigger:next",
+                             "at": "2026-03-01T10:00:01Z"},),
+                   report={"delivered": ["1"], "partial": [], "merge": "0" * 40})
+    assert yamlsafe.dump_plain(runs.to_dict(run)) is not None
+    runs.save(brain, run)
+    assert runs.load_run(brain, "w") == run
