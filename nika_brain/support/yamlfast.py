@@ -22,6 +22,7 @@ _NULL = frozenset(("null", "Null", "NULL", "~"))
 _INDICATORS = frozenset("-?:,[]{}#&*!|>'\"%@`")
 _NUMERIC = frozenset("-+0123456789.")
 _RESOLVED = frozenset("yYnNtTfFoO<=~")      # first letters of YAML 1.1's bool, null, merge and value
+RESOLVED_FIRST = _RESOLVED | _NUMERIC        # a plain scalar starting otherwise is a string
 _INT = re.compile(r"[-+]?(?:0|[1-9][0-9]*)\Z")
 # Printable for YAML, and no line break of its own (NEL, LS, PS), no BOM, no tab: anything else is the
 # full loader's business. (ASCII lines, nearly all, need no test of their own: printable ASCII is

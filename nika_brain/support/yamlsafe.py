@@ -282,11 +282,23 @@ def plain_scalar(value: object) -> str | None:
     return None
 
 
+_TYPED: dict[str, str] = {}   # the resolver's answers: a run's files repeat the same ids, steps and actions
+
+
 def _unless_typed(value: str) -> str:
-    # A string that would read back as another type (a time, a number, a bool) is single-quoted.
-    y = _yaml()
-    plain = y["resolver"].resolve(y["ScalarNode"], value, (True, False)) == _STR_TAG
-    return value if plain else f"'{value}'"
+    # A string that would read back as another type (a time, a number, a bool) is single-quoted. YAML
+    # 1.1 types a plain scalar only when its first character may start one (yamlfast's two sets).
+    if value[0] not in yamlfast.RESOLVED_FIRST:
+        return value
+    text = _TYPED.get(value)
+    if text is None:
+        y = _yaml()
+        plain = y["resolver"].resolve(y["ScalarNode"], value, (True, False)) == _STR_TAG
+        text = value if plain else f"'{value}'"
+        if len(_TYPED) >= 4096:
+            _TYPED.clear()
+        _TYPED[value] = text
+    return text
 
 
 def _scalar_text(value: object) -> str | None:
