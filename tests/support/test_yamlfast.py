@@ -52,16 +52,19 @@ SCALARS = ["plain", "two words", "a  b", "x [y] {z}", "a, b", "http://x.y/z", "a
            "src/", "./src", ".", "..", "-", "a\u2028b", "a\x85b", "\ufeffbom", "a\x7fb", "a\u00a0b"]
 
 
-def random_value(rng: random.Random, depth: int = 0):
+KEYS = ["id", "status", "on", "yes", "a-b", "k_1", "x.y", "1", "null"]
+
+
+def random_value(rng: random.Random, depth: int = 0, scalars: list = SCALARS, keys: list = KEYS):
     r = rng.random()
     if depth < 3 and r < 0.15:
-        return {rng.choice(["id", "status", "on", "yes", "a-b", "k_1", "x.y", "1", "null"]) + str(rng.randint(0, 3)):
-                random_value(rng, depth + 1) for _ in range(rng.randint(0, 4))}
+        return {rng.choice(keys) + str(rng.randint(0, 3)): random_value(rng, depth + 1, scalars, keys)
+                for _ in range(rng.randint(0, 4))}
     if depth < 3 and r < 0.3:
-        return [random_value(rng, depth + 1) for _ in range(rng.randint(0, 4))]
+        return [random_value(rng, depth + 1, scalars, keys) for _ in range(rng.randint(0, 4))]
     if r < 0.4:
         return rng.choice([None, True, False, 0, 1, -7, 10**20, 1.5, -0.0])
-    return rng.choice(SCALARS)
+    return rng.choice(scalars)
 
 
 def test_generated_documents_read_the_same_or_are_declined():

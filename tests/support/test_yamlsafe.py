@@ -12,6 +12,7 @@ from nika_brain.errors import BrainError
 from nika_brain.state import locks
 from nika_brain.support import yamlsafe
 from nika_brain.support.yamlsafe import MAX_BYTES, MAX_DEPTH, MAX_NODES, dumps, load_doc, load_file, loads
+from tests.support.test_yamlfast import SCALARS, random_value
 
 
 def refused(text: str, source: str = "state.yml") -> BrainError:
@@ -267,23 +268,11 @@ TEXTS = ["src/", "a b", "satellite wrote src/a/", "step 1 in progress", "a: b", 
 KEYS = ["id", "status", "step", "on", "yes", "a-b", "k_1", "x.y", "1", "null", "a b", "", "k" * 130]
 
 
-def _value(rng: random.Random, depth: int = 0):
-    r = rng.random()
-    if depth < 4 and r < 0.15:
-        return {rng.choice(KEYS[:6]) + str(i) if rng.random() < 0.9 else rng.choice(KEYS): _value(rng, depth + 1)
-                for i in range(rng.randint(0, 4))}
-    if depth < 4 and r < 0.3:
-        return [_value(rng, depth + 1) for _ in range(rng.randint(0, 4))]
-    if r < 0.45:
-        return rng.choice([None, True, False, 0, 1, -7, 10**20, 1.5, -0.0, 3])
-    return rng.choice(TEXTS)
-
-
 def test_dumps_fast_is_dumps_byte_for_byte():
     rng = random.Random(26)
     fast = 0
     for _ in range(4000):
-        data = {f"k{i}": _value(rng) for i in range(rng.randint(1, 6))}
+        data = {f"k{i}": random_value(rng, 0, TEXTS + SCALARS[::3], KEYS) for i in range(rng.randint(1, 6))}
         assert yamlsafe.dumps_fast(data) == dumps(data), repr(data)
         fast += yamlsafe.dump_plain(data) is not None
     assert fast > 400   # the fast path was taken, not only the fallback (most documents hold one odd value)
