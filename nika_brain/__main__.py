@@ -38,6 +38,12 @@ def main(argv: list[str] | None = None) -> int:
         code = fast.run(argv)
         if code is not None:
             return code
+    if (argv[:1] == ["workflow-launch"] or argv[:2] == ["workflow", "resume"]) \
+            and os.environ.get("NIKA_NO_FAST_CLI") != "1":
+        from nika_brain.cli import launchfast  # a swarm run is one process: no CLI framework for a plain call
+        code = launchfast.run(argv)
+        if code is not None:
+            return code
     if argv[:1] == ["ask"] and os.environ.get("NIKA_NO_FAST_CLI") != "1":
         from nika_brain.cli import askfast  # a client of the daemon: no CLI framework for a plain call
         code = askfast.run(argv)

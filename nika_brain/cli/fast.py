@@ -44,14 +44,18 @@ _REQUIRED: dict[tuple[str, ...], tuple[str, ...]] = {("claim", "close"): ("statu
                                                      ("claim", "open"): ("workflow", "step", "scope")}
 
 
-def parse(argv: list[str]) -> tuple[tuple[str, ...], dict] | None:
-    """(command, arguments) for a plain call of a fast command; None: let typer handle it."""
+def parse(argv: list[str], specs: dict | None = None,
+          required: dict | None = None) -> tuple[tuple[str, ...], dict] | None:
+    """(command, arguments) for a plain call of a fast command (of `specs`, `required`: this module's
+    tables by default); None: let typer handle it."""
+    specs = SPECS if specs is None else specs
+    required = _REQUIRED if required is None else required
     key: tuple[str, ...] = tuple(argv[:2])
-    if key not in SPECS:
+    if key not in specs:
         key = tuple(argv[:1])
-        if key not in SPECS:
+        if key not in specs:
             return None
-    positional, options = SPECS[key]
+    positional, options = specs[key]
     args: dict = {}
     rest = list(argv[len(key):])
     pos: list[str] = []
@@ -81,7 +85,7 @@ def parse(argv: list[str]) -> tuple[tuple[str, ...], dict] | None:
     if len(pos) != len(positional):
         return None
     args.update(zip(positional, pos))
-    if any(r not in args for r in _REQUIRED.get(key, ())):
+    if any(r not in args for r in required.get(key, ())):
         return None
     return key, args
 

@@ -7,8 +7,8 @@ from typing import Optional
 import typer
 
 from nika_brain.brain import Brain
-from nika_brain.cli import app, json_object, operator_only
-from nika_brain.engine import nextstep, orchestrator, preflight, signals
+from nika_brain.cli import app, json_object, launchfast, operator_only
+from nika_brain.engine import orchestrator, preflight, signals
 from nika_brain.engine import service as launch
 from nika_brain.errors import EXIT_BLOCKED, Invalid
 from nika_brain.gitrepo import git
@@ -24,34 +24,11 @@ app.add_typer(pre_app, name="preflight")
 app.add_typer(branch_app, name="branch")
 
 
-def _print(out: orchestrator.Outcome) -> None:
-    """An outcome as the operator reads it: the brief (assisted), the outcome, then what comes next.
-    Blocked and refused outcomes are results, not errors: stdout like the others."""
-    if out.brief and out.status == "waiting":
-        print(out.brief)
-        hint = launch.assisted_hint(Brain.find(), out.workflow)
-        if hint:
-            print(hint)
-    if out.status == "info":  # something seen on the way: a notify: text, a satellite's result
-        print(f"[{out.workflow}] {out.message}")
-        return
-    if out.status == "done" and out.report is not None:  # DONE once, with its report
-        print(f"[{out.workflow}] DONE: {out.message} — report: {orchestrator.report_line(out.report)}")
-        _, _, triggered = nextstep.line(Brain.find(), out).partition(" — next (triggered): ")
-        if triggered:
-            print(f"next (triggered): {triggered}")
-        return
-    tag = {"waiting": "WAITING", "gated": "GATE_PENDING", "blocked": "BLOCKED_ON", "halted": "BLOCKED_ON",
-           "breaker": "CIRCUIT_BREAK", "done": "DONE", "aborted": "ABORT"}.get(out.status, out.status.upper())
-    extra = f" (claim {out.claim})" if out.claim else ""
-    print(f"[{out.workflow}] {tag}: {out.message}{extra}")
-    print(nextstep.line(Brain.find(), out))
+_print = launchfast.print_outcome
 
 
 def _finish(out: orchestrator.Outcome, as_json: bool = False) -> None:
-    if as_json:
-        print(json.dumps({**out.to_dict(), "next": nextstep.line(Brain.find(), out)}))
-    raise typer.Exit(out.exit_code)
+    raise typer.Exit(launchfast.finish(out, as_json))
 
 
 def _printer(as_json: bool):
@@ -75,12 +52,8 @@ def workflow_launch(workflow: str = typer.Argument(..., help="workflows/<name>.y
                     timeout: Optional[float] = typer.Option(None, help="give up waiting after this"),
                     as_json: bool = typer.Option(False, "--json", help="one JSON object for scripts")):
     """Run a workflow: INIT, then each step (preflight, locks, claim, brief or satellite, routing)."""
-    if mode is not None and mode not in runs.MODES:
-        raise Invalid(f"--mode must be one of {', '.join(runs.MODES)}")
-    git.rerun_is_this_command()  # what the git hooks name when they refuse a commit of this run
-    out = launch.launch(Brain.find(), workflow, mode=mode, wait=wait, restart=restart, step=step,
-                        context=_context(context), poll=poll, timeout=timeout, on_event=_printer(as_json))
-    _finish(out, as_json)
+    raise typer.Exit(launchfast.workflow_launch(workflow, mode, wait, restart, step, context, poll, timeout,
+                                                as_json))
 
 
 @wf_app.command("resume")
@@ -92,9 +65,7 @@ def workflow_resume(name: str,
                     poll: float = 1.0, timeout: Optional[float] = None,
                     as_json: bool = typer.Option(False, "--json", help="one JSON object for scripts")):
     """Go on from the files after a report, a gate decision, a halt or a crash."""
-    git.rerun_is_this_command()
-    _finish(launch.resume(Brain.find(), name, retry=retry, skip=skip, wait=wait, poll=poll, timeout=timeout,
-                          on_event=_printer(as_json)), as_json)
+    raise typer.Exit(launchfast.workflow_resume(name, retry, skip, wait, poll, timeout, as_json))
 
 
 @wf_app.command("status")

@@ -70,14 +70,22 @@ def _same(a: Path, b: Path) -> bool:
     return os.path.realpath(a) == os.path.realpath(b)
 
 
+# Names git accepted as they are: its rules for a literal name do not depend on the repository, and a
+# launch checks its theme and base branch names again at each opening, merge and close.
+_VALID_NAMES: set[str] = set()
+
+
 def _check_name(repo: Path, name: str, what: str) -> None:
     # A leading dash would be read as an option by the git commands we pass the name to.
     if not name or name.startswith("-"):
         raise BrainError(f"invalid {what} name {name!r}", key=what)
+    if name in _VALID_NAMES:
+        return
     proc = git.run(repo, "check-ref-format", "--branch", name, check=False)
     # --branch expands @{-1} and friends; we want the literal name the user wrote.
     if proc.returncode != 0 or proc.stdout.strip() != name:
         raise BrainError(f"invalid {what} name {name!r}", key=what)
+    _VALID_NAMES.add(name)
 
 
 def _branch_sha(repo: Path, name: str) -> str | None:

@@ -18,7 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from nika_brain.brain import CONFIG_NAME, INDEX_FILE, INDEX_INPUTS, Brain, is_state_path
+from nika_brain.brain import CONFIG_NAME, INDEX_FILE, INDEX_INPUTS, Brain, _main_worktree, is_state_path
 from nika_brain.errors import BrainError
 from nika_brain.gitrepo.githooks import HOOKS
 
@@ -220,9 +220,10 @@ def post_update(top: Path) -> int:
     """After git moved the tree: regenerate the index in the main worktree of a brain."""
     if not (top / CONFIG_NAME).is_file():
         return 0
+    here = top.resolve()
+    if _main_worktree(here) != here:
+        return 0  # a linked (theme) worktree: the live state is the main worktree's (its config not read)
     try:
-        if Brain.find(top).root != top.resolve():
-            return 0  # a linked (theme) worktree: the live state is the main worktree's
         from nika_brain.engine import index
         index.regenerate(Brain.at(top), strict=True)
     except BrainError as exc:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable, TypeVar
 
 from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
@@ -14,9 +15,11 @@ TIERS = ("hot", "warm", "cold")
 STATUSES = ("active", "draft", "deprecated", "retired")
 
 
-def front_matter(path: Path) -> tuple[Doc, str]:
-    """(YAML front matter, Markdown body) of a card-like file; line numbers stay file-relative."""
-    text = read_text(path, limit=MAX_BYTES)
+def front_matter(path: Path, text: str | None = None) -> tuple[Doc, str]:
+    """(YAML front matter, Markdown body) of a card-like file (its `text` when read already); line
+    numbers stay file-relative."""
+    if text is None:
+        text = read_text(path, limit=MAX_BYTES)
     if not text.startswith("---\n"):
         raise BrainError("expected YAML front matter starting with '---'", file=str(path), line=1)
     end = text.find("\n---", 3)
@@ -75,8 +78,33 @@ _IPC_SPEC = {
 }
 
 
+T = TypeVar("T")
+
+
+def by_text(seen: dict[str, tuple[str, Any]], path: Path, build: Callable[[Path, str], T]) -> T:
+    """`build(path, text)` of the file's text, or the record built from that same text before in this
+    process (a launch reads KERNEL.md and the step's card at every step). The file is read and compared
+    each time (no stat, no clock); a text that does not build raises each time, never remembered."""
+    text = read_text(path, limit=MAX_BYTES)
+    hit = seen.get(str(path))
+    if hit is not None and hit[0] == text:
+        return hit[1]
+    record = build(path, text)
+    if len(seen) >= 256:
+        seen.clear()
+    seen[str(path)] = (text, record)
+    return record
+
+
+_CARDS: dict[str, tuple[str, Any]] = {}
+
+
 def load_card_path(path: Path) -> AgentCard:
-    doc, body = front_matter(path)
+    return by_text(_CARDS, path, _card)
+
+
+def _card(path: Path, text: str) -> AgentCard:
+    doc, body = front_matter(path, text)
     v = fields(doc, doc.data, (), _SPEC)
     b = fields(doc, v["brain"], ("brain",), _BRAIN_SPEC)
     i = fields(doc, b["ipc"], ("brain", "ipc"), _IPC_SPEC)

@@ -16,7 +16,7 @@ from nika_brain.errors import BrainError, InvalidScope, Refused
 from nika_brain.state.scopes import normalize_scope
 from nika_brain.support import clock
 from nika_brain.support.schema import F, fields, name, step_id, step_id_error, step_id_yaml, str_list
-from nika_brain.support.yamlsafe import Doc, Parsed, dumps
+from nika_brain.support.yamlsafe import Doc, Parsed, dumps_fast
 
 SATELLITE_TYPES = ("code", "brain-write", "test", "deploy", "search")
 LEVELS = ("domain", "leaf")
@@ -203,7 +203,7 @@ def list_claims(brain: Brain, status: str | None = None) -> list[Claim]:
 
 
 def _save(brain: Brain, c: Claim) -> None:
-    brain.write(claim_path(brain, c.id), dumps(to_dict(c)))
+    brain.write(claim_path(brain, c.id), dumps_fast(to_dict(c)))
 
 
 def slug(text: str) -> str:

@@ -14,7 +14,7 @@ from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
 from nika_brain.support import clock
 from nika_brain.support.schema import F, fields, name, step_id, step_id_error
-from nika_brain.support.yamlsafe import Doc, Parsed, dumps
+from nika_brain.support.yamlsafe import Doc, Parsed, dumps_fast
 
 STATUSES = ("running", "gated", "blocked", "breaker", "done", "aborted")
 MODES = ("assisted", "swarm")
@@ -115,7 +115,7 @@ def list_runs(brain: Brain) -> list[Run]:
 
 
 def save(brain: Brain, run: Run) -> Run:
-    brain.write(run_path(brain, run.workflow), dumps(to_dict(run)))
+    brain.write(run_path(brain, run.workflow), dumps_fast(to_dict(run)))
     return run
 
 

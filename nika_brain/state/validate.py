@@ -5,19 +5,19 @@ the tools use, so "validate passes" means "the tools will read it". On top of th
 cross-checks catch references that would only fail later at run time: a claim's or a workflow step's
 zone must exist in brain/KERNEL.md and its agent must have a card.
 
-This module is on the git pre-commit path: it imports the loaders and nothing heavy.
+This module is on the git pre-commit path: it imports the loaders of the kinds it meets, nothing heavy.
 """
 from __future__ import annotations
 
+import importlib
 import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from nika_brain.brain import CONFIG_NAME, KIND_FOLDERS, STATE_FOLDERS, load_config
+from nika_brain.brain import CONFIG_NAME, KIND_FOLDERS, STATE_FOLDERS
 from nika_brain.errors import BrainError
-from nika_brain.state import agents, breakers, claims, gates, grants, locks, runs, workflows, zones
 from nika_brain.support import fsio
 from nika_brain.support.schema import name as schema_name
 from nika_brain.support.yamlsafe import load_doc
@@ -30,29 +30,32 @@ KNOWN = ("nika-brain.yml, brain/KERNEL.md, agents/*.md, kernels/*/kernel.yml and
          + ", ".join(f"{d}/" for d in _YAML_DIRS))
 
 
-def _load_kernel(path: Path) -> Any:
-    from nika_brain.state import kernels  # written separately; only needed when a brain has kernels
-    return kernels.load_path(path)
-
-
 def _misnamed(path: Path) -> Any:
     raise BrainError("nika-brain ignores this file: brain YAML files end in .yml", file=str(path))
 
 
-LOADERS: dict[str, Callable[[Path], Any]] = {
-    "config": load_config,
-    "zones": zones.load_zones_path,
-    "card": agents.load_card_path,
-    "workflow": workflows.load_workflow,
-    "claim": claims.load_path,
-    "lock": locks.load_lock,
-    "gate": gates.load_path,
-    "breaker": breakers.load_path,
-    "run": runs.load_path,
-    "grant": grants.load_path,
-    "kernel": _load_kernel,
-    "misnamed": _misnamed,
+# kind -> (module, function): a loader's module is imported when a file of its kind is loaded, so a
+# commit of claims and runs (the orchestrator's state commits) pays for those loaders only.
+LOADERS: dict[str, tuple[str, str]] = {
+    "config": ("nika_brain.brain", "load_config"),
+    "zones": ("nika_brain.state.zones", "load_zones_path"),
+    "card": ("nika_brain.state.agents", "load_card_path"),
+    "workflow": ("nika_brain.state.workflows", "load_workflow"),
+    "claim": ("nika_brain.state.claims", "load_path"),
+    "lock": ("nika_brain.state.locks", "load_lock"),
+    "gate": ("nika_brain.state.gates", "load_path"),
+    "breaker": ("nika_brain.state.breakers", "load_path"),
+    "run": ("nika_brain.state.runs", "load_path"),
+    "grant": ("nika_brain.state.grants", "load_path"),
+    "kernel": ("nika_brain.state.kernels", "load_path"),
+    "misnamed": (__name__, "_misnamed"),
 }
+
+
+def loader(kind: str) -> Callable[[Path], Any]:
+    """The loader of a kind of brain file (a KeyError for a kind that is none)."""
+    module, function = LOADERS[kind]
+    return getattr(importlib.import_module(module), function)
 
 
 def kind_of(rel: str) -> str | None:
@@ -102,7 +105,7 @@ class Report:
 def load(kind: str, path: Path) -> Any:
     """The object a brain file of `kind` holds; a BrainError always names the file."""
     try:
-        return LOADERS[kind](path)
+        return loader(kind)(path)
     except BrainError as exc:
         if not exc.file:  # a helper deep in a loader may not know which file it was reading
             exc.file = str(path)
@@ -155,7 +158,7 @@ class _Checker:
         if not kernel_md.is_file():
             return None
         try:
-            return {z.name for z in zones.load_zones_path(kernel_md)}
+            return {z.name for z in loader("zones")(kernel_md)}
         except BrainError:
             return None  # its own problem is reported when KERNEL.md itself is validated
 
@@ -181,7 +184,8 @@ class _Checker:
         return f"not an authentic decision: {why}" if why else None
 
     def cross_check(self) -> None:
-        zone_names = self._zone_names()
+        zone_names: set[str] | None = None
+        zones_read = False   # brain/KERNEL.md is read at the first zone named, not for a commit naming none
         staged_cards = {obj.name for kind, _, _, obj in self.loaded if kind == "card"}
         for kind, display, path, obj in self.loaded:
             refs: list[tuple[tuple, str, str]] = []   # (key path, "zone"|"agent", value)
@@ -211,6 +215,8 @@ class _Checker:
                                          f"not an authentic grant: {why}"))
             for keypath, what, value in refs:
                 if what == "zone":
+                    if not zones_read:
+                        zone_names, zones_read = self._zone_names(), True
                     if zone_names is None or value in zone_names:
                         continue
                     known = ", ".join(sorted(zone_names)) or "none"

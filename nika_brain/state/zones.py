@@ -9,10 +9,12 @@ The first zone (in file order) whose paths cover a path is that path's zone.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
-from nika_brain.state.agents import front_matter
+from nika_brain.state.agents import by_text, front_matter
 from nika_brain.state.scopes import covers, normalize_scope
 from nika_brain.support.schema import F, fields, name, str_list
 
@@ -35,8 +37,15 @@ _ZONE_SPEC = {
 }
 
 
+_SEEN: dict[str, tuple[str, Any]] = {}
+
+
 def load_zones_path(path) -> list[Zone]:
-    doc, _ = front_matter(path)
+    return list(by_text(_SEEN, Path(path), _zones))
+
+
+def _zones(path: Path, text: str) -> tuple[Zone, ...]:
+    doc, _ = front_matter(path, text)
     v = fields(doc, doc.data, (), {"zones": F(list, required=True)})
     zones, seen = [], set()
     for i, item in enumerate(v["zones"]):
@@ -49,7 +58,7 @@ def load_zones_path(path) -> list[Zone]:
         except BrainError as exc:
             raise doc.error(exc.message, "zones", i, "paths") from exc
         zones.append(Zone(z["name"], z["level"], paths, z["description"]))
-    return zones
+    return tuple(zones)
 
 
 def load_zones(brain: Brain) -> list[Zone]:

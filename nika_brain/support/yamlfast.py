@@ -1,11 +1,13 @@
 """A fast reader for the plain YAML that brain files hold, exact or silent.
 
 `parse(text)` gives (data, lines) for a document inside a small subset of YAML (block mappings and
-sequences, one-line scalars, flow sequences of simple words, comment lines), exactly what
-`yamlsafe.loads` gives for it: the same data, the same key lines. Anything else (a multi-line or
-escaped scalar, a tag, an anchor, a number other than a plain decimal, a duplicate key, a tab, a
-character YAML handles specially...) gives None, and the caller runs the full loader, which also gives
-the error messages. No PyYAML here: the hooks read their small YAML files without importing it.
+sequences, one-line scalars, flow sequences of simple words and quoted scalars, comment lines),
+exactly what `yamlsafe.loads` gives for it: the same data, the same key lines. Anything else (a
+multi-line scalar, an escape other than `\\"` and `\\\\`, a tag, an anchor, a number other than a plain
+decimal, a duplicate key, a tab, a character YAML handles specially...) gives None, and the caller
+runs the full loader, which also gives the error messages. No PyYAML here: the hooks read their
+small YAML files (brain/KERNEL.md's `paths: ["."]`, a `satellite_command` list of quoted words)
+without importing it.
 
 tests/support/test_yamlfast.py holds `parse` to the full loader on generated and hand-made documents.
 """
@@ -20,6 +22,7 @@ _NULL = frozenset(("null", "Null", "NULL", "~"))
 _INDICATORS = frozenset("-?:,[]{}#&*!|>'\"%@`")
 _NUMERIC = frozenset("-+0123456789.")
 _RESOLVED = frozenset("yYnNtTfFoO<=~")      # first letters of YAML 1.1's bool, null, merge and value
+RESOLVED_FIRST = _RESOLVED | _NUMERIC        # a plain scalar starting otherwise is a string
 _INT = re.compile(r"[-+]?(?:0|[1-9][0-9]*)\Z")
 # Printable for YAML, and no line break of its own (NEL, LS, PS), no BOM, no tab: anything else is the
 # full loader's business. (ASCII lines, nearly all, need no test of their own: printable ASCII is
@@ -67,6 +70,75 @@ def _plain(v: str) -> Any:
     return v
 
 
+def _double(inner: str) -> str:
+    """The text of a one-line double-quoted scalar from between its quotes: of the escapes, only
+    `\\"` and `\\\\` are read here (any other is the full loader's), and no bare quote."""
+    if "\\" not in inner:
+        if '"' in inner:
+            raise _No
+        return inner
+    out, i, n = [], 0, len(inner)
+    while i < n:
+        ch = inner[i]
+        if ch == "\\":
+            if i + 1 == n or inner[i + 1] not in '"\\':
+                raise _No
+            ch = inner[i + 1]
+            i += 1
+        elif ch == '"':
+            raise _No
+        out.append(ch)
+        i += 1
+    return "".join(out)
+
+
+def _flow_items(inner: str) -> list[tuple[str, bool]]:
+    """The items of a one-line flow sequence's inside, each (text, quoted): simple words, and
+    single- or double-quoted scalars (which may hold commas, colons and brackets); anything else
+    (an empty item, a trailing comma, a nested collection, a key) declines."""
+    out: list[tuple[str, bool]] = []
+    i, n = 0, len(inner)
+    while True:
+        while i < n and inner[i] == " ":
+            i += 1
+        if i == n:
+            if out:
+                raise _No   # `[a, ]`: a trailing comma (fine for YAML, not worth a rule here)
+            return out
+        c = inner[i]
+        if c == '"':
+            j = i + 1
+            while j < n and inner[j] != '"':
+                j += 2 if inner[j] == "\\" else 1
+            if j >= n:
+                raise _No
+            out.append((_double(inner[i + 1:j]), True))
+            i = j + 1
+        elif c == "'":
+            j = i + 1
+            while j < n and (inner[j] != "'" or inner[j + 1:j + 2] == "'"):
+                j += 2 if inner[j] == "'" else 1
+            if j >= n:
+                raise _No
+            out.append((inner[i + 1:j].replace("''", "'"), True))
+            i = j + 1
+        else:
+            j = inner.find(",", i)
+            j = n if j < 0 else j
+            word = inner[i:j].rstrip(" ")
+            if not _WORD.match(word):
+                raise _No
+            out.append((word, False))
+            i = j
+        while i < n and inner[i] == " ":
+            i += 1
+        if i == n:
+            return out
+        if inner[i] != ",":
+            raise _No
+        i += 1
+
+
 def _scalar(v: str, line: int, path: tuple, lines: dict) -> Any:
     """The value written after `key: ` or `- ` (never empty, no trailing space)."""
     c = v[0]
@@ -76,22 +148,15 @@ def _scalar(v: str, line: int, path: tuple, lines: dict) -> Any:
             raise _No
         return inner.replace("''", "'")
     if c == '"':
-        inner = v[1:-1]
-        if len(v) < 2 or v[-1] != '"' or '"' in inner or "\\" in inner:
+        if len(v) < 2 or v[-1] != '"':
             raise _No
-        return inner
+        return _double(v[1:-1])
     if c == "[":
         if v[-1] != "]":
             raise _No
-        inner = v[1:-1].strip(" ")
-        if not inner:
-            return []
         out = []
-        for i, item in enumerate(inner.split(",")):
-            item = item.strip(" ")
-            if not _WORD.match(item):
-                raise _No
-            out.append(_plain(item))
+        for i, (item, quoted) in enumerate(_flow_items(v[1:-1])):
+            out.append(item if quoted else _plain(item))
             lines.setdefault(path + (i,), line)
         return out
     if v == "{}":

@@ -260,44 +260,109 @@ def dumps(data: Any) -> str:
                                 allow_unicode=True, width=4096)
 
 
-# Every acquire writes a lock file, and yaml.dump costs as much as the rest of the cycle. Lock files
-# hold only short identifiers, times and integers, whose text `dumps` we can predict exactly; anything
-# else (spaces, quotes, unicode...) goes through `dumps`. Tests hold the two to byte equality.
+# Every acquire writes a lock file, every step of a run its run and claim files, and yaml.dump costs as
+# much as the rest of the write (its representer is Python even with the C emitter). These files hold
+# identifiers, times, integers, short texts, nested mappings and lists of them, whose text `dumps` we
+# can predict exactly; anything else (quotes, '#', ': ', unicode, line breaks, floats, a list in a
+# list...) goes through `dumps`. Tests hold the two to byte equality.
 _PLAIN = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_./:-]*[A-Za-z0-9_./-])?\Z")
+# Words of those characters and a few more that a plain scalar may hold in block style, one space
+# apart, none ending with ':' (": " would start a value).
+_CHAR = r"[A-Za-z0-9_./,;()+=-]"
+_WORDS = re.compile(rf"[A-Za-z0-9_]{_CHAR}*(?::{_CHAR}+)*(?: {_CHAR}+(?::{_CHAR}+)*)*\Z")
 _STR_TAG = "tag:yaml.org,2002:str"
+_LINE = 4000   # below dumps' width (4096): no line of ours is ever folded
 
 
 def plain_scalar(value: object) -> str | None:
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)
     if isinstance(value, str) and _PLAIN.match(value):
-        # A string that would read back as another type (a time, a number) is single-quoted.
-        y = _yaml()
-        plain = y["resolver"].resolve(y["ScalarNode"], value, (True, False)) == _STR_TAG
-        return value if plain else f"'{value}'"
+        return _unless_typed(value)
     return None
 
 
-def dump_plain(data: dict, indent: str = "") -> str | None:
-    """`dumps(data)` for a mapping of simple scalars and non-empty sub-mappings, else None."""
-    out = []
+_TYPED: dict[str, str] = {}   # the resolver's answers: a run's files repeat the same ids, steps and actions
+
+
+def _unless_typed(value: str) -> str:
+    # A string that would read back as another type (a time, a number, a bool) is single-quoted. YAML
+    # 1.1 types a plain scalar only when its first character may start one (yamlfast's two sets).
+    if value[0] not in yamlfast.RESOLVED_FIRST:
+        return value
+    text = _TYPED.get(value)
+    if text is None:
+        y = _yaml()
+        plain = y["resolver"].resolve(y["ScalarNode"], value, (True, False)) == _STR_TAG
+        text = value if plain else f"'{value}'"
+        if len(_TYPED) >= 4096:
+            _TYPED.clear()
+        _TYPED[value] = text
+    return text
+
+
+def _scalar_text(value: object) -> str | None:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        if not value:
+            return "''"
+        if _PLAIN.match(value) or (len(value) < _LINE and _WORDS.match(value)):
+            return _unless_typed(value)
+    return None
+
+
+def _mapping_lines(data: dict, indent: str, out: list[str]) -> bool:
     for key, value in data.items():
-        if plain_scalar(key) != key:
-            return None
-        if isinstance(value, dict):
-            sub = dump_plain(value, indent + "  ") if value else None
-            if sub is None:
-                return None
-            out.append(f"{indent}{key}:\n{sub}")
+        if not isinstance(key, str) or len(key) > 100 or plain_scalar(key) != key:
+            return False
+        if isinstance(value, dict) and value:
+            out.append(f"{indent}{key}:\n")
+            if not _mapping_lines(value, indent + "  ", out):
+                return False
+        elif isinstance(value, list) and value:
+            out.append(f"{indent}{key}:\n")
+            if not _sequence_lines(value, indent, out):   # block sequences in a mapping are indentless
+                return False
+        else:
+            text = "{}" if isinstance(value, dict) else "[]" if isinstance(value, list) else _scalar_text(value)
+            if text is None or len(indent) + len(key) + len(text) > _LINE:
+                return False
+            out.append(f"{indent}{key}: {text}\n")
+    return True
+
+
+def _sequence_lines(items: list, indent: str, out: list[str]) -> bool:
+    for item in items:
+        if isinstance(item, dict) and item:
+            lines: list[str] = []
+            if not _mapping_lines(item, indent + "  ", lines):
+                return False
+            lines[0] = f"{indent}- {lines[0][len(indent) + 2:]}"   # the item's first key on its dash
+            out += lines
             continue
-        text = plain_scalar(value)
-        if text is None:
-            return None
-        out.append(f"{indent}{key}: {text}\n")
-    return "".join(out)
+        if isinstance(item, (dict, list)):
+            return False   # `- {}`, `- []`, `- - x`: rare, the full dumper's
+        text = _scalar_text(item)
+        if text is None or len(indent) + len(text) > _LINE:
+            return False
+        out.append(f"{indent}- {text}\n")
+    return True
+
+
+def dump_plain(data: dict) -> str | None:
+    """`dumps(data)` for a non-empty mapping of the scalars above, mappings and lists of them, else None."""
+    if not isinstance(data, dict) or not data:
+        return None
+    out: list[str] = []
+    return "".join(out) if _mapping_lines(data, "", out) else None
 
 
 def dumps_fast(data: dict) -> str:
-    """`dumps(data)`, byte for byte, without yaml.dump for mappings of short plain scalars."""
+    """`dumps(data)`, byte for byte, without yaml.dump for the mappings `dump_plain` writes."""
     fast = dump_plain(data)
     return dumps(data) if fast is None else fast

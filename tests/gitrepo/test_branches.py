@@ -129,6 +129,19 @@ def test_invalid_branch_names_are_refused(repo, wts, bad):
     assert not wts.exists()
 
 
+def test_a_name_checked_once_is_not_checked_again_and_a_bad_one_always_is(repo, wts):
+    """Accepted names are remembered for the process (git's rules for a literal name do not depend on the
+    repository); a refused one is asked of git each time, never remembered as good."""
+    from nika_brain.gitrepo import branches
+    open_theme_branch(repo, "theme-a", "main", wts)
+    assert {"theme-a", "main"} <= branches._VALID_NAMES
+    for _ in range(2):
+        for bad in ("a..b", "@{-1}", "end.lock"):
+            with pytest.raises(BrainError, match="invalid branch name"):
+                open_theme_branch(repo, bad, "main", wts)
+    assert not {"a..b", "@{-1}", "end.lock"} & branches._VALID_NAMES
+
+
 def test_missing_base_is_refused(repo, wts):
     with pytest.raises(BrainError, match="base branch 'nope' does not exist"):
         open_theme_branch(repo, "theme-a", "nope", wts)

@@ -117,6 +117,28 @@ def test_the_hook_path_does_not_import_the_cli_framework(ibrain):
     assert proc.stdout.split() == ["0", "False", "False"], proc.stderr
 
 
+def test_a_state_commit_loads_only_the_loaders_it_meets_and_no_pyyaml(ibrain):
+    """The orchestrator's state commits stage claims (and runs): the hook validates them, checks the
+    zones they name in brain/KERNEL.md (`paths: ["."]`, read without PyYAML) and stages the index,
+    without importing the gate, grant, kernel or workflow loaders, PyYAML or a template engine."""
+    from nika_brain.engine import index
+    put_claim(ibrain.root, "sess-s-step-1", opened="2026-03-17T10:00:00Z")
+    index.regenerate(ibrain)   # as the orchestrator does before it commits: the hook's render is remembered
+    git(ibrain.root, "add", "claims", "BRAIN-INDEX.md")
+    code = ("import sys; from nika_brain.__main__ import main; rc = main(['githook', 'pre-commit']); "
+            "print(rc, sorted(m for m in sys.modules if m in ('yaml', 'jinja2') or m.startswith('nika_brain.state.')))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ibrain.root, capture_output=True, text=True)
+    rc, loaded = proc.stdout.split(" ", 1)
+    assert rc == "0", proc.stderr
+    assert "'nika_brain.state.claims'" in loaded and "'nika_brain.state.zones'" in loaded   # it did check
+    for name in ("yaml", "jinja2", "gates", "grants", "kernels", "workflows", "breakers", "authority"):
+        assert f"'{name}'" not in loaded and f"state.{name}'" not in loaded, loaded
+    # A bad claim in the same kind of commit is still refused.
+    write(ibrain.root, "claims/sess-bad-step-1.yml", "id: [\n")
+    git(ibrain.root, "add", "claims")
+    assert commit(ibrain.root, "claims").returncode != 0
+
+
 def test_an_unknown_githook_name_is_refused(ibrain):
     proc = subprocess.run([sys.executable, "-m", "nika_brain", "githook", "pre-push"], cwd=ibrain.root,
                           capture_output=True, text=True)
@@ -353,6 +375,18 @@ def test_a_linked_worktree_is_not_regenerated(ibrain, tmp_path):
     # The committed index predates the claim; regenerating would make the worktree dirty.
     assert out(wt, "status", "--porcelain") == ""
     assert "sess-wt-step-1" not in (wt / "BRAIN-INDEX.md").read_text()
+
+
+def test_a_linked_worktree_checkout_does_not_read_the_brain(ibrain, tmp_path):
+    """The theme worktree the orchestrator adds for each run: its post-checkout ends before reading the
+    main worktree's config (nothing is regenerated there), so a config it cannot load is not its business;
+    the main worktree's own hooks still say it."""
+    wt = tmp_path / "wt"
+    write(ibrain.root, "nika-brain.yml", "version: 99\n")
+    proc = git(ibrain.root, "worktree", "add", "-q", "-b", "theme/y", str(wt), check=False)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    proc = git(ibrain.root, "checkout", "-q", "-b", "side", check=False)
+    assert proc.returncode == 0 and "BRAIN-INDEX.md not regenerated" in proc.stderr
 
 
 def test_post_hooks_never_fail_git(ibrain):

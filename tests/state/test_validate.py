@@ -1,6 +1,9 @@
 """`nika-brain validate`: kinds by location, `file:line: key: message`, cross-checks, exit codes."""
 from __future__ import annotations
 
+import pytest
+
+from nika_brain.errors import BrainError
 from nika_brain.state.validate import Problem, kind_of, validate, validate_blobs
 from tests.kit.brain import put_breaker, put_claim, put_gate, put_kernel, put_lock, put_run, put_workflow, write
 
@@ -167,3 +170,32 @@ def test_a_step_scope_in_a_state_folder_or_outside_the_repository_is_a_validatio
     bad = {line.split(":", 1)[0] for line in proc.stdout.splitlines() if "chain.0.scope" in line}
     assert bad == {f"workflows/{n}.yml" for n in ("in-claims", "in-gates", "index", "outside")}
     assert "only nika-brain writes" in proc.stdout and "inside the brain" in proc.stdout
+
+
+def test_zones_and_cards_read_again_are_the_records_of_the_current_text(tmp_path):
+    """A launch reads KERNEL.md and its step's card at every step: the same text gives the record built
+    before, a changed text is read anew, a broken one raises each time (never remembered)."""
+    from nika_brain.state import agents, zones
+    kernel = tmp_path / "KERNEL.md"
+    kernel.write_text('---\nzones:\n  - name: project\n    level: open\n    paths: ["."]\n---\n# z\n')
+    first = zones.load_zones_path(kernel)
+    assert [z.name for z in first] == ["project"] and zones.load_zones_path(kernel) == first
+    zones.load_zones_path(kernel).append("not kept")   # each caller gets its own list
+    assert len(zones.load_zones_path(kernel)) == 1
+    kernel.write_text('---\nzones:\n  - name: infra\n    level: protected\n    paths: [infra/]\n---\n')
+    assert [z.name for z in zones.load_zones_path(kernel)] == ["infra"]
+    kernel.write_text('---\nzones: [\n---\n')
+    for _ in range(2):
+        with pytest.raises(BrainError):
+            zones.load_zones_path(kernel)
+    card = tmp_path / "c1.md"
+    text = ("---\nname: c1\ntype: protocol\ncontext_tier: warm\nstatus: active\nbrain:\n  scope: project\n"
+            "  owner: human\n  writer: human\n  lifecycle: permanent\n  ipc:\n    zone_access: [project]\n---\n# c1\n")
+    card.write_text(text)
+    assert agents.load_card_path(card).zone_access == ("project",)
+    card.write_text(text.replace("[project]", "[project, kernel]"))
+    assert agents.load_card_path(card).zone_access == ("project", "kernel")
+    card.write_text(text.replace("name: c1", "name: other"))
+    for _ in range(2):
+        with pytest.raises(BrainError, match="does not match the file name"):
+            agents.load_card_path(card)

@@ -52,16 +52,19 @@ SCALARS = ["plain", "two words", "a  b", "x [y] {z}", "a, b", "http://x.y/z", "a
            "src/", "./src", ".", "..", "-", "a\u2028b", "a\x85b", "\ufeffbom", "a\x7fb", "a\u00a0b"]
 
 
-def random_value(rng: random.Random, depth: int = 0):
+KEYS = ["id", "status", "on", "yes", "a-b", "k_1", "x.y", "1", "null"]
+
+
+def random_value(rng: random.Random, depth: int = 0, scalars: list = SCALARS, keys: list = KEYS):
     r = rng.random()
     if depth < 3 and r < 0.15:
-        return {rng.choice(["id", "status", "on", "yes", "a-b", "k_1", "x.y", "1", "null"]) + str(rng.randint(0, 3)):
-                random_value(rng, depth + 1) for _ in range(rng.randint(0, 4))}
+        return {rng.choice(keys) + str(rng.randint(0, 3)): random_value(rng, depth + 1, scalars, keys)
+                for _ in range(rng.randint(0, 4))}
     if depth < 3 and r < 0.3:
-        return [random_value(rng, depth + 1) for _ in range(rng.randint(0, 4))]
+        return [random_value(rng, depth + 1, scalars, keys) for _ in range(rng.randint(0, 4))]
     if r < 0.4:
         return rng.choice([None, True, False, 0, 1, -7, 10**20, 1.5, -0.0])
-    return rng.choice(SCALARS)
+    return rng.choice(scalars)
 
 
 def test_generated_documents_read_the_same_or_are_declined():
@@ -122,6 +125,12 @@ HAND = [
     "a: b: c\n",
     "a: 2026-03-01\n",
     "a: -1\nb: +1\nc: -0\n",
+    'a: ["."]\nb: [".", x, \'y z\']\n',
+    'c: ["/usr/bin/python3", "-c", "print(\'{{\\"status\\": \\"ok\\"}}\')"]\n',
+    'a: "say \\"hi\\""\nb: "back\\\\slash"\nc: "\\\\"\nd: "a\\\\\\"b"\n',
+    'a: "tab\\there"\n', 'a: "\\x41"\n', 'a: "\\u00e9"\n', 'a: "open\\"\n', 'a: ["open\\"]\n',
+    'a: ["a", ]\n', 'a: ["a" "b"]\n', 'a: ["a"b]\n', 'a: ["k": 1]\n', "a: ['it''s', 'a,b']\n", "a: ['x]\n",
+    'a: [" lead", "trail ", "", \'\']\n', 'a: ["#c", "x: y", "[z]", "{w}", "a,b"]\n',
 ] + [f"a: {v}\nb: [{v}]\n" for v in ("01", "0o7", "0b1", "0x1f", "1_000", "1:30", "1.5", "1e3", "00", "+0", "08",
                                       "190:20:30", "2026-03-01", "yes", "Yes", "nO", "oN", "NULL", "nuLL", "~")]
 
@@ -139,6 +148,45 @@ def test_hand_written_documents_read_the_same_or_are_declined(text):
 def test_the_common_brain_shapes_are_answered_without_pyyaml():
     for text in HAND[:4]:
         assert yamlfast.parse(text) is not None, text
+    # `nika-brain init`'s KERNEL.md zones and a satellite command of quoted words (the hooks read both)
+    kernel = 'zones:\n  - name: project\n    level: open\n    paths: ["."]\n'
+    assert yamlfast.parse(kernel) == ({"zones": [{"name": "project", "level": "open", "paths": ["."]}]},
+                                      full(kernel)[1])
+    command = 'satellite_command: ["/bin/py", "-c", "print(\'{{\\"status\\": \\"ok\\"}}\')"]\n'
+    assert same_or_declined(command)
+    assert yamlfast.parse(command)[0] == {"satellite_command": ["/bin/py", "-c", 'print(\'{{"status": "ok"}}\')']}
+
+
+FLOW_ITEMS = ["a", "b/c", "1", "yes", "null", "~", "x y", "a,b", "a, b", "k: v", "#h", "[i]", "{j}", "it's", 'say "hi"',
+              "back\\slash", "\\", '"', "", " ", " lead", "trail ", "é", "tab\there", "a\nb"]
+
+
+def _flow_form(rng: random.Random, item: str) -> str:
+    """One way of writing `item` in a flow sequence: plain, single- or double-quoted (escaped or not)."""
+    form = rng.randrange(4)
+    if form == 0:
+        return item
+    if form == 1:
+        return "'" + item.replace("'", "''") + "'"
+    if form == 2:
+        return '"' + item.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return '"' + item.replace("\\", "\\\\").replace('"', '\\"').replace("\t", "\\t").replace("\n", "\\n") + '"'
+
+
+def test_generated_flow_sequences_of_quoted_items_read_the_same_or_are_declined():
+    rng = random.Random(26)
+    answered = 0
+    for _ in range(3000):
+        items = [_flow_form(rng, rng.choice(FLOW_ITEMS)) for _ in range(rng.randint(0, 4))]
+        sep = rng.choice([", ", ",", " , "])
+        text = f"k: [{rng.choice(['', ' '])}{sep.join(items)}{rng.choice(['', ' ', ','])}]\n"
+        try:
+            full(text)
+        except Exception:  # noqa: BLE001 (the full loader refuses it: so must the fast reader)
+            assert yamlfast.parse(text) is None, text
+            continue
+        answered += same_or_declined(text)
+    assert answered > 1000
 
 
 def test_a_deep_or_huge_document_is_left_to_the_full_loader():

@@ -12,6 +12,7 @@ from nika_brain.errors import BrainError
 from nika_brain.state import locks
 from nika_brain.support import yamlsafe
 from nika_brain.support.yamlsafe import MAX_BYTES, MAX_DEPTH, MAX_NODES, dumps, load_doc, load_file, loads
+from tests.support.test_yamlfast import SCALARS, random_value
 
 
 def refused(text: str, source: str = "state.yml") -> BrainError:
@@ -254,3 +255,42 @@ def test_parsed_records_are_given_again_only_for_the_same_text(tmp_path):
     f.unlink()
     with pytest.raises(BrainError):
         parsed.load(f)
+
+
+# ---- dumps_fast: dumps, byte for byte ------------------------------------------------------------
+
+TEXTS = ["src/", "a b", "satellite wrote src/a/", "step 1 in progress", "a: b", "a:b c", "ends:", "x #y", "#h",
+         "it's", 'say "hi"', "", " lead", "trail ", "two  spaces", "yes", "No", "null", "~", "1", "007", "1.5",
+         "1e5", "0x1F", "1_000", "12:30:00", "2031-05-06T07:08:09Z", "2001-12-14 21:59:43.10 -5", "1 2",
+         "true story", "on off", "a - b", "- a", "? q", "a, b", "(x) y=z; w+v", "é", "tab\there", "line\nbreak",
+         "a" * 50 + " b" * 2100, "x" * 5000, "trigger:next", "signal:BLOCKED_ON", "merged theme/b into main (abc)",
+         "--- a", "... b", "a\u2028b", "[a]", "{a}", "a*b", "&a", "!t", "%p", "@a", "`b", "|", ">"]
+KEYS = ["id", "status", "step", "on", "yes", "a-b", "k_1", "x.y", "1", "null", "a b", "", "k" * 130]
+
+
+def test_dumps_fast_is_dumps_byte_for_byte():
+    rng = random.Random(26)
+    fast = 0
+    for _ in range(4000):
+        data = {f"k{i}": random_value(rng, 0, TEXTS + SCALARS[::3], KEYS) for i in range(rng.randint(1, 6))}
+        assert yamlsafe.dumps_fast(data) == dumps(data), repr(data)
+        fast += yamlsafe.dump_plain(data) is not None
+    assert fast > 400   # the fast path was taken, not only the fallback (most documents hold one odd value)
+
+
+def test_run_and_claim_files_are_written_without_yaml_dump(brain):
+    """The files a swarm step writes (its run and its claim, at each transition) take the fast path."""
+    from nika_brain.state import claims, runs
+    c = claims.open_claim(brain, workflow="w", step=1, satellite_type="search", scope=["s1/", "docs/a b/"],
+                          story_angle="build it; result=ok")
+    c = claims.update_open(brain, c.id, session="s-1")
+    assert yamlsafe.dump_plain(claims.to_dict(c)) is not None
+    from nika_brain.support import clock
+    run = runs.Run(workflow="w", status="running", mode="swarm", started=clock.parse("2026-03-01T10:00:00Z"),
+                   cursor="2", claim=c.id,
+                   history=({"step": "1", "claim": c.id, "result": "ok", "action": "trigger:next",
+                             "at": "2026-03-01T10:00:01Z"},),
+                   report={"delivered": ["1"], "partial": [], "merge": "0" * 40})
+    assert yamlsafe.dump_plain(runs.to_dict(run)) is not None
+    runs.save(brain, run)
+    assert runs.load_run(brain, "w") == run

@@ -20,7 +20,6 @@ from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
 from nika_brain.federation.doors import rules
 from nika_brain.federation.doors.rules import Refused
-from nika_brain.state import kernels
 from nika_brain.support import clock
 
 SCAN = 0.5
@@ -93,6 +92,7 @@ def _records(brain: Brain, kid: str, req: dict) -> Any:
 
 def _ingest(brain: Brain, kid: str, req: dict) -> Any:
     from nika_brain.federation.vault.ingest import ingest
+    from nika_brain.state import kernels
     own = kernels.kernel_dir(brain, kid).resolve()
     paths = _strings(req.get("paths"), "paths")
     for p in paths:
@@ -107,7 +107,7 @@ def _claim_close(brain: Brain, kid: str, req: dict) -> Any:
     Its own means every scope of the claim lies in the kernel's folder or in the scope its record
     names; another claim is refused."""
     from nika_brain.engine import service
-    from nika_brain.state import claims, scopes
+    from nika_brain.state import claims, kernels, scopes
     cid, status, summary = req.get("claim"), req.get("status"), req.get("summary", "")
     if not all(isinstance(x, str) for x in (cid, status, summary)):
         raise Refused("claim, status and summary are strings")
@@ -367,6 +367,7 @@ class DoorService:
                 self._sel.register(srv, selectors.EVENT_READ, kid)
 
     def live_kernels(self) -> int:
+        from nika_brain.state import kernels
         assert self.brain is not None
         n = 0
         for k in list(self.servers):
