@@ -67,7 +67,7 @@ def machines(tmp_path, git_env, redis_server):  # noqa: F811
     for name in ("m1", "m2", "m3"):
         git(tmp_path, "clone", "-q", str(tmp_path / "remote.git"), str(tmp_path / name))
         (tmp_path / name / "nika-brain.yml").write_text(_config(tmp_path, redis_server, name))
-        git(tmp_path / name, "update-index", "--assume-unchanged", "nika-brain.yml")  # its own tmux server
+        git(tmp_path / name, "update-index", "--skip-worktree", "nika-brain.yml")  # its own tmux server
         out.append(install_machine(Brain.at(tmp_path / name), name, origin.root))
     yield out, procs
     stop_machines(tmp_path, procs)

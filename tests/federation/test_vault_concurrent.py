@@ -1,19 +1,22 @@
 """The vault's dedup under concurrency on a shared Chroma server (issue 22, item 6): two writers
 (two machines) ingest the same chunk, worded apart, at the same moment. Each writer waits for the
-other inside its dedup read (a barrier), so without the cross-machine write lock both would read
+other inside its dedup read, so without the cross-machine write lock both would read
 "absent" and both add; with it, the second reads the first's record and drops its twin."""
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import numpy as np
 import pytest
+import redis
 
 from nika_brain.brain import Brain
 from nika_brain.federation.vault import chroma, write
 from nika_brain.federation.vault import store as vstore
 from tests.federation.chroma_server import chroma_server  # noqa: F401  (fixture)
 from tests.federation.vaultkit import reset_store
+from tests.kit.wait import until
 
 TEXTS = ("The backup server runs restic at two.", "the backup server runs restic at two")
 
@@ -30,15 +33,38 @@ def _brain(brain, chroma_server, redis_url: str | None) -> Brain:  # noqa: F811
 
 
 def _race(b: Brain, monkeypatch) -> int:
-    meet = threading.Barrier(2, timeout=3)  # long enough for both to meet when nothing serialises them
-    real = write.existing_ids
+    # Each writer, inside its dedup read, waits for the other, on conditions rather than a timeout (a
+    # slow writer on a busy machine is waited for however long it takes): the other inside its own
+    # dedup read too (no lock between them: both are let go at once, and both read "absent"), or past
+    # its read, or waiting for the Redis write lock this one holds (serialised).
+    where: dict[int, str] = {}
+    meet = threading.Barrier(2)
+    real_writer, real_existing = write.shared_writer, write.existing_ids
+    url = (b.config.federation or {}).get("redis_url")
+    lock = redis.Redis.from_url(url) if url else None
+
+    @contextlib.contextmanager
+    def writer(brain, kernel_id, mode, **kw):
+        where[threading.get_ident()] = "waiting for the write lock"
+        with real_writer(brain, kernel_id, mode, **kw):
+            yield
 
     def existing(brain, kernel_id, ids):
+        me = threading.get_ident()
+        where[me] = "reading"
+
+        def other() -> str | None:
+            there = [w for t, w in where.items() if t != me]
+            if there and there[0] == "waiting for the write lock":
+                held = lock is not None and lock.exists("nika:lease:vault:alpha")
+                return "behind the lock" if held else None
+            return there[0] if there else None
+        if until(other, what="the other writer inside its dedup read or behind the write lock") == "reading":
+            meet.wait(timeout=120)   # both are there: let go together
         try:
-            meet.wait()
-        except threading.BrokenBarrierError:
-            pass  # serialised: the other writer is not inside its dedup read
-        return real(brain, kernel_id, ids)
+            return real_existing(brain, kernel_id, ids)
+        finally:
+            where[me] = "read"
     # The collection holds a record already (an unrelated one): two first writes racing on an empty
     # collection meet Chroma's own "Error creating hnsw segment reader: Nothing found on disk", which
     # is not the dedup race under test. Its count is left out of what the race kept.
@@ -46,6 +72,7 @@ def _race(b: Brain, monkeypatch) -> int:
     other[0, 0] = 1.0
     write.add(b, "alpha", [write.Chunk("The coffee machine on floor 3 is broken.", "other.md")], other)
     monkeypatch.setattr(write, "existing_ids", existing)
+    monkeypatch.setattr(write, "shared_writer", writer)
     vec = np.ones((1, 8), dtype=np.float32) / np.sqrt(8)
     errors: list[BaseException] = []
 
