@@ -2,6 +2,7 @@
 what it refuses, and that it lives exactly as long as the satellite it was made for."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -22,6 +23,22 @@ def _door(brain, claim: str, satellite: int):
     proc.stdin.write(f"{satellite}\n")
     proc.stdin.flush()
     return proc, sock
+
+
+@contextlib.contextmanager
+def door_of_another_session(brain, claim: str):
+    """The claim's real door, serving a session that is another process (not the caller's tree);
+    yields its socket, and ends both at the exit."""
+    session = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    proc, sock = _door(brain, claim, session.pid)
+    try:
+        yield sock
+    finally:
+        proc.stdin.write("end\n")
+        proc.stdin.close()
+        proc.wait(timeout=60)
+        session.stdin.close()
+        session.wait(timeout=60)
 
 
 def _raw(sock, data: bytes) -> dict:

@@ -233,24 +233,16 @@ def test_an_agent_naming_a_door_not_its_own_commits_as_no_claim(locked, tmp_path
     """An agent shell (no operator key) setting `$NIKA_CLAIM` to the lock's owner and `$NIKA_DOOR` to a
     socket that does not exist, or to the owner's real door (which answers only another process's
     tree): the commit is made as no claim, and the owner's lock refuses it."""
-    from tests.federation.test_claim_door import _door
+    from tests.federation.test_claim_door import door_of_another_session
     from tests.kit.fixtures import agent_env
     before = head(locked)
     agent = {**agent_env(tmp_path), "NIKA_CLAIM": "sess-other-step-1"}
-    session = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
-    proc, sock = _door(locked, "sess-other-step-1", session.pid)
-    try:
+    with door_of_another_session(locked, "sess-other-step-1") as sock:
         for where in (str(tmp_path / "gone" / "door.sock"), str(sock)):
             refused = commit(locked.root, env={**agent, "NIKA_DOOR": where})
             assert refused.returncode == 1, (where, refused.stderr)
             assert "src/app.py: locked exclusively by sess-other-step-1" in refused.stderr, (where, refused.stderr)
             assert head(locked) == before
-    finally:
-        proc.stdin.write("end\n")
-        proc.stdin.close()
-        proc.wait(timeout=60)
-        session.stdin.close()
-        session.wait(timeout=60)
 
 
 def test_the_explicit_override_commits(locked):

@@ -13,7 +13,7 @@ import pytest
 
 from nika_brain.brain import Brain
 from nika_brain.state import claims, kernels, locks, sessions
-from tests.federation.test_claim_door import _door  # a real claim door serving this process's tree
+from tests.federation.test_claim_door import _door, door_of_another_session  # real claim doors
 from tests.kit.brain import git_out as git
 from tests.kit.claude import FIXTURES, SID, bound_env, clean_env, fixture, hook
 
@@ -112,20 +112,12 @@ def test_the_claims_own_door_named_from_another_process_tree_gives_none_of_its_l
     is not the claim, and the claim's lock stops its write as anyone's."""
     brain, claim_id = hb
     locks.acquire(brain, "src/auth/mine.py", claim_id, pid=None, ttl=3600)
-    session = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
-    proc, sock = _door(brain, claim_id, session.pid)
-    try:
+    with door_of_another_session(brain, claim_id) as sock:
         ans = hook("PreToolUse", edit(brain, "src/auth/mine.py"),
                    env={**bound_env(brain, claim_id), "NIKA_DOOR": str(sock)})
         assert ans.denied and f"`nika-brain claude start {claim_id}`" in ans.reason, ans.stdout
         refused = brain.root.joinpath(".nika", "doors", "refusals.jsonl").read_text().splitlines()
         assert [json.loads(x)["op"] for x in refused] == ["ping"]   # the door was asked, and said no
-    finally:
-        proc.stdin.write("end\n")
-        proc.stdin.close()
-        proc.wait(timeout=60)
-        session.stdin.close()
-        session.wait(timeout=60)
 
 
 def test_unreadable_lock_file_fails_closed(hb):
