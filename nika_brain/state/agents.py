@@ -3,13 +3,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, TypeVar
 
 from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
 from nika_brain.support.fsio import read_text
 from nika_brain.support.schema import F, fields, name, str_list
-from nika_brain.support.yamlsafe import MAX_BYTES, Doc, loads
+from nika_brain.support.yamlsafe import MAX_BYTES, ByText, Doc, loads
 
 TIERS = ("hot", "warm", "cold")
 STATUSES = ("active", "draft", "deprecated", "retired")
@@ -78,29 +77,8 @@ _IPC_SPEC = {
 }
 
 
-T = TypeVar("T")
-
-
-def by_text(seen: dict[str, tuple[str, Any]], path: Path, build: Callable[[Path, str], T]) -> T:
-    """`build(path, text)` of the file's text, or the record built from that same text before in this
-    process (a launch reads KERNEL.md and the step's card at every step). The file is read and compared
-    each time (no stat, no clock); a text that does not build raises each time, never remembered."""
-    text = read_text(path, limit=MAX_BYTES)
-    hit = seen.get(str(path))
-    if hit is not None and hit[0] == text:
-        return hit[1]
-    record = build(path, text)
-    if len(seen) >= 256:
-        seen.clear()
-    seen[str(path)] = (text, record)
-    return record
-
-
-_CARDS: dict[str, tuple[str, Any]] = {}
-
-
 def load_card_path(path: Path) -> AgentCard:
-    return by_text(_CARDS, path, _card)
+    return _CARDS.load(path)
 
 
 def _card(path: Path, text: str) -> AgentCard:
@@ -114,6 +92,9 @@ def _card(path: Path, text: str) -> AgentCard:
                      b["writer"], b["lifecycle"], tuple(b["triggers"]), i["protocol"],
                      tuple(i["receives_from"]), tuple(i["sends_to"]), tuple(i["zone_access"]),
                      tuple(i["signals"]), body)
+
+
+_CARDS: ByText["AgentCard"] = ByText(_card)  # a launch loads the step's card at every step
 
 
 def load_card(brain: Brain, card: str) -> AgentCard:

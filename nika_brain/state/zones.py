@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
-from nika_brain.state.agents import by_text, front_matter
+from nika_brain.state.agents import front_matter
 from nika_brain.state.scopes import covers, normalize_scope
 from nika_brain.support.schema import F, fields, name, str_list
+from nika_brain.support.yamlsafe import ByText
 
 LEVELS = ("open", "protected", "tool-only")
 
@@ -37,11 +37,8 @@ _ZONE_SPEC = {
 }
 
 
-_SEEN: dict[str, tuple[str, Any]] = {}
-
-
 def load_zones_path(path) -> list[Zone]:
-    return list(by_text(_SEEN, Path(path), _zones))
+    return list(_SEEN.load(Path(path)))
 
 
 def _zones(path: Path, text: str) -> tuple[Zone, ...]:
@@ -59,6 +56,9 @@ def _zones(path: Path, text: str) -> tuple[Zone, ...]:
             raise doc.error(exc.message, "zones", i, "paths") from exc
         zones.append(Zone(z["name"], z["level"], paths, z["description"]))
     return tuple(zones)
+
+
+_SEEN: ByText[tuple[Zone, ...]] = ByText(_zones)  # KERNEL.md, read at every step of a launch
 
 
 def load_zones(brain: Brain) -> list[Zone]:

@@ -211,14 +211,15 @@ def load_doc(path: Path | str) -> Doc:
     return loads(read_text(path, limit=MAX_BYTES), str(path))
 
 
-class Parsed(Generic[T]):
+class ByText(Generic[T]):
     """Records built from files, given again while a file holds the same text: a transition reads its
-    run and its claim several times (the orchestrator, the close, the index), each read a parse. The
-    file is read every time and its text compared: the same bytes give the same record, whoever wrote
-    them and whenever (no stat, no clock). The records are frozen dataclasses; their mappings are
+    run and its claim several times (the orchestrator, the close, the index), a launch KERNEL.md and
+    the step's card at every step. The file is read every time and its text compared: the same bytes
+    give the same record, whoever wrote them and whenever (no stat, no clock); a text that does not
+    build raises each time, never remembered. The records are frozen dataclasses; their mappings are
     never changed in place by their readers."""
 
-    def __init__(self, build: Callable[[Path, Doc], T], keep: int = 512):
+    def __init__(self, build: Callable[[Path, str], T], keep: int = 512):
         self._build = build
         self._keep = keep
         self._seen: dict[str, tuple[str, T]] = {}
@@ -229,11 +230,18 @@ class Parsed(Generic[T]):
         hit = self._seen.get(key)
         if hit is not None and hit[0] == text:
             return hit[1]
-        record = self._build(path, loads(text, key))
+        record = self._build(path, text)
         if len(self._seen) >= self._keep:
             self._seen.clear()
         self._seen[key] = (text, record)
         return record
+
+
+class Parsed(ByText[T]):
+    """ByText for a YAML file: `build` gets its parsed document."""
+
+    def __init__(self, build: Callable[[Path, Doc], T], keep: int = 512):
+        super().__init__(lambda path, text: build(path, loads(text, str(path))), keep)
 
 
 def load_file(path: Path | str) -> Any:
