@@ -1,6 +1,6 @@
 """The vault's dedup under concurrency on a shared Chroma server (issue 22, item 6): two writers
 (two machines) ingest the same chunk, worded apart, at the same moment. Each writer waits for the
-other inside its dedup read, so without the cross-machine write lock both would read
+other at its near-neighbour query (dedup's read), so without the cross-machine write lock both would read
 "absent" and both add; with it, the second reads the first's record and drops its twin."""
 from __future__ import annotations
 
@@ -33,13 +33,14 @@ def _brain(brain, chroma_server, redis_url: str | None) -> Brain:  # noqa: F811
 
 
 def _race(b: Brain, monkeypatch) -> int:
-    # Each writer, inside its dedup read, waits for the other, on conditions rather than a timeout (a
-    # slow writer on a busy machine is waited for however long it takes): the other inside its own
-    # dedup read too (no lock between them: both are let go at once, and both read "absent"), or past
-    # its read, or waiting for the Redis write lock this one holds (serialised).
+    # Each writer, just before it queries its near neighbours (the read half of dedup), waits for the
+    # other, on conditions rather than a timeout (a slow writer on a busy machine is waited for however
+    # long it takes): the other about to query too (no lock between them: both are let go at once,
+    # both read "no twin" and both add), or past its query, or waiting for the Redis write lock this
+    # one holds (serialised: it will read this one's record).
     where: dict[int, str] = {}
     meet = threading.Barrier(2)
-    real_writer, real_existing = write.shared_writer, write.existing_ids
+    real_writer, real_collection = write.shared_writer, vstore.collection
     url = (b.config.federation or {}).get("redis_url")
     lock = redis.Redis.from_url(url) if url else None
 
@@ -49,29 +50,44 @@ def _race(b: Brain, monkeypatch) -> int:
         with real_writer(brain, kernel_id, mode, **kw):
             yield
 
-    def existing(brain, kernel_id, ids):
+    def other_writer() -> str | None:
         me = threading.get_ident()
-        where[me] = "reading"
+        there = [w for t, w in where.items() if t != me]
+        if not there:
+            return None
+        if there[0] == "waiting for the write lock":
+            held = lock is not None and lock.exists("nika:lease:vault:alpha")
+            return "behind the lock" if held else None
+        return there[0]
 
-        def other() -> str | None:
-            there = [w for t, w in where.items() if t != me]
-            if there and there[0] == "waiting for the write lock":
-                held = lock is not None and lock.exists("nika:lease:vault:alpha")
-                return "behind the lock" if held else None
-            return there[0] if there else None
-        if until(other, what="the other writer inside its dedup read or behind the write lock") == "reading":
-            meet.wait(timeout=120)   # both are there: let go together
-        try:
-            return real_existing(brain, kernel_id, ids)
-        finally:
-            where[me] = "read"
+    class Col:
+        def __init__(self, col):
+            self._col = col
+
+        def __getattr__(self, name):
+            return getattr(self._col, name)
+
+        def query(self, **kw):
+            me = threading.get_ident()
+            where[me] = "querying"
+            if until(other_writer, what="the other writer at its neighbour query or behind the write "
+                                        "lock") == "querying":
+                meet.wait(timeout=120)   # both are there: let go together
+            try:
+                return self._col.query(**kw)
+            finally:
+                where[me] = "queried"
+
+    def collection(brain, kernel, *a, **kw):
+        col = real_collection(brain, kernel, *a, **kw)
+        return col if col is None else Col(col)
     # The collection holds a record already (an unrelated one): two first writes racing on an empty
     # collection meet Chroma's own "Error creating hnsw segment reader: Nothing found on disk", which
     # is not the dedup race under test. Its count is left out of what the race kept.
     other = np.zeros((1, 8), dtype=np.float32)
     other[0, 0] = 1.0
     write.add(b, "alpha", [write.Chunk("The coffee machine on floor 3 is broken.", "other.md")], other)
-    monkeypatch.setattr(write, "existing_ids", existing)
+    monkeypatch.setattr(vstore, "collection", collection)
     monkeypatch.setattr(write, "shared_writer", writer)
     vec = np.ones((1, 8), dtype=np.float32) / np.sqrt(8)
     errors: list[BaseException] = []
