@@ -101,7 +101,8 @@ def test_three_machines_in_their_own_network_namespaces_one_partitioned_and_back
     assert procs[2].poll() is None  # m3's daemon never stopped
     n3.restore()
     until(lambda: ("src/", "claim-k3") not in _lock_files(m3), timeout=90, what="m3 reconciled")
-    (dropped,) = signals.read(m3, types=("LOCK_DROPPED",))
+    # the daemon releases the lock file, then journals the drop: wait for the journal line too
+    (dropped,) = until(lambda: signals.read(m3, types=("LOCK_DROPPED",)), timeout=30, what="drop journaled")
     assert dropped["payload"]["scope"] == "src/"
     until(lambda: remote.machines(m1)["m3"]["up"], timeout=60, what="m3 up again")
     until(lambda: _edit(m3, c3.id, "docs/a.md").allowed, timeout=60, what="m3's writes back")
