@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-from nika_brain.federation.kernels import health, runtimes
+from nika_brain.federation.kernels import health, runtimes, verbs
 from nika_brain.state import kernels
 
-from .fedkit import fbrain, until  # noqa: F401
+from .fedkit import configure, fbrain, until  # noqa: F401
 
 
 def test_headless_five_verbs(fbrain, cli):  # noqa: F811
@@ -47,3 +47,35 @@ def test_headless_five_verbs(fbrain, cli):  # noqa: F811
     kl = cli("kernel", "kill", "epsilon", "--reason", "done")
     assert kl.returncode == 0, kl.stderr
     assert kernels.load_kernel(brain, "epsilon").status == "killed"
+
+
+def test_an_invocation_that_ends_before_taking_the_prompt_says_so_at_once(fbrain, tmp_path, cli):  # noqa: F811
+    # an agent that fails before its UserPromptSubmit (no credentials, a broken install): the caller
+    # learns it from the invocation's end and its last words, not after deliver_timeout (120 s here)
+    agent = tmp_path / "broken-agent"
+    agent.write_text("#!/bin/sh\necho 'Invalid API key: run /login' >&2\nexit 1\n")
+    agent.chmod(0o755)
+    configure(fbrain, tmp_path, agent_command=[str(agent)])
+    assert cli("kernel", "spawn", "Public tenders watch", "--id", "zeta", "--runtime", "headless").returncode == 0
+    r = cli("kernel", "invoke", "zeta", "find new tenders")
+    assert r.returncode == runtimes.EXIT_NOT_TAKEN and "Traceback" not in r.stderr
+    assert "invocation 1 ended (exit status 1) before taking it" in r.stderr, r.stderr
+    assert "Invalid API key: run /login" in r.stderr and "stays queued" in r.stderr
+    assert kernels.load_kernel(fbrain, "zeta").status == "active"   # a failed run is not a death
+
+
+def test_a_prompt_taken_just_before_the_agent_died_is_seen_taken(fbrain):  # noqa: F811
+    # the invocation records its UserPromptSubmit and is killed (its memory limit) between the
+    # waiter's read of the events and its look at the process: the waiter reads once more
+    k = verbs.kernel_spawn(fbrain, "Ingest sensor data", kernel_id="eta", runtime="headless")
+    sha = health.prompt_sha("alloc=600 everything")
+
+    class DiesAfterItsLastWords:
+        def alive(self, brain, kernel, state):
+            health.record_event(brain, kernel.id, "taken", session="s", sha=sha)
+            return runtimes.Liveness(False, None, -9, "invocation killed by a signal")
+
+    taken = lambda e: e.get("event") == "taken" and e.get("sha") == sha  # noqa: E731
+    ev, _ = verbs._wait_event(fbrain, k.id, health.events_size(fbrain, k.id), taken, 60.0,
+                              DiesAfterItsLastWords(), k, {})
+    assert ev is not None and ev["sha"] == sha

@@ -296,9 +296,20 @@ def _wait_event(brain: Brain, kid: str, offset: int, match, timeout: float,
                 return e, offset
         if time.monotonic() >= deadline:
             return None, offset
-        if rt is not None and k is not None and not rt.alive(brain, k, state or {}).alive:
-            return None, offset
+        if rt is not None and k is not None and _gone(brain, rt, k, state or {}):
+            # its last words may have come between the read above and its end
+            events, offset = health.read_events(brain, kid, offset)
+            return next((e for e in events if match(e)), None), offset
         time.sleep(0.02)
+
+
+def _gone(brain: Brain, rt: runtimes.Runtime, k: Kernel, state: dict) -> str | None:
+    """Why waiting on the agent is pointless now: its process is dead, or (headless) the one
+    invocation that had the prompt has ended without taking it."""
+    if not rt.alive(brain, k, state).alive:
+        return "its process is gone"
+    ended = getattr(rt, "ended", None)
+    return ended(brain, k, state) if ended is not None else None
 
 
 def _deliver(brain: Brain, k: Kernel, item: dict, timeout: float) -> tuple[dict | None, int]:
@@ -336,6 +347,8 @@ def _deliver(brain: Brain, k: Kernel, item: dict, timeout: float) -> tuple[dict 
         health.record_event(brain, k.id, "delivery", prompt=item["id"], sha=sha, tries=nudges,
                             taken=ev is not None)
         item["nudges"] = nudges
+    if ev is None:
+        item["gone"] = _gone(brain, rt, k, state)
     if ev is not None:
         queue.settle(brain, k.id, item["id"])
     return ev, offset
@@ -440,9 +453,10 @@ def _invoke_queued(brain: Brain, k: Kernel, item: dict, *, wait: bool, timeout: 
             ev, offset = _deliver(brain, k, item, limit)
     if ev is None:
         tried = f"; tried: {', '.join(item['nudges'])}" if item.get("nudges") else ""
-        raise runtimes.NotTaken(f"kernel {k.id} did not take prompt {item['id']} within {limit:g}s (busy or "
-                                f"gone{tried}); it stays queued, confirmed when taken (see `nika-brain kernel "
-                                f"observe {k.id}`)", queued=item["id"])
+        why = f"{item['gone']}{tried}" if item.get("gone") else f"within {limit:g}s (busy or gone{tried})"
+        raise runtimes.NotTaken(f"kernel {k.id} did not take prompt {item['id']}: {why}; it stays queued, "
+                                f"confirmed when taken (see `nika-brain kernel observe {k.id}`)",
+                                queued=item["id"])
     out = {"kernel": k.id, "id": item["id"], "taken": ev["at"], "session": ev.get("session"),
            "sha": ev.get("sha"), "offset": offset}
     if wait:

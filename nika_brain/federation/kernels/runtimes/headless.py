@@ -46,6 +46,24 @@ class HeadlessRuntime:
             return Liveness(False, state.get("pid"), -(code - 128), "invocation killed by a signal")
         return Liveness(True, None, code)
 
+    def ended(self, brain: Brain, kernel: Kernel, state: dict) -> str | None:
+        """The invocation last delivered has ended (whatever its status): what it left, for a
+        prompt it never took (its UserPromptSubmit never came, e.g. a hook or the agent failed first)."""
+        n = state.get("runs", 0)
+        if not n or pid_alive(state.get("pid")):
+            return None
+        try:
+            code = self._exit_file(brain, kernel, n).read_text().strip() or "unknown"
+        except OSError:
+            code = "unknown"
+        out = kernel_dir(brain, kernel.id) / "runs" / f"{n}.json"
+        try:
+            last = next((ln for ln in reversed(out.read_text(errors="replace").splitlines()) if ln.strip()), "")
+        except OSError:
+            last = ""
+        said = f", last said: {last.strip()[:200]}" if last else ""
+        return f"its invocation {n} ended (exit status {code}) before taking it (output: {out}{said})"
+
     def deliver(self, brain: Brain, kernel: Kernel, state: dict, prompt: str, launch: Launch) -> dict:
         # One invocation at a time per session: two `--resume` of one session would interleave.
         from nika_brain.federation import options
