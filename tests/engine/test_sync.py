@@ -122,3 +122,25 @@ def test_a_brain_made_before_sync_gets_its_merge_drivers_committed_once(tmp_path
     head = git_out(old, "rev-parse", "HEAD")
     nb(old, "sync")
     assert git_out(old, "rev-parse", "HEAD") == head          # nothing new: no commit, nothing pushed
+
+
+def test_an_untracked_generated_index_does_not_block_the_first_pull(tmp_path, git_env):
+    # a brain whose remote did not track BRAIN-INDEX.md yet: the clone generates its own (untracked),
+    # the first machine's next sync commits its index, and git would refuse to overwrite the clone's
+    remote = tmp_path / "remote.git"
+    git_out(tmp_path, "init", "-q", "--bare", "-b", "main", str(remote))
+    a, b = tmp_path / "m1", tmp_path / "m2"
+    new_brain(a)
+    git_out(a, "rm", "--cached", "-q", "BRAIN-INDEX.md")
+    git_out(a, "commit", "-q", "--no-verify", "-m", "the index not tracked (its pre-commit hook would add it)")
+    git_out(a, "remote", "add", "origin", str(remote))
+    git_out(a, "push", "-q", "origin", "HEAD:refs/heads/main")
+    git_out(tmp_path, "clone", "-q", str(remote), str(b))
+    new_brain(b)
+    assert (b / "BRAIN-INDEX.md").exists() and git_out(b, "status", "--porcelain", "BRAIN-INDEX.md")
+    cid = open_claim(a, "alpha", "src/a/")
+    nb(a, "sync")
+    assert "BRAIN-INDEX.md" in git_out(a, "ls-files", "BRAIN-INDEX.md")
+    got = nb(b, "sync", "--json")     # succeeds at once: the index is generated, not anyone's work
+    assert '"pulled": 0' not in got.stdout
+    assert cid in (b / "BRAIN-INDEX.md").read_text() and git_out(b, "status", "--porcelain") == ""
