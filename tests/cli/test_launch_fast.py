@@ -17,6 +17,7 @@ from tests.kit.orch import nb, orch_brain
 ONE = "name: one\nbranch: theme/one\nchain:\n  - step: 1\n    type: search\n    scope: notes/\n"
 SW = ("name: sw\nbranch: theme/sw\nchain:\n  - step: 1\n    type: search\n    scope: s1/\n"
       "  - step: 2\n    type: search\n    scope: s2/\n")
+GATED = "name: gated\nbranch: theme/gated\nchain:\n  - step: 1\n    type: search\n    scope: g/\n    gate: human\n"
 # A swarm satellite that only reports (a real process; its braces doubled for the command's placeholders).
 NOOP = [sys.executable, "-c", "print('{{\"status\": \"ok\", \"summary\": \"noop\"}}')"]
 CONFIG = "satellite_command: [" + ", ".join(json.dumps(a) for a in NOOP) + "]\n"
@@ -38,6 +39,7 @@ SEQUENCE = [
     ["workflow-launch", "sw", "--step", "1"],                 # done: refused
     ["workflow-launch", "sw", "--mode", "swarm", "--restart", "--json"],
     ["workflow", "resume", "sw"],
+    ["workflow-launch", "gated", "--mode", "swarm"],          # waits for a human: exit 5
 ]
 
 
@@ -45,13 +47,14 @@ def _normal(text: str, root: str) -> str:
     text = text.replace(root, "<root>")
     text = re.sub(r"\d{4}-\d\d-\d\dT[\d:.]+Z", "<time>", text)
     text = re.sub(r"sess-\d{8}-\d{4,6}", "sess-<stamp>", text)
+    text = re.sub(r"-\d{6}-step-", "-<hms>-step-", text)        # a gate id's time of day
     text = re.sub(r"\b[0-9a-f]{40}\b", "<commit>", text)
     return re.sub(r"\b[0-9a-f]{7,12}\b", "<short>", text)
 
 
 def test_the_fast_run_commands_answer_like_the_typer_commands(tmp_path, git_env):
     def sequence(side: str, env: dict) -> list:
-        brain = orch_brain(tmp_path / side, {"one": ONE, "sw": SW}, config=CONFIG)
+        brain = orch_brain(tmp_path / side, {"one": ONE, "sw": SW, "gated": GATED}, config=CONFIG)
         said = []
         for args in SEQUENCE:
             p = nb(brain, *args, env=env)
@@ -71,7 +74,8 @@ def test_the_fast_run_commands_answer_like_the_typer_commands(tmp_path, git_env)
     assert "DONE" in by_args[("workflow-launch", "sw", "--mode", "swarm")][1]
     assert json.loads(by_args[("workflow-launch", "sw", "--mode", "swarm", "--restart", "--json")][1]
                       .split("|")[0])["status"] == "done"
-    assert {code for _, code, _ in said["fast"]} >= {0, 1, 2, 6}
+    assert by_args[("workflow-launch", "gated", "--mode", "swarm")][0] == 5
+    assert {code for _, code, _ in said["fast"]} >= {0, 1, 2, 5, 6}
 
 
 def test_a_plain_launch_imports_no_cli_framework(tmp_path, git_env):

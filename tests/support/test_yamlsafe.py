@@ -294,3 +294,15 @@ def test_run_and_claim_files_are_written_without_yaml_dump(brain):
     assert yamlsafe.dump_plain(runs.to_dict(run)) is not None
     runs.save(brain, run)
     assert runs.load_run(brain, "w") == run
+
+
+def test_a_line_past_dumps_width_is_left_to_dumps():
+    # a value of words just under the fast path's cap, deep enough that its line passes dumps' width
+    # (4096): dumps folds it, and so must the file written by dumps_fast
+    words = " ".join(["w"] * 1995)
+    for depth in range(0, 32, 3):   # up to 30 levels: the loader refuses more than 32
+        data: dict = {"k" * 99: words}
+        for i in range(depth):
+            data = {f"d{i}": data}
+        assert yamlsafe.dumps_fast(data) == dumps(data), depth
+        assert yamlsafe.loads(yamlsafe.dumps_fast(data)).data == data
