@@ -63,6 +63,11 @@ WIDE_CHUNKS = ("tests/federation/test_vault_ingest.py::"
                "test_a_chunk_of_chinese_or_korean_fits_the_models_window_and_keeps_every_character")
 BOUNDED = "tests/federation/test_triage_learning.py::test_a_long_prompts_part_is_bounded_by_the_models_tokens"
 INDEX_MEMO = "tests/engine/test_index_memo.py"
+YAMLSAFE = "nika_brain/support/yamlsafe.py"
+DUMPS_FAST = "tests/support/test_yamlsafe.py"
+LAUNCHFAST = "nika_brain/cli/launchfast.py"
+LAUNCH_FAST = "tests/cli/test_launch_fast.py"
+DONE_ONCE = "tests/cli/test_new_user.py::test_launching_a_finished_workflow_says_done_once_and_names_restart"
 
 MUTANTS: list[Mutant] = [
     # ---- a state file written in place, not through a temporary file renamed over it --------------
@@ -264,6 +269,36 @@ MUTANTS: list[Mutant] = [
     Mutant("yamlsafe.Parsed: a changed file served from the memo", "nika_brain/support/yamlsafe.py",
            "if hit is not None and hit[0] == text:", "if hit is not None:",
            ("tests/support/test_yamlsafe.py", "tests/state/test_claims.py")),
+    # ---- the swarm step's cuts (h26s): dump_plain, the typer-free launch, the lazy loaders ----------
+    Mutant("dump_plain: a string that reads back as another type written unquoted", YAMLSAFE,
+           "    if value[0] not in yamlfast.RESOLVED_FIRST:\n        return value\n",
+           "    if True:\n        return value\n", (DUMPS_FAST,)),
+    Mutant("dump_plain: an empty string written as nothing (reads back as null)", YAMLSAFE,
+           "        if not value:\n            return \"''\"", "        if not value:\n            return \"\"",
+           (DUMPS_FAST,)),
+    Mutant("dump_plain: a sequence in a mapping indented (not dumps' indentless form)", YAMLSAFE,
+           "if not _sequence_lines(value, indent, out):", "if not _sequence_lines(value, indent + \"  \", out):",
+           (DUMPS_FAST,)),
+    Mutant("dump_plain: a line past dumps' width written whole (dumps folds it)", YAMLSAFE,
+           "if text is None or len(indent) + len(key) + len(text) > _LINE:", "if text is None:",
+           (DUMPS_FAST,)),
+    Mutant("launchfast: --poll passed on as text", LAUNCHFAST,
+           '"--poll": ("poll", float),\n                                          "--timeout"',
+           '"--poll": ("poll", str),\n                                          "--timeout"', (LAUNCH_FAST,)),
+    Mutant("launchfast: resume runs as a launch", LAUNCHFAST,
+           "workflow_launch if key == (\"workflow-launch\",) else workflow_resume", "workflow_launch",
+           (LAUNCH_FAST,)),
+    Mutant("launchfast: a finished workflow's DONE printed twice", LAUNCHFAST,
+           "            print(f\"next (triggered): {triggered}\")\n        return\n",
+           "            print(f\"next (triggered): {triggered}\")\n", (LAUNCH_FAST, DONE_ONCE)),
+    Mutant("launchfast: every outcome exits 0", LAUNCHFAST,
+           "    return out.exit_code\n", "    return 0\n", (LAUNCH_FAST,)),
+    Mutant("validate: a lock file checked by the claim loader", "nika_brain/state/validate.py",
+           '"lock": ("nika_brain.state.locks", "load_lock"),', '"lock": ("nika_brain.state.claims", "load_path"),',
+           ("tests/state/test_validate.py",)),
+    Mutant("validate: a gate file checked by the breaker loader", "nika_brain/state/validate.py",
+           '"gate": ("nika_brain.state.gates", "load_path"),', '"gate": ("nika_brain.state.breakers", "load_path"),',
+           ("tests/state/test_validate.py",)),
 ]
 
 
