@@ -334,9 +334,12 @@ def _memo(brain: Brain, fingerprint: _Print, strict: bool) -> str | None:
     if strict and raw.get("clean") is not True:
         return None  # an invalid file was listed: strict must fail on it, so render again
     sizes = dict(fingerprint.racy)
+    folders, files = _inputs(brain)
+    inputs = {str(f) for f in files} | {str(template_path(brain))}
+    parents = {str(f) for f in folders}
     for path, digest in raw["racy"].items():
         # Only an input's own path (the memo is data an agent could write: it names nothing else to read).
-        if path not in sizes and not _is_input(brain, path):
+        if path not in sizes and path not in inputs and str(Path(path).parent) not in parents:
             return None
         size = sizes.get(path)
         if size is None:
@@ -346,12 +349,11 @@ def _memo(brain: Brain, fingerprint: _Print, strict: bool) -> str | None:
                 return None
         if _read(path, size)[1] != digest:
             return None
+    if set(sizes) < set(raw["racy"]):
+        # Inputs have left the racy window with the bytes they had: their stat alone answers from now
+        # on (a memo written just after a brain was built would otherwise re-hash all of it each run).
+        _remember(brain, fingerprint, {p: raw["racy"][p] for p in sizes}, raw["text"], raw.get("clean") is True)
     return raw["text"]
-
-
-def _is_input(brain: Brain, path: str) -> bool:
-    folders, files = _inputs(brain)
-    return Path(path).parent in folders or Path(path) in files or Path(path) == template_path(brain)
 
 
 def _digests(fingerprint: _Print) -> dict[str, str | None]:

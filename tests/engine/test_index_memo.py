@@ -170,6 +170,23 @@ def test_a_text_remembered_in_the_racy_window_is_given_once_the_window_has_passe
     assert index.render(brain) == first
 
 
+def test_once_the_window_has_passed_the_memo_trusts_the_stat_and_reads_no_state_file(brain, monkeypatch):
+    """A memo written just after the brain was built names every file as racy; the first look after
+    the window verifies their bytes once and forgets them, so the next look reads none (issue 25: a
+    cached index at 10,000 claims had gone back to re-hashing them all on every run)."""
+    populate_golden(brain.root)
+    first = index.render(brain)
+    memo = brain.state_dir / "cache" / "index-text.json"
+    assert json.loads(memo.read_text())["racy"]  # the files just written are in the window
+    monkeypatch.setattr(index, "_RACY_NS", -10**12)
+    assert index.render(brain) == first
+    assert json.loads(memo.read_text())["racy"] == {}
+    seen = opened_during(lambda: index.render(brain))
+    claims = os.path.realpath(brain.claims_dir)
+    assert not [p for p in seen if p.startswith(claims + os.sep)]
+    assert index.render(brain) == first == fresh(brain)
+
+
 @pytest.mark.parametrize("looked_up", ["in the window", "after it"])
 def test_in_the_racy_window_new_bytes_under_the_same_stat_are_rendered_again(brain, monkeypatch, looked_up):
     """A second write in the same tick of a coarse clock keeps the stat: the bytes' hash tells, also
