@@ -183,6 +183,15 @@ def _read(path: str, size: int) -> tuple[bytes | None, str | None]:
     return data, hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
+# The summary cache this process last read or wrote, by path: (its stat, its data). A transition asks
+# for the claims several times (first step, adoption, preflight); the file is parsed once.
+_LOADED: dict[str, tuple[tuple[int, int, int, int], dict[str, dict]]] = {}
+
+
+def _stat_key(st: os.stat_result) -> tuple[int, int, int, int]:
+    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
 class _Cache:
     """Per kind: {file name: [mtime_ns, size, ctime_ns, content hash, summary]}."""
 
@@ -192,9 +201,16 @@ class _Cache:
         self.data: dict[str, dict] = {}
         self.dirty = False
         try:
+            st = os.stat(self.path)
+            seen = _LOADED.get(str(self.path))
+            if seen is not None and seen[0] == _stat_key(st):
+                self.data = dict(seen[1])  # this process read or wrote these bytes: not parsed again
+                return
             raw = json.loads(self.path.read_bytes())
             if raw.get("version") == _CACHE_VERSION and raw.get("nika") == __version__:
                 self.data = {k: v for k, v in raw.get("kinds", {}).items() if isinstance(v, dict)}
+                if st.st_mtime_ns < time.time_ns() - _RACY_NS:  # a stat that a rewrite will change
+                    _LOADED[str(self.path)] = (_stat_key(st), dict(self.data))
         except (OSError, ValueError, AttributeError):
             self.data = {}  # missing or damaged: it is only a cache, rebuild it
 
@@ -218,6 +234,8 @@ class _Cache:
             data, digest = _read(path, st.st_size)
             if good and digest is not None and hit[3] == digest:
                 new[name] = key + hit[3:]  # the same bytes (a copy, a fresh checkout): not parsed again
+                if hit[:3] == key:
+                    continue  # a file still in the racy window, unchanged: nothing new to save
             else:
                 try:
                     new[name] = key + [digest, summarize(name, path, data)]
@@ -241,8 +259,10 @@ class _Cache:
         try:
             from nika_brain.support.fsio import atomic_write
             atomic_write(self.path, text, fsync=False)  # disposable: no need to pay for fsync
+            # A file of its own (atomic_write renames a new inode in): its stat names these bytes.
+            _LOADED[str(self.path)] = (_stat_key(os.stat(self.path)), dict(self.data))
         except OSError:
-            pass  # a read-only state folder only costs speed
+            _LOADED.pop(str(self.path), None)  # a read-only state folder only costs speed
 
 
 def _listing(folder: Path) -> list[tuple[str, str, os.stat_result]]:

@@ -12,7 +12,7 @@ from nika_brain.brain import Brain
 from nika_brain.errors import BrainError
 from nika_brain.gitrepo import git
 from nika_brain.state import agents, breakers, locks, zones
-from nika_brain.state.scopes import normalize_scope, scopes_overlap
+from nika_brain.state.scopes import normalize_scope, overlap_test
 from nika_brain.support import clock
 
 
@@ -26,10 +26,11 @@ class Check:
 def _scope_check(brain: Brain, scopes, me: str | None, now: datetime) -> Check:
     from nika_brain.engine.index import claim_summaries  # each claim parsed once, when it changed
     problems = []
+    overlapping = overlap_test(scopes)
     for c in claim_summaries(brain):
         if c["status"] != "open" or c["id"] == me:
             continue
-        hit = [s for s in scopes if any(scopes_overlap(s, o) for o in c["scope"])]
+        hit = overlapping(c["scope"])
         if hit:
             problems.append(f"{', '.join(hit)} overlaps open claim {c['id']} ({', '.join(c['scope'])})")
     for s in scopes:

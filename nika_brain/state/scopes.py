@@ -51,7 +51,21 @@ def scopes_overlap(a: str, b: str) -> bool:
     A scope covers itself and everything below it (`src` and `src/` cover `src/a.py`). Globs are
     compared segment by segment; where two wildcards meet we assume an overlap (safe side).
     """
-    sa, sb = _segments(normalize_scope(a)), _segments(normalize_scope(b))
+    return _segments_overlap(_segments(normalize_scope(a)), _segments(normalize_scope(b)))
+
+
+def overlap_test(scopes):
+    """A function of `others` giving the scopes (as given) that overlap one of them: `scopes_overlap`
+    with these scopes normalized once (a preflight asks it of every open claim)."""
+    mine = [(s, _segments(normalize_scope(s))) for s in scopes]
+
+    def overlapping(others) -> list[str]:
+        theirs = [_segments(normalize_scope(o)) for o in others]
+        return [s for s, sa in mine if any(_segments_overlap(sa, sb) for sb in theirs)]
+    return overlapping
+
+
+def _segments_overlap(sa: list[str], sb: list[str]) -> bool:
     for x, y in zip(sa, sb):
         if x == "**" or y == "**":
             return True
