@@ -209,8 +209,9 @@ class _Cache:
             raw = json.loads(self.path.read_bytes())
             if raw.get("version") == _CACHE_VERSION and raw.get("nika") == __version__:
                 self.data = {k: v for k, v in raw.get("kinds", {}).items() if isinstance(v, dict)}
-                if st.st_mtime_ns < time.time_ns() - _RACY_NS:  # a stat that a rewrite will change
-                    _LOADED[str(self.path)] = (_stat_key(st), dict(self.data))
+                # Each entry is checked against its own file's stat or bytes: data kept past a rewrite
+                # by another process costs a re-read, never a stale summary.
+                _LOADED[str(self.path)] = (_stat_key(st), dict(self.data))
         except (OSError, ValueError, AttributeError):
             self.data = {}  # missing or damaged: it is only a cache, rebuild it
 
@@ -307,9 +308,12 @@ def _inputs(brain: Brain) -> tuple[list[Path], list[Path]]:
 @dataclass(frozen=True)
 class _Print:
     """The fingerprint of the inputs: a digest of the stat of every one, and the ones changed in the
-    racy window (path, size), whose stat may not show a second change in the same tick."""
+    racy window (path, size), whose stat may not show a second change in the same tick; the paths a
+    remembered text may name (each single input, each folder of inputs)."""
     digest: str
     racy: tuple[tuple[str, int], ...]
+    files: frozenset[str]
+    folders: frozenset[str]
 
 
 def _fingerprint(brain: Brain, template: Path, listings: dict[Path, list]) -> _Print:
@@ -334,7 +338,7 @@ def _fingerprint(brain: Brain, template: Path, listings: dict[Path, list]) -> _P
         h.update(f"\2{path}\0{st.st_ino}\0{st.st_mtime_ns}\0{st.st_size}\0{st.st_ctime_ns}\n".encode())
         if st.st_mtime_ns >= settled or st.st_ctime_ns >= settled:
             racy.append((str(path), st.st_size))
-    return _Print(h.hexdigest(), tuple(racy))
+    return _Print(h.hexdigest(), tuple(racy), frozenset(map(str, (*files, template))), frozenset(map(str, folders)))
 
 
 def _memo_path(brain: Brain) -> Path:
@@ -354,12 +358,9 @@ def _memo(brain: Brain, fingerprint: _Print, strict: bool) -> str | None:
     if strict and raw.get("clean") is not True:
         return None  # an invalid file was listed: strict must fail on it, so render again
     sizes = dict(fingerprint.racy)
-    folders, files = _inputs(brain)
-    inputs = {str(f) for f in files} | {str(template_path(brain))}
-    parents = {str(f) for f in folders}
     for path, digest in raw["racy"].items():
         # Only an input's own path (the memo is data an agent could write: it names nothing else to read).
-        if path not in sizes and path not in inputs and str(Path(path).parent) not in parents:
+        if path not in sizes and path not in fingerprint.files and str(Path(path).parent) not in fingerprint.folders:
             return None
         size = sizes.get(path)
         if size is None:
