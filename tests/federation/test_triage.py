@@ -76,7 +76,36 @@ def test_one_model_the_routed_kernel_is_the_best_passing_score_or_the_reason_say
         for s in above:                       # a higher score lost only by a named rule
             assert s.kernel in d.reason and ("below its threshold" in d.reason or "not allowed" in d.reason)
     elif d.decision == "fallback":
-        assert not any(s.allowed and s.passes for s in d.scores) or "correction" in d.reason
+        assert (not any(s.allowed and s.passes for s in d.scores) or "correction" in d.reason
+                or "everyday request" in d.reason)
+
+
+@pytest.mark.parametrize("prompt", [
+    "écris une lettre de motivation pour un job d'été",
+    "fais une liste de courses pour la semaine",
+    "comment remplir ma déclaration d'impôts",
+])
+def test_an_everyday_request_above_a_threshold_still_falls_back_and_says_why(fed, prompt):
+    """Issue 21, item 2: everyday requests that score above a kernel's threshold (a cover letter on
+    the client-mail kernel) are nearer to the everyday background than to that kernel's own texts:
+    the generalist's, and the reason gives the two numbers the rule compared."""
+    d = triage(fed, prompt)
+    top = next(s for s in d.scores if s.passes)
+    assert top.kernel != GENERALIST and top.everyday_like
+    assert (d.decision, d.kernels) == ("fallback", (GENERALIST,)), d.reason
+    assert "everyday request" in d.reason and f"{top.everyday:.2f}" in d.reason and f"{top.near:.2f}" in d.reason
+    shown = d.as_dict()["scores"][0]
+    assert shown["near"] < shown["everyday"] - router.EVERYDAY_MARGIN
+
+
+@pytest.mark.parametrize("prompt", [
+    "envoie au client le compte rendu de la réunion d'hier",
+    "écris un mail au client pour décaler la réunion",
+])
+def test_a_work_request_worded_like_everyday_mail_stays_with_its_kernel(fed, prompt):
+    d = triage(fed, prompt)
+    assert (d.decision, d.kernels) == ("kernel", (GAMMA,)), d.reason
+    assert not d.scores[0].everyday_like
 
 
 @pytest.mark.parametrize("prompt", [
@@ -218,6 +247,14 @@ def test_an_everyday_kernel_is_not_calibrated_against_its_own_kind_and_scored_by
     far = _blobs(rng, centres[5:], 10, 0.3)
     z, _ = model.score(far, ["far"] * len(far))
     assert (z[:, 0] < model.thresholds[0]).mean() >= 0.9
+    # nor does the everyday rule take its own kind of prompt from it: the background requests of its
+    # themes are not its competitors
+    assert not model.everyday_mask[0].all()
+    own, everyday = model.nearness(model.center(fresh))
+    assert (own[:, 0] >= everyday[:, 0] - router.EVERYDAY_MARGIN).mean() >= 0.9
+    model.everyday_mask[:] = True
+    _, unmasked = model.nearness(model.center(fresh))
+    assert (unmasked[:, 0] > everyday[:, 0] + 0.05).all()
 
 
 def test_calibration_report_of_the_real_index(fed):

@@ -8,10 +8,13 @@ The decision, for a prompt and the goals index (goals.py, router.py), one model 
    "refused", and says why. Excluded kernels are shown with the reason and never chosen.
 2. Corrections: a prompt within router.CORRECTION_RADIUS of a prompt the operator corrected routes
    as corrected (the reason names the correction), policy permitting.
-3. Route: the kernel with the highest calibrated score among those that pass their threshold and
+3. Everyday: when the prompt is nearer to the everyday background than to the own texts of the
+   kernel it scores highest on (among those that pass their threshold; router.py, 5), it is an
+   everyday request: the generalist's ("fallback"), never split, and the reason gives both numbers.
+4. Route: the kernel with the highest calibrated score among those that pass their threshold and
    that the policy allows. When a kernel with a higher score was passed over, the reason says why
    (below its own threshold, or the policy). Nothing passes: the default generalist ("fallback").
-4. Split, when the prompt carries requests for several kernels:
+5. Split, when the prompt carries requests for several kernels:
    - clauses (connectives, "avant de", "donc", sentence breaks, commas, gerund clauses "en y
      intégrant ...") that each clearly pass a different kernel (score >= threshold + CLAUSE_MARGIN)
      and have MIN_CLAUSE_CONTENT content words of their own; clauses no kernel takes ("dis-moi
@@ -24,7 +27,7 @@ The decision, for a prompt and the goals index (goals.py, router.py), one model 
      are both far above their thresholds (>= threshold + TIE_MARGIN) and tied (within TIE_GAP).
      Each part then carries the whole prompt.
    A part that cannot stand alone (a dependent clause) carries the whole prompt too.
-5. Long prompts: the embedder sees a bounded, representative part (symbols such as emoji dropped,
+6. Long prompts: the embedder sees a bounded, representative part (symbols such as emoji dropped,
    then the head and the tail, then at most LONG_TOKENS of the embedder's tokens), embedded once (a
    prompt that long is a brief, routed whole, never split): latency does not grow with the prompt.
 
@@ -85,6 +88,14 @@ class Score:
     allowed: bool
     why_not: str | None = None
     raw: float = 0.0      # the raw similarity the calibrated score came from
+    near: float = 1.0     # mean cosine to the kernel's nearest texts ...
+    everyday: float = -1.0  # ... and to the nearest everyday requests (router.py, 5)
+
+    @property
+    def everyday_like(self) -> bool:
+        """The prompt resembles everyday requests more than this kernel's own texts."""
+        from nika_brain.federation.triage.router import EVERYDAY_MARGIN
+        return self.near < self.everyday - EVERYDAY_MARGIN
 
     @property
     def passes(self) -> bool:
@@ -92,7 +103,8 @@ class Score:
 
     def as_dict(self) -> dict[str, Any]:
         d = {"kernel": self.kernel, "score": round(self.score, 4), "threshold": round(self.threshold, 4),
-             "passes": self.passes, "allowed": self.allowed, "raw": round(self.raw, 4)}
+             "passes": self.passes, "allowed": self.allowed, "raw": round(self.raw, 4),
+             "near": round(self.near, 4), "everyday": round(self.everyday, 4)}
         if self.why_not:
             d["why_not"] = self.why_not
         return d
@@ -279,13 +291,14 @@ class Triage:
 
     # -- one text ----------------------------------------------------------------------------
 
-    def _scores(self, z, raw_row, dc: DataClass) -> list[Score]:
+    def _scores(self, z, raw_row, dc: DataClass, near=None, everyday=None) -> list[Score]:
         m = self.index.model
         out = []
         for k in sorted(self._scored, key=lambda k: (-float(z[k]), k)):
             kid = m.kernels[k]
             why = self._why_not(kid, dc)
-            out.append(Score(kid, float(z[k]), float(m.thresholds[k]), why is None, why, float(raw_row[k])))
+            out.append(Score(kid, float(z[k]), float(m.thresholds[k]), why is None, why, float(raw_row[k]),
+                             *(() if near is None else (float(near[k]), float(everyday[k])))))
         return out
 
     @staticmethod
@@ -328,7 +341,8 @@ class Triage:
         vecs = self.embedder.embed(texts, kind=EMBED_KIND)
         z, centred = m.score(vecs, texts)
         raw = z * m.scale + m.loc
-        scores = self._scores(z[0], raw[0], dc)
+        near, everyday = m.nearness(centred[:1])
+        scores = self._scores(z[0], raw[0], dc, near[0], everyday[0])
         extra: dict[str, Any] = {"representative": text} if text != prompt else {}
 
         fix = m.correction(centred[0])
@@ -350,6 +364,12 @@ class Triage:
                                                                          else round(mine.score, 4)}))
             extra = extra | {"correction_overruled": f"{cid} names {kid}, not allowed: {blocked}"}
 
+        top = next((s for s in scores if s.passes and s.kernel != self.index.default), None)
+        if top is not None and top.everyday_like:
+            return self._finish(self._fallback(prompt, (
+                f"an everyday request: nearer to the everyday background ({top.everyday:.2f}) than to the "
+                f"own texts ({top.near:.2f}) of {top.kernel}, its highest score ({top.score:.2f} >= "
+                f"{top.threshold:.2f})"), scores, dc, context, extra))
         split = None
         if len(parts) > 1:
             split = self._clause_split(parts, z[1:], raw[1:], dc, prompt)

@@ -42,7 +42,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 COLLECTION = "nika_federation_goals"
 INDEX_NAME = "goals-index.npz"
-FORMAT = 3  # 2: background-calibrated scores, corrections (issue 21); 3: sub-topic centroids
+FORMAT = 4  # 2: background-calibrated scores, corrections (issue 21); 3: sub-topic centroids;
+            # 4: the everyday background competes (router.py, 5)
 ROUTED_STATUSES = ("starting", "active", "paused", "dead")  # a dead kernel's prompts queue for it
 DEFAULT_KERNEL = "generalist"
 EMBED_KIND: Kind = everyday.EMBED_KIND  # every goals index embeds its texts and the background so
@@ -262,7 +263,7 @@ def build(entries: list[Entry], embedder: Embedder, st: Settings, *,
 
 
 ARRAYS = ("mean", "examples", "owner", "centroids", "subs", "sub_owner", "loc", "scale", "thresholds",
-          "corrections", "corr_owner")
+          "corrections", "corr_owner", "everyday", "everyday_mask")
 
 
 def index_path(brain: Brain) -> Path:

@@ -24,9 +24,18 @@ Pure numpy, one scale for every kernel (issue 21):
    leave-one-out scores: with that many examples the data supports a threshold of its own (a kernel
    whose domain is everyday life itself, e.g. weather or small talk, sits close to the background;
    one whose examples stand far above it can afford a stricter bar against everyday chatter).
-5. The routed kernel is the highest calibrated score that passes its threshold: decide.py takes it
-   from here (policy, corrections, splits).
-6. Operator corrections (corrections.py): a corrected prompt becomes an example of its kernel, and a
+5. The everyday background also competes: a prompt is an everyday request when it is clearly
+   nearer to the background than to the own texts of the kernel it scores highest on (the mean
+   cosine to that kernel's TOPK nearest texts below the mean cosine to the EVERYDAY_TOPK nearest
+   everyday requests minus EVERYDAY_MARGIN; the everyday requests within OWN_RADIUS of the kernel's
+   own texts left out, as in 3). A threshold alone measures how unusual a prompt is for chatter; this
+   asks which of the two it resembles more ("écris une lettre de motivation" scores above the
+   threshold of the client-mail kernel, and is nearer still to the everyday letters). On the four
+   development sets of bench/triage_fr/fewshot: everyday requests rejected 87.5 -> 94.3 %, in-scope
+   89.3 -> 88.9 %.
+6. The routed kernel is the highest calibrated score that passes its threshold: decide.py takes it
+   from here (policy, corrections, the everyday rule, splits).
+7. Operator corrections (corrections.py): a corrected prompt becomes an example of its kernel, and a
    prompt within CORRECTION_RADIUS (cosine, centred space) of a corrected prompt routes as corrected.
 """
 from __future__ import annotations
@@ -52,6 +61,8 @@ MIN_THRESHOLD = 1.0    # a self-calibrated threshold never goes below this
 MAX_THRESHOLD = 3.0    # ... nor above this
 SELF_CALIBRATION = 20  # examples a kernel needs before its own data may lower its threshold
 MISS_RATE = 0.1        # share of a self-calibrated kernel's examples allowed below its threshold
+EVERYDAY_MARGIN = 0.1  # cosine (centred) by which the everyday neighbours may lead a kernel's own ones
+EVERYDAY_TOPK = 2      # nearest everyday requests averaged
 CORRECTION_RADIUS = 0.9   # cosine (centred) within which a correction decides
 MIN_BACKGROUND = 50    # fewer background requests left than this: the kernel keeps them all
 STEM = 5               # characters of a word kept as its stem (French and English inflections)
@@ -106,6 +117,8 @@ class Model:
     vocab: list[frozenset]    # per kernel: its texts' word stems
     corrections: np.ndarray   # (M, d) centred corrected prompts
     corr_owner: np.ndarray    # (M,) kernel index, -1 for "no kernel"
+    everyday: np.ndarray      # (B, d) the background, centred, normalised
+    everyday_mask: np.ndarray  # (K, B) the background requests each kernel competes with (OWN_RADIUS)
     corr_ids: list[str] = field(default_factory=list)
     miss_rate: float = MISS_RATE
     calibrated: bool = True
@@ -126,6 +139,26 @@ class Model:
         """(calibrated scores (m, K), centred vectors) for raw embeddings."""
         c = self.center(vectors)
         return (self.raw(c, texts) - self.loc) / self.scale, c
+
+    def nearness(self, centred: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """((m, K) mean cosine to each kernel's TOPK nearest texts, (m, K) mean cosine to the
+        EVERYDAY_TOPK nearest everyday requests that kernel competes with)."""
+        import numpy as np
+        K = len(self.kernels)
+        own = np.full((len(centred), K), -1.0, dtype=np.float32)
+        bg = np.full((len(centred), K), -1.0, dtype=np.float32)
+        sims = centred @ self.examples.T
+        bsims = centred @ self.everyday.T if len(self.everyday) else np.zeros((len(centred), 0), np.float32)
+        for k in range(K):
+            sub = sims[:, self.owner == k]
+            if sub.shape[1]:
+                t = min(TOPK, sub.shape[1])
+                own[:, k] = (-np.partition(-sub, t - 1, axis=1)[:, :t]).mean(axis=1)
+            b = bsims[:, self.everyday_mask[k]] if len(self.everyday_mask) else bsims
+            if b.shape[1]:
+                t = min(EVERYDAY_TOPK, b.shape[1])
+                bg[:, k] = (-np.partition(-b, t - 1, axis=1)[:, :t]).mean(axis=1)
+        return own, bg
 
     def correction(self, centred_one: np.ndarray) -> tuple[int, float] | None:
         """(index into corrections, similarity) of the nearest correction within the radius."""
@@ -229,7 +262,7 @@ def fit(kernels: list[str], vectors: np.ndarray, owner: np.ndarray, texts: list[
     model = Model(list(kernels), mean, empty, owner, np.zeros((K, d), np.float32), empty, np.zeros(0, int),
                   np.zeros(K),
                   np.ones(K), np.full(K, THRESHOLD), [frozenset()] * K, empty, np.zeros(0, int),
-                  list(corr_ids or []), miss_rate, True)
+                  empty, np.zeros((K, 0), dtype=bool), list(corr_ids or []), miss_rate, True)
     x = model.center(vectors) if len(vectors) else empty
     model.examples = x.astype(np.float32)
     model.centroids = _centroids(x, owner, K)
@@ -242,11 +275,15 @@ def fit(kernels: list[str], vectors: np.ndarray, owner: np.ndarray, texts: list[
     bgc = model.center(bgv)
     bg = model.raw(bgc, bg_texts)
     model.loc, model.scale = np.zeros(K), np.ones(K)
+    model.everyday = bgc.astype(np.float32)
+    model.everyday_mask = np.ones((K, len(bg)), dtype=bool)
     used = np.zeros(K, dtype=int)
     for k in range(K):
         keep = np.ones(len(bg), dtype=bool)
         if (owner == k).any():
             keep = (bgc @ x[owner == k].T).max(axis=1) < OWN_RADIUS
+        if keep.sum() >= MIN_BACKGROUND:
+            model.everyday_mask[k] = keep
         col = bg[keep, k] if keep.sum() >= MIN_BACKGROUND else bg[:, k]
         used[k] = len(col)
         model.loc[k] = float(col.mean())
