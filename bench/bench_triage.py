@@ -345,6 +345,23 @@ def through_daemon(runs: int, n: int) -> dict:
                 if answer is None:
                     raise SystemExit("the federation daemon did not answer a triage request")
             warm_cpu = (daemon_cpu(state) - c0) * 1000 / len(texts)
+            # paired, interleaved: the daemon's answer beside the same decision in this process, on
+            # the same index with a model of its own (what the socket and the daemon add)
+            from nika_brain.brain import Brain
+            from nika_brain.federation.embedding import E5Embedder
+            from nika_brain.federation.triage import goals
+            from nika_brain.federation.triage.decide import Triage
+            brain = Brain.at(root)
+            local = Triage(goals.current(brain), E5Embedder(), goals.settings(brain))
+            local.decide("warm up the model")
+            paired = []
+            for t in texts:
+                t0 = time.perf_counter()
+                resident.request(state, "triage", timeout=60, prompt=t, context=None)
+                there = time.perf_counter() - t0
+                t0 = time.perf_counter()
+                local.decide(t)
+                paired.append(there / (time.perf_counter() - t0))
             para = " ".join(texts)
             long = (para * (5000 // len(para) + 1))[:5000]   # as latency() builds it
             longs = []
@@ -367,6 +384,7 @@ def through_daemon(runs: int, n: int) -> dict:
             nb(root, "federation", "down", ok=None)
     med = statistics.median
     return {"warm_p50": med(warm), "warm_p95": statistics.quantiles(warm, n=20)[18], "n": len(warm),
+            "paired": (min(paired), med(paired), max(paired)),
             "warm_cpu": warm_cpu, "long_p50": med(longs), "long_p95": statistics.quantiles(longs, n=20)[18],
             "long_cpu": long_cpu, "ask_median": med(asks), "ask_min": min(asks), "bare_median": med(bare),
             "ask_cpu": med(ask_cpu), "bare_cpu": med(bare_cpu),
@@ -468,6 +486,8 @@ def main() -> int:
         print(f"\nThrough the federation daemon (load average {os.getloadavg()[0]:.1f}):")
         print(f"  warm triage request ({d['n']} prompts) p50 {d['warm_p50']:.1f} ms  p95 {d['warm_p95']:.1f} ms"
               f"   (goal p50 < 30 ms); the daemon's CPU per request (mean, all threads) {d['warm_cpu']:.1f} ms")
+        print("  paired, interleaved (min / median / max of the ratios): the daemon's answer over the same decision"
+              " in this process {:.2f} / {:.2f} / {:.2f}x".format(*d["paired"]))
         print(f"  5,000-character prompt p50 {d['long_p50']:.1f} ms  p95 {d['long_p95']:.1f} ms   (goal p95 < 100 ms);"
               f" daemon CPU per request {d['long_cpu']:.1f} ms")
         print(f"  cold `nika-brain ask` process: median {d['ask_median']:.0f} ms, min {d['ask_min']:.0f} ms"
