@@ -30,6 +30,8 @@ def _print_decision(d) -> None:
                                               if d.wrong_kernel else "fine"))
     for s in d.scores:
         mark = "" if s.allowed else f"   not allowed: {s.why_not}"
+        if s.passes and s.everyday_like:
+            mark += f"   nearer to everyday requests ({s.everyday:.2f}) than to its texts ({s.near:.2f})"
         print(f"  {s.kernel:<32} {s.score:7.2f}  threshold {s.threshold:.2f}"
               f"{'  passes' if s.passes else ''}{mark}")
 

@@ -439,6 +439,12 @@ def test_cli_triage_json_and_text(fed, git_env):
                        cwd=fed.root, capture_output=True, text=True, timeout=120, check=False)
     assert r.returncode == 0 and r.stdout.startswith(f"fallback: {GENERALIST}")
     assert "threshold" in r.stdout
+    r = subprocess.run([sys.executable, "-m", "nika_brain", "triage",
+                        "écris une lettre de motivation pour un job d'été"], cwd=fed.root,
+                       capture_output=True, text=True, timeout=120, check=False)
+    assert r.returncode == 0 and r.stdout.startswith(f"fallback: {GENERALIST}")
+    line = next(x for x in r.stdout.splitlines() if x.strip().startswith(GAMMA))
+    assert "passes" in line and "nearer to everyday requests" in line
     r = subprocess.run([sys.executable, "-m", "nika_brain", "triage"], cwd=fed.root,
                        capture_output=True, text=True, timeout=120, check=False)
     assert r.returncode == 1 and r.stderr.startswith("nika-brain: triage needs a prompt")
