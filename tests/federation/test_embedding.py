@@ -192,3 +192,29 @@ def test_e5_cuts_long_texts_to_its_window():
     assert long.startswith(cut)
     vec = emb.embed([long], kind="query")
     np.testing.assert_allclose(vec, emb.embed([cut], kind="query"), atol=1e-6)
+
+
+def test_one_texts_threads_follow_the_load_and_never_change_the_vector(monkeypatch):
+    """One core for one text on a busy machine (a team of two waits for a descheduled thread at
+    every barrier), every core on a quiet one; the vectors are the same either way."""
+    assert embedding.single_text_threads(0.3, 2) == 2
+    assert embedding.single_text_threads(2.0, 2) == 1 and embedding.single_text_threads(9.5, 4) == 1
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    emb = embedding.E5Embedder()
+    assert emb._threads is not None     # the engine's own libgomp, found in this process
+    calls: list[int] = []
+    real = emb._threads
+    monkeypatch.setattr(emb, "_threads", lambda n: (calls.append(n), real(n)))
+    text = "vérifie que les sauvegardes de cette nuit se sont bien terminées"
+    monkeypatch.setattr(embedding.os, "getloadavg", lambda: (0.1, 0.1, 0.1))
+    quiet = emb.embed([text], kind="query")
+    monkeypatch.setattr(embedding.os, "getloadavg", lambda: (50.0, 50.0, 50.0))
+    busy = emb.embed([text], kind="query")
+    batch = emb.embed([text, "bonjour"], kind="query")
+    assert calls == [emb._cores, 1, emb._cores]    # a batch runs one text per thread: every core
+    assert np.allclose(quiet, busy, atol=1e-6) and np.allclose(batch[0], quiet[0], atol=1e-6)
+
+
+def test_a_thread_count_set_by_the_environment_is_left_alone(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert embedding.E5Embedder()._threads is None
