@@ -214,6 +214,25 @@ def test_idle_kernel_steals_and_owner_restart_does_not_grant_twice(tmp_path, git
     assert len(ran) == 3
 
 
+def test_an_owner_killed_between_its_decision_and_its_delivery_delivers_it_once_restarted(
+        tmp_path, git_env, monkeypatch):
+    """The owner wrote the grant (SET NX) and died before it watched it (`ws:away`) and put it in the
+    grantee's inbox: its next incarnation reads the task again from its queue, finds the decision
+    made, and delivers it (the stress test under load hung on exactly this: 899 of 900 done)."""
+    use_bus(monkeypatch, "embedded")
+    bus = fed_bus(tmp_path / "b")
+    ran: list = []
+    enqueue(bus, "alpha", "write the monthly report for the client", task_id="t-cut")
+    assert bus.set_if_absent(stealing._k_grant("t-cut", 1), {
+        "to": "beta", "epoch": 1, "by": "alpha", "reason": "the only claimant above the threshold",
+        "at": time.time(), "aptitude": 0.9, "candidates": [["beta", 0.9, 0]]})
+    a, b = worker(bus, "alpha", ran), worker(bus, "beta", ran)
+    a.beat(force=True), b.beat(force=True)
+    spin(a, b, until=lambda: bus.get("ws:done:t-cut") is not None, limit=60.0)
+    assert ran == [("beta", "t-cut")] and len(grants(bus, "t-cut")) == 1
+    spin(a, b, until=lambda: not bus.keys("ws:away:") and not bus.keys("ws:open:"), limit=60.0)
+
+
 def test_a_busy_owners_only_task_goes_to_the_idle_kernel_and_waits_for_the_turn_otherwise(
         tmp_path, git_env, monkeypatch):
     """The seed's case: B is in a turn, one task waits in its queue, A is idle and fit: A gets it. The

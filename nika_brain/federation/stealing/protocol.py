@@ -760,6 +760,11 @@ class Worker:
                     continue
                 del pool[i]
                 outcome = self.execute(tid)
+                if outcome == "not-ours" and pool is self.local and self._undelivered(tid):
+                    # an earlier incarnation decided for another kernel and died before delivering
+                    # the decision (nor watched it): deliver it now, or the task is lost
+                    self._deliver(tid, mid, grants(self.bus, tid)[-1])
+                    return True
                 if outcome == "busy":
                     self.deferred[tid] = now + min(1.0, self.cfg.lease / 3)
                     pool.append((tid, mid))
@@ -770,6 +775,12 @@ class Worker:
                     self.bus.ack(chan, GROUP, mid)
                 return True
         return False
+
+    def _undelivered(self, tid: str) -> bool:
+        """A task of our queue whose newest decision names another kernel, and that nobody watches."""
+        gs = grants(self.bus, tid)
+        return (bool(gs) and gs[-1]["to"] != self.kernel and self.bus.get(_k_done(tid)) is None
+                and self.bus.get(_k_away(self.kernel, tid)) is None)
 
     def execute(self, tid: str) -> str:
         """Run one task if it is ours to run: 'ran', 'done' (already), 'not-ours', or 'busy'."""
