@@ -18,6 +18,8 @@ import sys
 import time
 from pathlib import Path
 
+from isolation import own_operator_home
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -84,4 +86,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with own_operator_home():
+        sys.exit(main())
