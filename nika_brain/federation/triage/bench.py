@@ -110,8 +110,7 @@ def peer_scores(index, embedder, texts: list[str]) -> dict[str, Any]:
             if name.startswith("kNN"):
                 raw[:, k] = sub.max(axis=1)
             elif name == "top-5 mean":
-                t = min(5, sub.shape[1])
-                raw[:, k] = (-np.partition(-sub, t - 1, axis=1)[:, :t]).mean(axis=1)
+                raw[:, k] = router.top_mean(sub, 5)
             else:
                 raw[:, k] = c @ m.centroids[k]
         q, b = raw[:len(texts)], raw[len(texts):]

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from nika_brain.errors import BrainError, Invalid
 from nika_brain.federation.triage.goals import EMBED_KIND, DataClass, Index, Settings
+from nika_brain.federation.triage.router import EVERYDAY_MARGIN
 
 if TYPE_CHECKING:  # pragma: no cover
     from nika_brain.brain import Brain
@@ -94,7 +95,6 @@ class Score:
     @property
     def everyday_like(self) -> bool:
         """The prompt resembles everyday requests more than this kernel's own texts."""
-        from nika_brain.federation.triage.router import EVERYDAY_MARGIN
         return self.near < self.everyday - EVERYDAY_MARGIN
 
     @property
@@ -297,8 +297,9 @@ class Triage:
         for k in sorted(self._scored, key=lambda k: (-float(z[k]), k)):
             kid = m.kernels[k]
             why = self._why_not(kid, dc)
+            nearness = {} if near is None else {"near": float(near[k]), "everyday": float(everyday[k])}
             out.append(Score(kid, float(z[k]), float(m.thresholds[k]), why is None, why, float(raw_row[k]),
-                             *(() if near is None else (float(near[k]), float(everyday[k])))))
+                             **nearness))
         return out
 
     @staticmethod

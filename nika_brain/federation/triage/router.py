@@ -152,12 +152,10 @@ class Model:
         for k in range(K):
             sub = sims[:, self.owner == k]
             if sub.shape[1]:
-                t = min(TOPK, sub.shape[1])
-                own[:, k] = (-np.partition(-sub, t - 1, axis=1)[:, :t]).mean(axis=1)
+                own[:, k] = top_mean(sub, TOPK)
             b = bsims[:, self.everyday_mask[k]] if len(self.everyday_mask) else bsims
             if b.shape[1]:
-                t = min(EVERYDAY_TOPK, b.shape[1])
-                bg[:, k] = (-np.partition(-b, t - 1, axis=1)[:, :t]).mean(axis=1)
+                bg[:, k] = top_mean(b, EVERYDAY_TOPK)
         return own, bg
 
     def correction(self, centred_one: np.ndarray) -> tuple[int, float] | None:
@@ -167,6 +165,13 @@ class Model:
         sims = self.corrections @ centred_one
         j = int(sims.argmax())
         return (j, float(sims[j])) if sims[j] >= CORRECTION_RADIUS else None
+
+
+def top_mean(sims: np.ndarray, t: int) -> np.ndarray:
+    """(m,) mean of each row's t highest values (t at most the row's length)."""
+    import numpy as np
+    t = min(t, sims.shape[1])
+    return (-np.partition(-sims, t - 1, axis=1)[:, :t]).mean(axis=1)
 
 
 def centroid_weight(n: int) -> float:
@@ -186,8 +191,7 @@ def raw_similarity(centred, texts, examples, owner, subs, sub_owner, K, vocab) -
         if sub.shape[1] == 0:
             out[:, k] = -1.0
             continue
-        t = min(TOPK, sub.shape[1])
-        near = (-np.partition(-sub, t - 1, axis=1)[:, :t]).mean(axis=1)
+        near = top_mean(sub, TOPK)
         lex = np.array([len(s & vocab[k]) / len(s) if s else 0.0 for s in q_stems], dtype=np.float32)
         w = centroid_weight(sub.shape[1])
         cent = sub_sims[:, sub_owner == k].max(axis=1)
