@@ -181,6 +181,19 @@ def test_a_clause_without_content_words_of_its_own_never_takes_a_kernel(fed):
     assert (d.decision, d.kernels) == ("kernel", (ALPHA,)), d.reason
 
 
+
+def test_an_elided_french_word_is_a_content_word_whichever_apostrophe_is_typed(fed):
+    """"l'état de l'art" is two content words, not two contractions to drop; a French keyboard types
+    "'" or "\u2019", and both give the same words, so the same lexical score and the same route."""
+    from nika_brain.federation.triage.router import words
+    assert words("fais l'état de l'art") == ["etat", "art"] == words("fais l\u2019état de l\u2019art")
+    assert words("what's the client's budget, don't guess") == ["client", "budget", "guess"]
+    assert content_words("fais l'état de l'art sur les activations") == 3
+    straight = triage(fed, "relance l'entraînement du modèle sur le cluster")
+    curly = triage(fed, "relance l\u2019entraînement du modèle sur le cluster")
+    assert (straight.decision, straight.kernels) == (curly.decision, curly.kernels)
+    assert [s.kernel for s in straight.scores] == [s.kernel for s in curly.scores]
+
 def test_wrong_kernel_is_flagged_only_when_the_context_would_not_take_it(fed):
     d = triage(fed, "envoie au client le compte rendu de la réunion d'hier", context=ALPHA)
     assert d.wrong_kernel and d.kernels == (GAMMA,)

@@ -209,9 +209,9 @@ def bound_tokens(text: str, count: Callable[[str], int] | None, limit: int | Non
 
 
 def content_words(clause: str) -> int:
-    """Content words of a clause (stop words and contractions such as "what's" left out)."""
+    """Content words of a clause (stop words left out, "what's" among them; "l'état" counts)."""
     from nika_brain.federation.triage.router import words
-    return sum(1 for w in words(clause) if "'" not in w)
+    return len(words(clause))
 
 
 def clauses(prompt: str) -> list[str]:

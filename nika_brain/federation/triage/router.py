@@ -77,7 +77,9 @@ any some all no not yes hey hi okay ok le la les l un une des du de d au aux et 
 car que qu qui quoi dont ou est sont je j tu il elle on nous vous ils elles me m te t se s mon ma
 mes ton ta tes son sa ses notre nos votre vos leur leurs ce cet cette ces c en y a dans sur sous
 pour par avec sans chez vers pas ne n plus moins tres bien peux peut pouvez veux voudrais merci stp
-svp est-ce fais fait faire""".split())
+svp est-ce fais fait faire don doesn didn isn aren wasn weren won wouldn couldn shouldn haven hasn
+hadn""".split())
+ELISIONS = frozenset("l d j m n s t c qu jusqu lorsqu puisqu quoiqu presqu".split())  # l'état, qu'il
 
 
 def fold(text: str) -> str:
@@ -86,8 +88,16 @@ def fold(text: str) -> str:
 
 
 def words(text: str) -> list[str]:
-    """Lower-case, accent-free content words (stop words dropped)."""
-    return [w for w in _WORD.findall(fold(text)) if w not in STOPWORDS and len(w) > 1]
+    """Lower-case, accent-free content words (stop words dropped). An apostrophe, typed straight or
+    curly, ends a French elision ("l'état" is "état") or an English contraction ("client's" is
+    "client", "what's" is "what")."""
+    out = []
+    for w in _WORD.findall(fold(text).replace("\u2019", "'")):
+        head, _, tail = w.partition("'")
+        w = tail if tail and head in ELISIONS else head
+        if w not in STOPWORDS and len(w) > 1:
+            out.append(w)
+    return out
 
 
 def stems(text: str) -> set[str]:
