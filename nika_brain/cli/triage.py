@@ -82,7 +82,8 @@ def triage_cmd(
               + (f", refined by {rep['labelled']} labelled prompts" if rep.get("labelled") else ""))
         for kid, r in rep.get("kernels", {}).items():
             print(f"  {kid:<32} threshold {r['threshold']:.2f}  examples {r['examples']}"
-                  + ("  (self-calibrated)" if r["self_calibrated"] else ""))
+                  + ("  (self-calibrated)" if r["self_calibrated"] else "")
+                  + (f"  vocabulary: {'; '.join(r['vocabulary'])}" if r.get("vocabulary") else ""))
         return
     if not words:
         raise Invalid('triage needs a prompt: nika-brain triage "<prompt>"')

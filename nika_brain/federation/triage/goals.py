@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from nika_brain.errors import BrainError, Invalid
 from nika_brain.federation.embedding import Kind
-from nika_brain.federation.triage import everyday
+from nika_brain.federation.triage import everyday, vocabulary
 from nika_brain.federation.triage.corrections import Correction
 from nika_brain.federation.triage.router import MISS_RATE, Model
 
@@ -79,6 +79,7 @@ class Settings:
     split: bool = True
     calibration: str | None = None        # labelled JSONL refining the thresholds
     data_classes: tuple[DataClass, ...] = DEFAULT_CLASSES
+    vocabulary: bool = True               # each kernel takes its work domains' words (vocabulary.py)
 
 
 def _bad(key: str, msg: str) -> BrainError:
@@ -89,7 +90,7 @@ def settings(brain: Brain | None) -> Settings:
     raw = (brain.config.federation.get("triage") if brain is not None else None) or {}
     if not isinstance(raw, dict):
         raise Invalid("must be a mapping", file="nika-brain.yml", key="federation.triage")
-    known = ("default", "miss_rate", "split", "calibration", "data_classes")
+    known = ("default", "miss_rate", "split", "calibration", "data_classes", "vocabulary")
     for key in raw:
         if key not in known:
             raise _bad(str(key), f"unknown key (expected one of: {', '.join(known)})")
@@ -103,6 +104,9 @@ def settings(brain: Brain | None) -> Settings:
     split = raw.get("split", True)
     if not isinstance(split, bool):
         raise _bad("split", "must be true or false")
+    vocab = raw.get("vocabulary", True)
+    if not isinstance(vocab, bool):
+        raise _bad("vocabulary", "must be true or false (each kernel takes its work domains' words)")
     cal = raw.get("calibration")
     if cal is not None and not isinstance(cal, str):
         raise _bad("calibration", "must be a path to a JSONL file")
@@ -131,7 +135,7 @@ def settings(brain: Brain | None) -> Settings:
                 raise _bad(f"data_classes[{i}].regions", "must be a list of region names")
             out.append(DataClass(item["name"], tuple(pats), None if regions is None else tuple(regions)))
         classes = tuple(out)
-    return Settings(default, float(miss), split, cal, classes)
+    return Settings(default, float(miss), split, cal, classes, vocab)
 
 
 def placement_regions(brain: Brain) -> dict[str, str]:
@@ -201,9 +205,41 @@ def _file_digest(path: str | None, root: Path | None) -> str | None:
 def digest(entries: list[Entry], model_id: str, st: Settings, cal_digest: str | None,
            fixes: list[Correction] | None = None) -> str:
     doc = {"format": FORMAT, "model": model_id, "miss_rate": st.miss_rate, "default": st.default,
+           "vocabulary": vocabulary.digest() if st.vocabulary else None,
            "calibration": cal_digest, "entries": [asdict(e) for e in sorted(entries, key=lambda e: e.id)],
            "corrections": [[c.id, c.prompt, c.kernel] for c in (fixes or [])]}
     return hashlib.sha256(json.dumps(doc, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+def _with_vocabulary(embedder: Embedder, bgv, own, texts: list[str], owner: list[int], calib: list[bool]):
+    """Each kernel's texts extended by the terms of the work domains they vote for (vocabulary.py),
+    as domain texts (not canonical); `texts`, `owner` and `calib` grow in place. Returns the vectors
+    and, per kernel, the names of its domains."""
+    import numpy as np
+    doms = vocabulary.domains()
+    terms = vocabulary.terms()
+    tv = everyday.vectors(embedder, EMBED_KIND, terms, vocabulary.SHIPPED)
+    term_domain = np.array([j for j, d in enumerate(doms) for _ in d.terms], dtype=int)
+    mean = bgv.mean(axis=0)
+
+    def unit(x):
+        x = np.asarray(x, dtype=np.float32) - mean
+        return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+    centred_terms, centred_own, owners = unit(tv), unit(own), np.array(owner, dtype=int)
+    starts = np.concatenate([[0], np.cumsum([len(d.terms) for d in doms])])
+    taken: dict[int, list[str]] = {}
+    rows = []
+    for k in sorted(set(owner)):
+        picked = vocabulary.vote(centred_own[owners == k], centred_terms, term_domain, len(doms))
+        for j in picked:
+            for t in range(starts[j], starts[j + 1]):
+                texts.append(terms[t])
+                owner.append(k)
+                calib.append(False)
+                rows.append(t)
+        if picked:
+            taken[k] = [doms[j].name for j in picked]
+    return (np.vstack([own, tv[rows]]) if rows else own), taken
 
 
 def build(entries: list[Entry], embedder: Embedder, st: Settings, *,
@@ -241,14 +277,22 @@ def build(entries: list[Entry], embedder: Embedder, st: Settings, *,
     extra = texts + [c.prompt for c in fixes]
     vecs = embedder.embed(extra, kind=EMBED_KIND) if extra else np.zeros((0, dim), np.float32)
     n = len(texts)
-    model, report = router.fit(ids, vecs[:n], np.array(owner, dtype=int), texts, np.array(calib, dtype=bool),
+    own, fixed = vecs[:n], vecs[n:]
+    taken: dict[int, list[str]] = {}
+    if st.vocabulary and n:
+        own, taken = _with_vocabulary(embedder, bgv, own, texts, owner, calib)
+    shipped = np.arange(len(texts)) >= n    # the vocabulary's words come after the kernels' own texts
+    model, report = router.fit(ids, own, np.array(owner, dtype=int), texts, np.array(calib, dtype=bool),
                                bgv, miss_rate=st.miss_rate,
-                               corrections=vecs[n:] if fixes else None,
+                               corrections=fixed if fixes else None,
                                corr_owner=[-1 if c.kernel is None else where[c.kernel] for c in fixes],
-                               corr_ids=[c.id for c in fixes])
+                               corr_ids=[c.id for c in fixes], shipped=shipped)
     if not entries:
         report["calibrated"] = False
     report["corrections"] = len(fixes)
+    for k, kid in enumerate(ids):
+        if kid in report["kernels"]:
+            report["kernels"][kid]["vocabulary"] = taken.get(k, [])
     if labelled and entries:
         known = [(t, e) for t, e in labelled if e is None or e in where or e == st.default]
         qv = embedder.embed([t for t, _ in known], kind=EMBED_KIND)

@@ -236,7 +236,7 @@ def subtopics(x: np.ndarray, owner: np.ndarray, K: int) -> tuple[np.ndarray, np.
     """(sub-topic centroids (C, d), their kernel (C,), each text's sub-topic (N,)): a kernel's texts
     grouped by k-means, one sub-topic per SUBTOPIC_SIZE texts (a small kernel is one sub-topic)."""
     import numpy as np
-    labels = np.zeros(len(x), dtype=int)
+    labels = np.full(len(x), -1, dtype=int)   # -1: in no sub-topic (owner -1)
     sub_owner: list[int] = []
     for k in range(K):
         idx = np.where(owner == k)[0]
@@ -262,9 +262,12 @@ def _centroids(x: np.ndarray, owner: np.ndarray, K: int) -> np.ndarray:
 def fit(kernels: list[str], vectors: np.ndarray, owner: np.ndarray, texts: list[str],
         calibrate: np.ndarray, background_vectors: np.ndarray, *, miss_rate: float = MISS_RATE,
         corrections: np.ndarray | None = None, corr_owner: list[int] | None = None,
-        corr_ids: list[str] | None = None) -> tuple[Model, dict[str, Any]]:
+        corr_ids: list[str] | None = None, shipped: np.ndarray | None = None) -> tuple[Model, dict[str, Any]]:
     """Fit from raw embeddings of every kernel text (`calibrate[i]` marks canonical prompts, the
-    ones a leave-one-out score is computed for) and of the background. Returns (model, report)."""
+    ones a leave-one-out score is computed for) and of the background. Returns (model, report).
+    `shipped[i]` marks a word of the shipped vocabulary (vocabulary.py): a neighbour and a stem like
+    the kernel's own texts, but no part of its sub-topics nor of the everyday requests it is excused
+    from (OWN_RADIUS), which stay its own texts' alone."""
     import numpy as np
     K = len(kernels)
     vectors = np.asarray(vectors, dtype=np.float32)
@@ -280,7 +283,8 @@ def fit(kernels: list[str], vectors: np.ndarray, owner: np.ndarray, texts: list[
     x = model.center(vectors) if len(vectors) else empty
     model.examples = x.astype(np.float32)
     model.centroids = _centroids(x, owner, K)
-    model.subs, model.sub_owner, labels = subtopics(x, owner, K)
+    own = np.ones(len(owner), dtype=bool) if shipped is None else ~np.asarray(shipped, dtype=bool)
+    model.subs, model.sub_owner, labels = subtopics(x, np.where(own, owner, -1), K)
     model.vocab = [frozenset(s for t, o in zip(texts, owner) if o == k for s in stems(t)) for k in range(K)]
     if corrections is not None and len(corrections):
         model.corrections = model.center(corrections)
@@ -294,8 +298,8 @@ def fit(kernels: list[str], vectors: np.ndarray, owner: np.ndarray, texts: list[
     used = np.zeros(K, dtype=int)
     for k in range(K):
         keep = np.ones(len(bg), dtype=bool)
-        if (owner == k).any():
-            keep = (bgc @ x[owner == k].T).max(axis=1) < OWN_RADIUS
+        if (own & (owner == k)).any():
+            keep = (bgc @ x[own & (owner == k)].T).max(axis=1) < OWN_RADIUS
         if keep.sum() >= MIN_BACKGROUND:
             model.everyday_mask[k] = keep
         col = bg[keep, k] if keep.sum() >= MIN_BACKGROUND else bg[:, k]

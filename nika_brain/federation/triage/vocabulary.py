@@ -1,0 +1,80 @@
+"""The work domains' vocabulary (vocabulary.txt, shipped with the package; its vectors in vocabulary.npz).
+
+A kernel is declared in a handful of words: a goal, a few domains, 3-10 canonical prompts. The prompts
+users then type speak the domain's jargon, which those words never name ("la perplexité remonte après
+le warmup" for a lab kernel whose texts say "benchmarks de modèles"). The package ships, for some
+twenty work domains, the words people use for that work, in French and English. At calibration each
+kernel takes the vocabulary of the domains its own texts vote for:
+
+- each of the kernel's texts (goal, domains, canonical prompts) votes for the domain of its nearest
+  term (cosine, centred on the everyday background), if that term is at least VOTE_SIMILARITY near;
+- a domain is the kernel's when at least VOTES of its texts, and at least VOTE_SHARE of them, vote for it.
+
+The vote reads the kernel's own texts and this file alone, never another kernel: a kernel's vocabulary
+(and so its calibration) does not move when another kernel comes or goes. The words join the kernel's
+texts as its domains do (not as canonical prompts: they neither set its threshold nor its sub-topics),
+for the embeddings and the lexical score alike. `federation.triage.vocabulary: false` turns it off;
+`nika-brain triage calibrate` shows each kernel's domains.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
+
+SOURCE = "vocabulary.txt"
+SHIPPED = "vocabulary.npz"
+VOTE_SIMILARITY = 0.4   # a text votes only when a term is this near (cosine, centred)
+VOTES = 2               # a domain needs at least this many of the kernel's texts ...
+VOTE_SHARE = 0.15       # ... and this share of them
+
+
+@dataclass(frozen=True)
+class Domain:
+    name: str
+    terms: tuple[str, ...]
+
+
+@lru_cache(maxsize=1)
+def domains() -> tuple[Domain, ...]:
+    """vocabulary.txt: one domain per "## name" line, then its terms, comma-separated."""
+    raw = resources.files("nika_brain.federation.triage").joinpath(SOURCE).read_text("utf-8")
+    out: list[tuple[str, list[str]]] = []
+    for line in raw.splitlines():
+        if line.startswith("## "):
+            out.append((line[3:].strip(), []))
+        elif line.strip() and not line.startswith("#") and out:
+            out[-1][1].extend(t.strip() for t in line.split(",") if t.strip())
+    return tuple(Domain(name, tuple(dict.fromkeys(terms))) for name, terms in out if terms)
+
+
+def terms() -> list[str]:
+    """Every domain's terms, domain after domain (the rows of vocabulary.npz)."""
+    return [t for d in domains() for t in d.terms]
+
+
+def digest() -> str:
+    return hashlib.sha256("\n".join(f"{d.name}: {'|'.join(d.terms)}" for d in domains()).encode()).hexdigest()
+
+
+def vote(own: np.ndarray, term_vecs: np.ndarray, term_domain: np.ndarray, n_domains: int) -> list[int]:
+    """The domains a kernel's texts vote for: `own` (n, d) and `term_vecs` (T, d) centred and
+    normalised, `term_domain` (T,) each term's domain."""
+    import numpy as np
+    if not len(own) or not len(term_vecs):
+        return []
+    sims = own @ term_vecs.T                                   # (n, T)
+    best = np.full((len(own), n_domains), -1.0, dtype=np.float32)
+    for j in range(n_domains):
+        cols = term_domain == j
+        if cols.any():
+            best[:, j] = sims[:, cols].max(axis=1)
+    choice, near = best.argmax(axis=1), best.max(axis=1)
+    counts = np.bincount(choice[near >= VOTE_SIMILARITY], minlength=n_domains)
+    need = max(VOTES, VOTE_SHARE * len(own))
+    return [int(j) for j in np.flatnonzero(counts >= need)]
