@@ -12,6 +12,9 @@
    A fourth, dev4.jsonl (40 in-scope, 16 everyday, 20 hybrid prompts), written later still, before
    any result on it was seen: short chat-like requests, typos, Franglais, and half of its hybrids in
    one clause with no connective ("supervision zabbix des capteurs de l'usine").
+   final2.jsonl (50 in-scope, 15 everyday, 12 hybrid prompts), written after the shipped vocabulary
+   of work domains (vocabulary.txt), never tuned on. Every set also shows the triage without that
+   vocabulary (`federation.triage.vocabulary: false`), measured in the same run.
 2. The older French set (bench/triage_fr/routes.yml, 12 prompts per kernel, queries.jsonl).
 3. CLINC150 (../shared/data/clinc150, dev split): each of the 10 domains plays one kernel; its
    canonical prompts are the first 20 `train` queries of each of its 15 intents (300 per kernel);
@@ -108,8 +111,11 @@ def run_clinc(args, emb) -> dict:
 
 
 def run_set(routes: Path, queries: Path, emb) -> dict:
+    """The set's figures, and the same triage without the shipped vocabulary beside them."""
     from nika_brain.federation.triage import bench
-    return bench.run(routes, queries, embedder=emb)
+    out = bench.run(routes, queries, embedder=emb)
+    out["bare"] = bench.run(routes, queries, embedder=emb, vocabulary=False)
+    return out
 
 
 def stability(emb) -> dict:
@@ -401,6 +407,10 @@ def print_set(title: str, r: dict, goal: tuple[float, float] | None) -> None:
     print(f"\n{title} ({r['n']} prompts)")
     split = "" if r["split_accuracy"] is None else f"  hybrids split exactly {r['split_accuracy']:.1%}"
     print(_line("triage", r["in_scope_accuracy"], r["oos_recall"], split))
+    if "bare" in r:
+        b = r["bare"]
+        print(_line("  no vocabulary", b["in_scope_accuracy"], b["oos_recall"],
+                    "" if b["split_accuracy"] is None else f"  hybrids split exactly {b['split_accuracy']:.1%}"))
     for name, p in r["peers"].items():
         print(_line(name, p["in_scope_accuracy"], p["oos_recall"]))
     if goal:
@@ -437,6 +447,8 @@ def main() -> int:
               run_set(FEW / "routes.yml", FEW / "dev4.jsonl", emb), (0.95, 0.90))
     print_set("French/English few-shot, 5 canonical prompts per kernel: FINAL held-out set (never tuned on)",
               run_set(FEW / "routes.yml", FEW / "final.jsonl", emb), (0.95, 0.90))
+    print_set("French/English few-shot: FINAL2 held-out set (written after the vocabulary, never tuned on)",
+              run_set(FEW / "routes.yml", FEW / "final2.jsonl", emb), (0.95, 0.90))
     print_set("Older French set (bench/triage_fr, 12 canonical prompts per kernel)",
               run_set(FR / "routes.yml", FR / "queries.jsonl", emb), None)
 

@@ -140,7 +140,7 @@ def peer_figures(index, embedder, texts: list[str], expected: list[str | None]) 
 
 
 def run(routes: Path, queries: Path, calibration: Path | None = None, *,
-        embedder=None, miss_rate: float | None = None) -> dict[str, Any]:
+        embedder=None, miss_rate: float | None = None, vocabulary: bool = True) -> dict[str, Any]:
     from nika_brain.federation.embedding import open_embedder
     from nika_brain.federation.triage import goals
     from nika_brain.federation.triage.decide import Triage
@@ -153,7 +153,8 @@ def run(routes: Path, queries: Path, calibration: Path | None = None, *,
                     for q in read_queries(calibration, known)
                     if q.expected is None or len(q.expected) == 1]
     emb = embedder or open_embedder(None)
-    st = goals.Settings(default=default, miss_rate=goals.MISS_RATE if miss_rate is None else miss_rate)
+    st = goals.Settings(default=default, miss_rate=goals.MISS_RATE if miss_rate is None else miss_rate,
+                        vocabulary=vocabulary)
     with tempfile.TemporaryDirectory(prefix="nika-triage-bench-") as tmp:
         index = goals.build(entries, emb, st, labelled=labelled, digest_="bench")
         goals.save(index, Path(tmp) / goals.INDEX_NAME)        # the throw-away federation
