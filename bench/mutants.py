@@ -51,6 +51,7 @@ GITHOOKS = "nika_brain/hooks/git.py"
 CLAUDE_HOOK = "nika_brain/hooks/claude.py"
 CHUNKING = "nika_brain/federation/vault/chunking.py"
 DECIDE = "nika_brain/federation/triage/decide.py"
+VOCABULARY = "nika_brain/federation/triage/vocabulary.py"
 INDEX = "nika_brain/engine/index.py"
 ATTACKS = "tests/state/test_agent_attacks.py"
 NO_DOOR = f"{ATTACKS}::test_without_a_door_an_agent_cannot_act_as_any_claim_whatever_nika_claim_says"
@@ -260,6 +261,19 @@ MUTANTS: list[Mutant] = [
            "        if keep.sum() >= MIN_BACKGROUND:\n            model.everyday_mask[k] = keep",
            "        if False:\n            model.everyday_mask[k] = keep",
            ("tests/federation/test_triage.py::test_an_everyday_kernel_is_not_calibrated_against_its_own_kind_and_scored_by_its_nearest_theme",)),
+    Mutant("goals: the shipped vocabulary never joins a kernel's texts", "nika_brain/federation/triage/goals.py",
+           "    if st.vocabulary and n:", "    if False:",
+           ("tests/federation/test_triage.py::test_each_kernel_takes_the_vocabulary_of_its_own_work_and_no_other_kernel_moves_it",
+            "tests/federation/test_triage.py::test_a_prompt_in_its_domains_jargon_routes_by_the_vocabulary_and_leads_less_without_it")),
+    Mutant("router: the vocabulary's words make sub-topics of their own", "nika_brain/federation/triage/router.py",
+           "subtopics(x, np.where(own, owner, -1), K)", "subtopics(x, owner, K)",
+           ("tests/federation/test_triage.py::test_an_everyday_request_above_a_threshold_still_falls_back_and_says_why",)),
+    Mutant("vocabulary: two votes attach a domain however many texts a kernel has", VOCABULARY,
+           "VOTE_SHARE = 0.15", "VOTE_SHARE = 0.0",
+           ("tests/federation/test_triage.py::test_a_domain_needs_two_votes_and_a_share_of_the_kernels_texts_each_near_enough",)),
+    Mutant("vocabulary: a text far from every term still votes", VOCABULARY,
+           "VOTE_SIMILARITY = 0.4 ", "VOTE_SIMILARITY = -1.0 ",
+           ("tests/federation/test_triage.py::test_a_domain_needs_two_votes_and_a_share_of_the_kernels_texts_each_near_enough",)),
     Mutant("embedding: cut_to_tokens cuts once, not until the text fits", "nika_brain/federation/embedding.py",
            "    while n > limit and len(text) > 1:", "    if n > limit and len(text) > 1:",
            (BOUNDED, "tests/federation/test_embedding.py::test_e5_cuts_short_texts_of_many_tokens",

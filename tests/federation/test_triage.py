@@ -361,6 +361,24 @@ def test_each_kernel_takes_the_vocabulary_of_its_own_work_and_no_other_kernel_mo
     assert "vocabulary: exploitation informatique, IT operations" in line
 
 
+
+def test_a_domain_needs_two_votes_and_a_share_of_the_kernels_texts_each_near_enough():
+    """vocabulary.vote on unit vectors: domain 0's term on axis 0, domain 1's on axis 1, domain 2's on
+    axis 2. A text votes for the domain of its nearest term, only when it is VOTE_SIMILARITY near."""
+    from nika_brain.federation.triage import vocabulary
+    terms = np.eye(4, dtype=np.float32)[:3]
+    domain_of = np.array([0, 1, 2])
+
+    def texts(*axes: int) -> np.ndarray:
+        return np.eye(4, dtype=np.float32)[list(axes)]
+    assert vocabulary.vote(texts(0, 0, 0, 0, 0, 1, 1, 3), terms, domain_of, 3) == [0, 1]   # 2 of 8
+    assert vocabulary.vote(texts(*[0] * 18, 1, 1), terms, domain_of, 3) == [0]   # 2 of 20 < 15 %
+    assert vocabulary.vote(texts(*[0] * 17, 1, 1, 1), terms, domain_of, 3) == [0, 1]   # 3 of 20
+    assert vocabulary.vote(texts(0, 0, 2), terms, domain_of, 3) == [0]   # one vote is no domain
+    far = np.array([[0.3, 0.0, 0.0, 0.954]] * 3, dtype=np.float32)    # nearest term at 0.3: no vote
+    assert vocabulary.vote(far, terms, domain_of, 3) == []
+    assert vocabulary.vote(texts(), terms, domain_of, 3) == []
+
 @pytest.mark.parametrize("prompt, kernel", [
     ("l'overfitting apparaît dès la deuxième epoch", BETA),       # no kernel text says epoch or overfitting
     ("prépare le DUME et le DC1 pour la candidature", EPSILON),   # nor DUME, DC1
