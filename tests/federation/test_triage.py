@@ -354,6 +354,13 @@ def test_each_kernel_takes_the_vocabulary_of_its_own_work_and_no_other_kernel_mo
     fewer = goals.build([e for e in index.entries if e.id != EPSILON], open_embedder(fed), st)
     assert {k: r["vocabulary"] for k, r in fewer.report["kernels"].items()} == \
         {k: v for k, v in got.items() if k != EPSILON}
+    # a kernel whose work no shipped domain covers takes none, and moves no other kernel's
+    garden = goals.Entry("kernel-garden", "Jardin potager et espaces verts du site",
+                         ("potager", "arrosage", "taille des haies", "pelouse"),
+                         ("quand planter les tomates cette année ?", "programme l'arrosage du potager",
+                          "il faut tailler les haies du parking", "la pelouse jaunit près de l'entrée"))
+    more = goals.build([*index.entries, garden], open_embedder(fed), st)
+    assert {k: r["vocabulary"] for k, r in more.report["kernels"].items()} == {**got, "kernel-garden": []}
     r = subprocess.run([sys.executable, "-m", "nika_brain", "triage", "calibrate"], cwd=fed.root,
                        capture_output=True, text=True, timeout=300, check=False)
     assert r.returncode == 0, r.stderr
