@@ -58,6 +58,7 @@ def terms() -> list[str]:
     return [t for d in domains() for t in d.terms]
 
 
+@lru_cache(maxsize=1)
 def digest() -> str:
     return hashlib.sha256("\n".join(f"{d.name}: {'|'.join(d.terms)}" for d in domains()).encode()).hexdigest()
 
