@@ -217,29 +217,22 @@ def _with_vocabulary(embedder: Embedder, bgv, own, texts: list[str], owner: list
     as domain texts (not canonical); `texts`, `owner` and `calib` grow in place. Returns the vectors
     and, per kernel, the names of its domains."""
     import numpy as np
-    doms = vocabulary.domains()
+
+    from nika_brain.federation.triage.router import center
     terms = vocabulary.terms()
     tv = everyday.vectors(embedder, EMBED_KIND, terms, vocabulary.SHIPPED)
-    term_domain = np.array([j for j, d in enumerate(doms) for _ in d.terms], dtype=int)
     mean = bgv.mean(axis=0)
-
-    def unit(x):
-        x = np.asarray(x, dtype=np.float32) - mean
-        return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
-    centred_terms, centred_own, owners = unit(tv), unit(own), np.array(owner, dtype=int)
-    starts = np.concatenate([[0], np.cumsum([len(d.terms) for d in doms])])
+    centred_terms, centred_own, owners = center(tv, mean), center(own, mean), np.array(owner, dtype=int)
     taken: dict[int, list[str]] = {}
-    rows = []
+    rows: list[int] = []
     for k in sorted(set(owner)):
-        picked = vocabulary.vote(centred_own[owners == k], centred_terms, term_domain, len(doms))
-        for j in picked:
-            for t in range(starts[j], starts[j + 1]):
-                texts.append(terms[t])
-                owner.append(k)
-                calib.append(False)
-                rows.append(t)
+        picked, mine = vocabulary.attach(centred_own[owners == k], centred_terms)
+        texts.extend(terms[t] for t in mine)
+        owner.extend([k] * len(mine))
+        calib.extend([False] * len(mine))
+        rows.extend(mine)
         if picked:
-            taken[k] = [doms[j].name for j in picked]
+            taken[k] = [vocabulary.domains()[j].name for j in picked]
     return (np.vstack([own, tv[rows]]) if rows else own), taken
 
 

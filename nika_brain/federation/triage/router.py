@@ -134,11 +134,7 @@ class Model:
     calibrated: bool = True
 
     def center(self, vectors: np.ndarray) -> np.ndarray:
-        import numpy as np
-        x = np.asarray(vectors, dtype=np.float32) - self.mean
-        n = np.linalg.norm(x, axis=1, keepdims=True)
-        n[n == 0] = 1.0
-        return x / n
+        return center(vectors, self.mean)
 
     def raw(self, centred: np.ndarray, texts: list[str]) -> np.ndarray:
         """(m, K) raw similarity of centred prompts to every kernel."""
@@ -175,6 +171,15 @@ class Model:
         sims = self.corrections @ centred_one
         j = int(sims.argmax())
         return (j, float(sims[j])) if sims[j] >= CORRECTION_RADIUS else None
+
+
+def center(vectors: np.ndarray, mean: np.ndarray) -> np.ndarray:
+    """Vectors less `mean` (the background's), normalised: the space every similarity is taken in."""
+    import numpy as np
+    x = np.asarray(vectors, dtype=np.float32) - mean
+    n = np.linalg.norm(x, axis=1, keepdims=True)
+    n[n == 0] = 1.0
+    return x / n
 
 
 def top_mean(sims: np.ndarray, t: int) -> np.ndarray:

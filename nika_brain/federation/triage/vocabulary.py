@@ -60,7 +60,18 @@ def terms() -> list[str]:
 
 @lru_cache(maxsize=1)
 def digest() -> str:
-    return hashlib.sha256("\n".join(f"{d.name}: {'|'.join(d.terms)}" for d in domains()).encode()).hexdigest()
+    """The file's bytes, hashed (every goals lookup reads it: no parse)."""
+    return hashlib.sha256(resources.files("nika_brain.federation.triage").joinpath(SOURCE).read_bytes()).hexdigest()
+
+
+def attach(own: np.ndarray, term_vecs: np.ndarray) -> tuple[list[int], list[int]]:
+    """(the domains a kernel's texts vote for, the rows of terms() they bring) for `own` (n, d) and
+    the vectors of terms() (T, d), both centred and normalised."""
+    import numpy as np
+    sizes = [len(d.terms) for d in domains()]
+    picked = vote(own, term_vecs, np.repeat(np.arange(len(sizes)), sizes), len(sizes))
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    return picked, [t for j in picked for t in range(int(starts[j]), int(starts[j + 1]))]
 
 
 def vote(own: np.ndarray, term_vecs: np.ndarray, term_domain: np.ndarray, n_domains: int) -> list[int]:
