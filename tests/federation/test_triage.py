@@ -18,6 +18,7 @@ from tests.federation.triagekit import (
     EPSILON,
     GAMMA,
     GENERALIST,
+    ROOT,
     policy_config,
     seed_kernels,
     write_kernel,
@@ -405,6 +406,30 @@ def test_a_prompt_in_its_domains_jargon_routes_by_the_vocabulary_and_leads_less_
         mine = next(s.score for s in dec.scores if s.kernel == kernel)
         return mine - max(s.score for s in dec.scores if s.kernel != kernel)
     assert lead(d) >= lead(off) + 0.5, (lead(d), lead(off))
+
+# prompts of the few-shot development sets (bench/triage_fr/fewshot) that the lexical share decides:
+# each names a word of its kernel's texts or vocabulary ("snapshot", "LoRa", "seeds", "DCE") that the
+# embedding alone places nearer another kernel
+LEXICAL = (("please restore the folder Compta/2024 from last week's snapshot", ALPHA),
+           ("la gateway LoRa a perdu la connexion depuis cette nuit", DELTA),
+           ("lance 5 seeds pour vérifier que le gain est stable", BETA),
+           ("le DCE est en ligne sur la plateforme, télécharge-le", EPSILON))
+
+
+def test_the_lexical_share_weighs_enough_to_decide_between_two_near_kernels(tmp_path, monkeypatch):
+    """Five canonical prompts a kernel, as a user writes them: the four prompts route to their kernel,
+    and at half the weight (the one before the shipped vocabulary gave the kernels their domain's
+    words) at least two of them go to another."""
+    from nika_brain.federation.embedding import open_embedder
+    from nika_brain.federation.triage import bench
+    routes = ROOT / "bench" / "triage_fr" / "fewshot" / "routes.yml"
+    queries = tmp_path / "q.jsonl"
+    queries.write_text("".join(json.dumps({"text": t, "expected": k}) + "\n" for t, k in LEXICAL), encoding="utf-8")
+    emb = open_embedder(None)
+    assert bench.run(routes, queries, embedder=emb)["in_scope_accuracy"] == 1.0
+    monkeypatch.setattr(router, "LEX_WEIGHT", router.LEX_WEIGHT / 2)
+    assert bench.run(routes, queries, embedder=emb)["in_scope_accuracy"] <= 0.5
+
 
 def test_a_single_kernel_and_no_examples_still_route(tmp_path, git_env):
     brain = make_brain(tmp_path / "b", CONFIG)

@@ -55,7 +55,7 @@ CENTROID_TEXTS = 60.0  # the sub-topic centroids' weight is min(0.5, CENTROID_TE
 SUBTOPIC_SIZE = 20     # texts per sub-topic centroid (k-means within one kernel)
 OWN_RADIUS = 0.5       # background requests this close (cosine, centred) to a kernel's own text are
                        # left out of that kernel's background statistics
-LEX_WEIGHT = 0.1       # weight of the lexical coverage in the raw similarity
+LEX_WEIGHT = 0.2       # weight of the lexical coverage in the raw similarity
 THRESHOLD = 2.5        # shared: background standard deviations a prompt must clear
 MIN_THRESHOLD = 1.0    # a self-calibrated threshold never goes below this
 MAX_THRESHOLD = 3.0    # ... nor above this
