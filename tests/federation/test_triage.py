@@ -9,7 +9,7 @@ import pytest
 
 from nika_brain.bus import GOALS, open_bus
 from nika_brain.errors import BrainError
-from nika_brain.federation.triage import goals, router
+from nika_brain.federation.triage import decide, goals, router
 from nika_brain.federation.triage.decide import clauses, content_words, triage
 from tests.federation.triagekit import (
     ALPHA,
@@ -429,6 +429,23 @@ def test_the_lexical_share_weighs_enough_to_decide_between_two_near_kernels(tmp_
     assert bench.run(routes, queries, embedder=emb)["in_scope_accuracy"] == 1.0
     monkeypatch.setattr(router, "LEX_WEIGHT", router.LEX_WEIGHT / 2)
     assert bench.run(routes, queries, embedder=emb)["in_scope_accuracy"] <= 0.5
+
+
+def test_about_names_the_subject_of_one_request_and_is_no_cut_between_two(tmp_path):
+    """Terse routes (3 prompts a kernel): "X about Y" is X's kernel's request on subject Y, even when Y
+    (data centers) is another kernel's domain and that kernel scores it clearly; "pour" still cuts."""
+    from nika_brain.federation.embedding import open_embedder
+    from nika_brain.federation.triage import bench
+    routes = ROOT / "bench" / "triage_fr" / "fewshot" / "routes_terse.yml"
+    queries = tmp_path / "q.jsonl"
+    asked = (("find tenders on the BOAMP about data centers", EPSILON),
+             ("any new public procurement notices about data centers?", EPSILON))
+    queries.write_text("".join(json.dumps({"text": t, "expected": k}) + "\n" for t, k in asked), encoding="utf-8")
+    r = bench.run(routes, queries, embedder=open_embedder(None))
+    assert [p["decision"] for p in r["predictions"]] == ["kernel", "kernel"], r["predictions"]
+    assert r["in_scope_accuracy"] == 1.0
+    assert [c for c in decide._ASPECT.split("génère un plan technique ISO pour le client X")] == [
+        "génère un plan technique ISO", "pour le client X"]
 
 
 def test_a_single_kernel_and_no_examples_still_route(tmp_path, git_env):

@@ -22,7 +22,7 @@ The decision, for a prompt and the goals index (goals.py, router.py), one model 
      stay together;
    - one clause with two aspects ("génère un plan technique ISO pour le client X"): the whole
      prompt's two best kernels each clearly pass (>= threshold + ASPECT_MARGIN), and cut before
-     "pour/for/avec/with/..." its head and its tail each belong clearly to a different one of them;
+     "pour/for/avec/with/sur/..." (not "about": a subject, not a second request) its head and its tail each belong clearly to a different one of them;
      or, with no such cut ("le firewall bloque la passerelle edge qui n'envoie plus rien"), the two
      are both far above their thresholds (>= threshold + TIE_MARGIN) and tied (within TIE_GAP).
      Each part then carries the whole prompt.
@@ -75,7 +75,10 @@ _SEPARATORS = re.compile(
     r",\s+|\s+(?=en\s+(?:y\s+|les?\s+|la\s+)?\w+ant\b))\s*", re.IGNORECASE)
 _LEADING = re.compile(r"^(?:(?:et|and|then|puis|ensuite|also|aussi|après|apres|after)\s+)+",
                       re.IGNORECASE)
-_ASPECT = re.compile(r"\s+(?=(?:pour|for|avec|with|sur|about|concernant|de\s+(?:son|sa|ses|leur|leurs|notre|nos))\s)",
+# "about"/"concernant" only name the subject of one kernel's request ("find tenders on the BOAMP about
+# data centers" is the tenders kernel's): no cut there; "sur" also names where the work is done
+# ("déploie le firmware sur les contrôleurs") and stays one
+_ASPECT = re.compile(r"\s+(?=(?:pour|for|avec|with|sur|de\s+(?:son|sa|ses|leur|leurs|notre|nos))\s)",
                      re.IGNORECASE)
 _DEPENDENT = re.compile(r"^(?:en\s+(?:y\s+|les?\s+|la\s+)?\w+ant|pour|avec|sans|using|with|including|by)\b",
                         re.IGNORECASE)
