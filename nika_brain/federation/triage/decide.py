@@ -22,7 +22,8 @@ The decision, for a prompt and the goals index (goals.py, router.py), one model 
      stay together;
    - one clause with two aspects ("génère un plan technique ISO pour le client X"): the whole
      prompt's two best kernels each clearly pass (>= threshold + ASPECT_MARGIN), and cut before
-     "pour/for/avec/with/sur/..." (not "about": a subject, not a second request) its head and its tail each belong clearly to a different one of them;
+     "pour/for/avec/with/sur/..." (not "about": a subject, not a second request) its head and its
+     tail each belong clearly to a different one of them;
      or, with no such cut ("le firewall bloque la passerelle edge qui n'envoie plus rien"), the two
      are both far above their thresholds (>= threshold + TIE_MARGIN) and tied (within TIE_GAP).
      Each part then carries the whole prompt.
