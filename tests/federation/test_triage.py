@@ -416,35 +416,32 @@ LEXICAL = (("please restore the folder Compta/2024 from last week's snapshot", A
            ("le DCE est en ligne sur la plateforme, télécharge-le", EPSILON))
 
 
+def _fewshot(tmp_path, routes: str, asked) -> dict:
+    """`triage bench` over the few-shot routes file `routes` and the (prompt, kernel) pairs `asked`."""
+    from nika_brain.federation.embedding import open_embedder
+    from nika_brain.federation.triage import bench
+    queries = tmp_path / "q.jsonl"
+    queries.write_text("".join(json.dumps({"text": t, "expected": k}) + "\n" for t, k in asked), encoding="utf-8")
+    return bench.run(ROOT / "bench" / "triage_fr" / "fewshot" / routes, queries, embedder=open_embedder(None))
+
+
 def test_the_lexical_share_weighs_enough_to_decide_between_two_near_kernels(tmp_path, monkeypatch):
     """Five canonical prompts a kernel, as a user writes them: the four prompts route to their kernel,
     and at half the weight (the one before the shipped vocabulary gave the kernels their domain's
     words) at least two of them go to another."""
-    from nika_brain.federation.embedding import open_embedder
-    from nika_brain.federation.triage import bench
-    routes = ROOT / "bench" / "triage_fr" / "fewshot" / "routes.yml"
-    queries = tmp_path / "q.jsonl"
-    queries.write_text("".join(json.dumps({"text": t, "expected": k}) + "\n" for t, k in LEXICAL), encoding="utf-8")
-    emb = open_embedder(None)
-    assert bench.run(routes, queries, embedder=emb)["in_scope_accuracy"] == 1.0
+    assert _fewshot(tmp_path, "routes.yml", LEXICAL)["in_scope_accuracy"] == 1.0
     monkeypatch.setattr(router, "LEX_WEIGHT", router.LEX_WEIGHT / 2)
-    assert bench.run(routes, queries, embedder=emb)["in_scope_accuracy"] <= 0.5
+    assert _fewshot(tmp_path, "routes.yml", LEXICAL)["in_scope_accuracy"] <= 0.5
 
 
 def test_about_names_the_subject_of_one_request_and_is_no_cut_between_two(tmp_path):
     """Terse routes (3 prompts a kernel): "X about Y" is X's kernel's request on subject Y, even when Y
     (data centers) is another kernel's domain and that kernel scores it clearly; "pour" still cuts."""
-    from nika_brain.federation.embedding import open_embedder
-    from nika_brain.federation.triage import bench
-    routes = ROOT / "bench" / "triage_fr" / "fewshot" / "routes_terse.yml"
-    queries = tmp_path / "q.jsonl"
-    asked = (("find tenders on the BOAMP about data centers", EPSILON),
-             ("any new public procurement notices about data centers?", EPSILON))
-    queries.write_text("".join(json.dumps({"text": t, "expected": k}) + "\n" for t, k in asked), encoding="utf-8")
-    r = bench.run(routes, queries, embedder=open_embedder(None))
+    r = _fewshot(tmp_path, "routes_terse.yml", (("find tenders on the BOAMP about data centers", EPSILON),
+                                                 ("any new public procurement notices about data centers?", EPSILON)))
     assert [p["decision"] for p in r["predictions"]] == ["kernel", "kernel"], r["predictions"]
     assert r["in_scope_accuracy"] == 1.0
-    assert [c for c in decide._ASPECT.split("génère un plan technique ISO pour le client X")] == [
+    assert decide._ASPECT.split("génère un plan technique ISO pour le client X") == [
         "génère un plan technique ISO", "pour le client X"]
 
 

@@ -140,9 +140,12 @@ def test_a_single_clause_no_cut_divides_is_split_when_two_kernels_tie_far_above(
     """No "pour/avec/..." to cut at, no connective: the IT and IoT kernels both score the prompt far
     above their thresholds and within TIE_GAP of each other, so each gets the whole prompt."""
     from nika_brain.federation.triage.decide import TIE_GAP, TIE_MARGIN
-    # a prompt found at a tie of the seed's kernels (0.13 apart, both 4.2 above: with the vocabulary
-    # and without it); which prompt ties moves with the scoring's weights, the rule is the point
-    brain = make_brain(tmp_path / "b", CONFIG)
+    # the kernels' own texts alone (no shipped vocabulary): the prompt was found at a tie of those
+    # (0.11 apart, both 4.2 above; it ties with the vocabulary too); which prompt ties moves with the
+    # scoring's weights, the rule is the point
+    brain = make_brain(tmp_path / "b", CONFIG.replace("default: kernel-generalist",
+                                                      "default: kernel-generalist, vocabulary: false"))
+    assert goals.settings(brain).vocabulary is False
     seed_kernels(brain)
     prompt = "le VPN coupe la remontée des capteurs"
     d = triage(brain, prompt)

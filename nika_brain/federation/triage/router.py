@@ -10,10 +10,9 @@ Pure numpy, one scale for every kernel (issue 21):
    domains, canonical prompts) blended with the cosine to its nearest sub-topic centroid (the
    kernel's texts grouped by k-means, one sub-topic per SUBTOPIC_SIZE texts: a small kernel is one
    centroid, a kernel with 300 examples on fifteen themes is scored by the theme nearest the prompt;
-   half and half up to 120 texts, less beyond), plus LEX_WEIGHT (0.2) x the share of the prompt's word
-   stems that occur in the kernel's texts, its shipped vocabulary's words included (0.1 before the
-   vocabulary: with the domain's words in, a word the kernel names decides between two kernels the
-   embedding places close, on the development sets +0.9 in-scope and +1.2 hybrid points).
+   half and half up to 120 texts, less beyond), plus LEX_WEIGHT x the share of the prompt's word
+   stems that occur in the kernel's texts, its shipped vocabulary's words included: a word the
+   kernel names decides between two kernels the embedding places close.
 3. Calibration against the background: the same raw similarity is computed for every everyday
    request; a kernel's *calibrated score* is (raw - background mean) / background std, the number of
    standard deviations above everyday chatter. Hundreds of background requests make the location and
