@@ -445,6 +445,18 @@ def test_about_names_the_subject_of_one_request_and_is_no_cut_between_two(tmp_pa
         "génère un plan technique ISO", "pour le client X"]
 
 
+def test_two_clauses_no_clause_split_takes_are_still_looked_at_for_two_aspects(tmp_path):
+    """Terse routes: "check le boamp pour les AO IoT" leans to IoT as well as to tenders, so the
+    clause split finds no clause of tenders' own; the two aspects cut before "pour" do belong to
+    tenders and to the client kernel, and the prompt is split between them."""
+    r = _fewshot(tmp_path, "routes_terse.yml",
+                 (("check le boamp pour les AO IoT et répond au mail du client", [EPSILON, GAMMA]),))
+    (p,) = r["predictions"]
+    assert (p["decision"], set(p["routed"])) == ("split", {EPSILON, GAMMA}), p
+    assert decide.clauses("check le boamp pour les AO IoT et répond au mail du client") == [
+        "check le boamp pour les AO IoT", "répond au mail du client"]
+
+
 def test_a_single_kernel_and_no_examples_still_route(tmp_path, git_env):
     brain = make_brain(tmp_path / "b", CONFIG)
     write_kernel(brain, "solo", "Opérations IT et sauvegardes des serveurs")

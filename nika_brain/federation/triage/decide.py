@@ -20,8 +20,10 @@ The decision, for a prompt and the goals index (goals.py, router.py), one model 
      and have MIN_CLAUSE_CONTENT content words of their own; clauses no kernel takes ("dis-moi
      pourquoi", "tell me what's on it") stay with their neighbour, adjacent clauses for one kernel
      stay together;
-   - one clause with two aspects ("génère un plan technique ISO pour le client X"): the whole
-     prompt's two best kernels each clearly pass (>= threshold + ASPECT_MARGIN), and cut before
+   - two aspects, when no clause split was found (one clause, "génère un plan technique ISO pour
+     le client X", or clauses that do not each clearly belong to one kernel, "check le boamp pour
+     les AO IoT et répond au mail du client"): the whole prompt's two best kernels each clearly
+     pass (>= threshold + ASPECT_MARGIN), and cut before
      "pour/for/avec/with/sur/..." (not "about": a subject, not a second request) its head and its
      tail each belong clearly to a different one of them;
      or, with no such cut ("le firewall bloque la passerelle edge qui n'envoie plus rien"), the two
@@ -61,13 +63,13 @@ MIN_CLAUSE_CONTENT = 2  # content words a clause needs to split off to a kernel 
 MAX_CLAUSES = 6      # more "requests" than that is a document or a brief: routed whole
 CLAUSE_MARGIN = 1.0  # a clause splits off only when it clearly passes its kernel's threshold ...
 CLAUSE_LEAD = 0.5    # ... and no other kernel comes within this of it
-ASPECT_MARGIN = 1.5  # single-clause hybrid: the two kernels this far above their thresholds ...
+ASPECT_MARGIN = 1.5  # two-aspect hybrid: the two kernels this far above their thresholds ...
 ASPECT_LEAD = 1.5    # ... and each aspect this far ahead of any other kernel
-TIE_MARGIN = 4.0     # single-clause hybrid with no cut: the two kernels this far above their thresholds ...
+TIE_MARGIN = 4.0     # two-aspect hybrid with no cut: the two kernels this far above their thresholds ...
 TIE_GAP = 0.35       # ... and this close to each other (a prompt of one kernel rarely scores a
                      # second one as high: 3.7 above was the highest seen on the dev sets)
 WRONG_GAP = 2.0      # the wrong-kernel hint: the context kernel this far behind the routed one
-ASPECT_WORDS = 30    # longer single clauses are not looked at for aspects (bounded latency)
+ASPECT_WORDS = 30    # longer prompts are not looked at for aspects (bounded latency)
 _SEPARATORS = re.compile(
     r"\s*(?:;|\n+|(?<=[.!?])\s+|"
     r",?\s+(?:et(?:\s+(?:aussi|ensuite|puis|en\s+parall[eè]le))?|puis|ensuite|apr[eè]s\s+(?:[cç]a|cela)|"
@@ -324,7 +326,7 @@ class Triage:
 
     def decide(self, prompt: str, *, context: str | None = None, data_class: str | None = None,
                aspects: bool = True) -> Decision:
-        """`aspects=False`: no single-clause two-aspect split (its second embedding), for the
+        """`aspects=False`: no two-aspect split (its second embedding), for the
         wrong-kernel hint, which asks only where the prompt belongs, on the hook's path."""
         if not isinstance(prompt, str) or not prompt.strip():
             raise Invalid("an empty prompt cannot be routed")
@@ -378,13 +380,13 @@ class Triage:
         split = None
         if len(parts) > 1:
             split = self._clause_split(parts, z[1:], raw[1:], dc, prompt)
-        if split is None and len(parts) == 1 and aspects and not cut:   # a cut prompt is a brief: whole
+        if split is None and aspects and not cut:   # no clause split: two aspects? (a cut prompt is a brief)
             split = self._aspects(text, scores, dc, prompt)
         if split:
             ks = tuple(dict.fromkeys(p.kernel for p in split))
             reason = "split: " + "; ".join(f"{p.kernel} {p.score:.2f} >= {p.threshold:.2f}" for p in split)
             if all(p.clause == prompt for p in split):   # _tie: no words of its own for either part
-                reason += f" (one clause, nothing to cut at: the two kernels tie within {TIE_GAP})"
+                reason += f" (nothing to cut at: the two kernels tie within {TIE_GAP})"
             return self._finish(Decision(prompt, "split", ks, reason, tuple(scores), tuple(split),
                                          dc.name, context, extra=extra))
         chosen = self._pick(scores, self.index.default)
@@ -442,16 +444,17 @@ class Triage:
         return out
 
     def _aspects(self, text: str, scores: list[Score], dc: DataClass, prompt: str) -> list[Part] | None:
-        """One clause, two aspects ("génère un plan technique ISO pour le client X"): the whole prompt's
+        """Two aspects where no clause split was found ("génère un plan technique ISO pour le client X",
+        "check le boamp pour les AO IoT et répond au mail du client"): the whole prompt's
         two best kernels both clearly pass, and cut before "pour/for/avec/with/sur/..." the prompt has
         a head and a tail that each clearly belong to a different one of them. Each part carries the whole
-        prompt (one clause cannot be divided without losing its sense)."""
+        prompt (an aspect cut does not leave a request that stands alone)."""
         top = [s for s in scores if s.allowed and s.kernel != self.index.default][:2]
         if len(top) < 2 or any(s.score < s.threshold + ASPECT_MARGIN for s in top):
             return None
         pair = {s.kernel for s in top}
         if len(text.split()) > ASPECT_WORDS:
-            return None  # a long single clause is a brief, not a two-aspect request
+            return None  # a long prompt is a brief, not a two-aspect request
         cuts = [m.start() for m in _ASPECT.finditer(text)][:3]
         spans = [(text[:c].strip(), text[c:].strip()) for c in cuts]
         spans = [(h, t) for h, t in spans if len(h.split()) >= 2 and len(t.split()) >= 2]
