@@ -73,23 +73,29 @@ def test_a_dedup_threshold_of_one_drops_nothing(vb):
 # ---- handover --------------------------------------------------------------------------------------
 
 def _begin_in_a_process(root: str, barrier, out) -> None:
-    from nika_brain.brain import Brain
-    brain = Brain.at(root)
-    barrier.wait()
-    out.put(handover._begin(brain, "s1", {"pct": 50.0, "threshold": 41.0}))
+    try:
+        from nika_brain.brain import Brain
+        brain = Brain.at(root)
+        barrier.wait(120)
+        out.put(handover._begin(brain, "s1", {"pct": 50.0, "threshold": 41.0}))
+    except BaseException as exc:   # said to the test, not lost with the child
+        out.put(f"{type(exc).__name__}: {exc}")
 
 
 def test_stop_and_precompact_at_once_begin_one_handover(brain):
-    """Stop and PreCompact both read "no handover yet", then both reach `_begin`: one wins."""
+    """Stop and PreCompact both read "no handover yet", then both reach `_begin`: one wins.
+    Spawned, not forked: a child forked from a test worker that holds a lock in another thread can
+    hang before it answers (it did, once, in CI)."""
     sessions.bind(brain, "s1", kernel="alpha", claim=None)
-    ctx = multiprocessing.get_context("fork")
+    ctx = multiprocessing.get_context("spawn")
     barrier, out = ctx.Barrier(2), ctx.Queue()
     procs = [ctx.Process(target=_begin_in_a_process, args=(str(brain.root), barrier, out)) for _ in range(2)]
     for p in procs:
         p.start()
+    answers = [out.get(timeout=300) for _ in procs]   # each child answers, or says why it could not
     for p in procs:
-        p.join(120)
-    assert sorted(out.get(timeout=10) for _ in procs) == [False, True]
+        p.join(60)
+    assert sorted(answers, key=str) == [False, True], answers
     assert handover._begin(brain, "s1", {"pct": 60.0}) is False   # and a later crossing neither
     assert sessions.raw(brain, "s1")["handover"]["pct"] == 50.0
 
