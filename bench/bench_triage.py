@@ -120,27 +120,23 @@ def run_clinc(args, emb) -> dict:
 
 
 def threshold_bound(decisions, queries, default: str) -> dict:
-    """What thresholds alone could reach on these scores: every threshold moved by one common offset,
-    the routed kernel the highest calibrated score that passes (the everyday rule and splits left
-    out). The offset is chosen with the out-of-scope labels, so this is a ceiling, not a result:
-    the highest in-scope accuracy with at least 90 % of out-of-scope prompts rejected, and the
-    accuracy of the highest score with no threshold at all."""
+    """What thresholds alone could reach on these scores: every threshold moved by one common offset
+    (router.offsets, the sweep a labelled `federation.triage.calibration` file is chosen from; the
+    everyday rule and splits left out). The offset is chosen with the out-of-scope labels, so this
+    is a ceiling, not a result: the highest in-scope accuracy with at least 90 % of out-of-scope
+    prompts rejected, and the accuracy of the highest score with no threshold at all."""
     import numpy as np
+
+    from nika_brain.federation.triage import router
     rows = [[s for s in d.scores if s.kernel != default] for d in decisions]
     kernels = sorted({s.kernel for r in rows for s in r})
     z = np.array([[next(s.score for s in r if s.kernel == k) for k in kernels] for r in rows])
-    thr = np.array([[next(s.threshold for s in r if s.kernel == k) for k in kernels] for r in rows])
-    exp = np.array([-1 if e is None else kernels.index(e) for _, e in queries])
-    ins = exp >= 0
-    best = (0.0, 0.0)
-    for off in np.unique(np.round(thr - z, 4)):
-        passing = np.where(z >= thr - off - 1e-9, z, -np.inf)
-        accept = np.isfinite(passing.max(axis=1))
-        acc = float(((passing.argmax(axis=1) == exp) & accept)[ins].mean())
-        rec = float((~accept)[~ins].mean())
-        if rec >= 0.9 and acc > best[0]:
-            best = (acc, rec)
-    return {"argmax": float((z.argmax(axis=1) == exp)[ins].mean()), "in_at_oos90": best[0], "oos": best[1]}
+    thr = np.array([next(s.threshold for s in rows[0] if s.kernel == k) for k in kernels])
+    exp = [None if e is None else kernels.index(e) for _, e in queries]
+    acc, rec = max(((a, r) for _, a, r in router.offsets(z, thr, exp) if r >= 0.9), default=(0.0, 0.0))
+    ins = np.array([e is not None for e in exp])
+    hit = z.argmax(axis=1) == np.array([-1 if e is None else e for e in exp])
+    return {"argmax": float(hit[ins].mean()), "in_at_oos90": acc, "oos": rec}
 
 
 def run_set(routes: Path, queries: Path, emb) -> dict:

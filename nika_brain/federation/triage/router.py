@@ -369,29 +369,33 @@ def fit(kernels: list[str], vectors: np.ndarray, owner: np.ndarray, texts: list[
     return model, report
 
 
+def offsets(z: np.ndarray, thresholds: np.ndarray, expected: list[int | None]) -> list[tuple[float, float, float]]:
+    """(offset, in-scope accuracy, out-of-scope recall) when every threshold moves down by one common
+    offset: no move, then each move that changes whether a prompt passes, the smaller moves first.
+    The routed kernel is the highest calibrated score that passes; `expected[i]` is the kernel index,
+    None for out of scope."""
+    import numpy as np
+    margin = z - thresholds
+    exp = np.array([-1 if e is None else e for e in expected])
+    ins, oos = exp >= 0, exp < 0
+    out = []
+    for off in sorted({0.0} | {float(-v) for v in margin.max(axis=1)}, key=abs):
+        passing = np.where(margin + off + (1e-6 if off else 0.0) >= 0, z, -np.inf)
+        accept = np.isfinite(passing.max(axis=1))
+        acc = float(((passing.argmax(axis=1) == exp) & accept)[ins].mean()) if ins.any() else 0.0
+        rec = float((~accept)[oos].mean()) if oos.any() else 0.0
+        out.append((off, acc, rec))
+    return out
+
+
 def refine(model: Model, z: np.ndarray, expected: list[int | None]) -> float:
     """Move every threshold by one common offset chosen on a labelled file (in-scope accuracy +
     out-of-scope recall, ties to the smaller move); returns the offset."""
-    import numpy as np
-    margin = z - model.thresholds
-    exp = np.array([-1 if e is None else e for e in expected])
-    ins, oos = exp >= 0, exp < 0
-    if not ins.any() and not oos.any():
+    if not len(expected):
         return 0.0
-
-    def outcome(off: float) -> float:
-        passing = np.where(margin + off >= 0, z, -np.inf)
-        top = passing.argmax(axis=1)
-        accept = np.isfinite(passing.max(axis=1))
-        acc = ((top == exp) & accept)[ins].mean() if ins.any() else 0.0
-        rec = (~accept)[oos].mean() if oos.any() else 0.0
-        return float(acc + rec)
-    offsets = [0.0] + [float(-v) for v in margin.max(axis=1)]
-    candidates = sorted(set(offsets), key=abs)
     best, best_off = -1.0, 0.0
-    for off in candidates:
-        val = outcome(off + (1e-6 if off else 0.0))
-        if val > best + 1e-12:
-            best, best_off = val, float(off)
+    for off, acc, rec in offsets(z, model.thresholds, expected):
+        if acc + rec > best + 1e-12:
+            best, best_off = acc + rec, off
     model.thresholds = model.thresholds - best_off
     return -best_off
