@@ -233,6 +233,26 @@ def test_an_owner_killed_between_its_decision_and_its_delivery_delivers_it_once_
     spin(a, b, until=lambda: not bus.keys("ws:away:") and not bus.keys("ws:open:"), limit=60.0)
 
 
+def test_a_run_killed_between_its_commit_and_its_tidying_is_tidied_by_the_next_incarnation_at_once(
+        tmp_path, git_env, monkeypatch):
+    """The run set `ws:done` and died before it closed the owner's queue view; its lease outlives it
+    (600 s here). The owner's next incarnation finds the task in its queue again: it is done, so it is
+    closed now, not run again and not put off until the dead run's lease expires (the stress test
+    once ended with one such queue view open)."""
+    use_bus(monkeypatch, "embedded")
+    bus = fed_bus(tmp_path / "b")
+    ran: list = []
+    enqueue(bus, "alpha", "write the monthly report for the client", task_id="t-cut")
+    bus.set(stealing._k_grant("t-cut", 1), {"to": "alpha", "epoch": 1, "by": "alpha", "reason": "kept",
+                                            "at": time.time(), "aptitude": None, "candidates": []})
+    bus.set(stealing._k_lease("t-cut"), {"kernel": "alpha", "pid": 1, "token": "dead"}, ttl=600)
+    bus.set(stealing._k_done("t-cut"), {"kernel": "alpha", "pid": 1, "epoch": 1, "at": time.time()})
+    a = worker(bus, "alpha", ran)
+    a.beat(force=True)
+    spin(a, until=lambda: not bus.keys("ws:open:"), limit=60.0)
+    assert ran == [] and stealing.queue(bus, "alpha") == []
+
+
 def test_a_busy_owners_only_task_goes_to_the_idle_kernel_and_waits_for_the_turn_otherwise(
         tmp_path, git_env, monkeypatch):
     """The seed's case: B is in a turn, one task waits in its queue, A is idle and fit: A gets it. The
@@ -387,6 +407,12 @@ def stress(brain, env: dict, tmp: Path, n: int = STRESS_N, seed: int = 7, kills:
                 killed.add(procs[k].pid)
                 landed += bool(in_task([k]))   # its last task not done, and its process is gone
                 procs[k] = start(k)
+            time.sleep(0.1)
+        # every task is done; a run killed between its commit and its tidying left its task's queue
+        # view open until its kernel's next incarnation closes it: the kernels run on until tidy
+        tidy_by = min(deadline, time.monotonic() + 120)   # leases last 2 s, sweeps run every 0.3 s
+        while tidy := bus.keys("ws:open:") + bus.keys("ws:lease:") + bus.keys("ws:away:"):
+            assert time.monotonic() < tidy_by, f"never tidied: {tidy}"
             time.sleep(0.1)
     finally:
         for p in procs.values():

@@ -784,6 +784,13 @@ class Worker:
 
     def execute(self, tid: str) -> str:
         """Run one task if it is ours to run: 'ran', 'done' (already), 'not-ours', or 'busy'."""
+        if self.bus.get(_k_done(tid)) is not None:
+            # done, maybe by a run killed before it tidied up (its lease may outlive it): nothing to
+            # fence, only the owner's queue view to close -- not after the dead run's lease expires
+            task = self.bus.get(_k_task(tid))
+            if task is not None:
+                self.bus.delete(_k_open(task["owner"], tid))
+            return "done"
         token = uuid.uuid4().hex
         lease = {"kernel": self.kernel, "pid": self.pid, "token": token, "at": time.time()}
         if not self.bus.set_if_absent(_k_lease(tid), lease, ttl=self.cfg.lease):
