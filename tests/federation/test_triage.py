@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from importlib import resources
 
 import numpy as np
 import pytest
@@ -332,6 +333,23 @@ def test_the_shipped_vocabulary_vectors_are_this_models():
     rows = list(range(0, len(terms), 61)) + [len(terms) - 1]
     fresh = emb.embed([terms[i] for i in rows], kind=goals.EMBED_KIND)
     assert ((shipped[rows] * fresh).sum(axis=1) > 0.9999).all()
+
+
+def test_a_vocabulary_term_wrapped_onto_the_next_line_is_one_term():
+    """vocabulary.txt wraps its lines at ~100 characters, some inside a term: "... fonction" then
+    "d'activation, ..." is the term "fonction d'activation", not "fonction" and "d'activation" (nine
+    terms were read cut in two, each half embedded alone)."""
+    from nika_brain.federation.triage import vocabulary
+    raw = resources.files("nika_brain.federation.triage").joinpath(vocabulary.SOURCE).read_text("utf-8")
+    wrapped = [(a.rsplit(",", 1)[-1].strip(), b.split(",", 1)[0].strip())
+               for a, b in zip(raw.splitlines(), raw.splitlines()[1:])
+               if a.strip() and not a.startswith("#") and not a.rstrip().endswith(",") and b.strip()
+               and not b.startswith("#")]
+    assert len(wrapped) >= 5, wrapped   # the file does wrap inside terms
+    terms = set(vocabulary.terms())
+    for head, tail in wrapped:
+        assert f"{head} {tail}" in terms and head not in terms, (head, tail)
+    assert "fonction d'activation" in terms and "chiffre d'affaires" in terms
 
 
 def test_each_kernel_takes_the_vocabulary_of_its_own_work_and_no_other_kernel_moves_it(fed):

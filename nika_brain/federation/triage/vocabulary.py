@@ -42,15 +42,17 @@ class Domain:
 
 @lru_cache(maxsize=1)
 def domains() -> tuple[Domain, ...]:
-    """vocabulary.txt: one domain per "## name" line, then its terms, comma-separated."""
+    """vocabulary.txt: one domain per "## name" line, then its terms, comma-separated; a term may
+    wrap onto the next line ("fonction" / "d'activation" is one term, "fonction d'activation")."""
     raw = resources.files("nika_brain.federation.triage").joinpath(SOURCE).read_text("utf-8")
     out: list[tuple[str, list[str]]] = []
     for line in raw.splitlines():
         if line.startswith("## "):
             out.append((line[3:].strip(), []))
         elif line.strip() and not line.startswith("#") and out:
-            out[-1][1].extend(t.strip() for t in line.split(",") if t.strip())
-    return tuple(Domain(name, tuple(dict.fromkeys(terms))) for name, terms in out if terms)
+            out[-1][1].append(line.strip())
+    return tuple(Domain(name, tuple(dict.fromkeys(t.strip() for t in " ".join(lines).split(",") if t.strip())))
+                 for name, lines in out if lines)
 
 
 def terms() -> list[str]:
