@@ -284,6 +284,14 @@ MUTANTS: list[Mutant] = [
            "        if split is None and aspects and not cut:",
            "        if split is None and len(parts) == 1 and aspects and not cut:",
            ("tests/federation/test_triage.py::test_two_clauses_no_clause_split_takes_are_still_looked_at_for_two_aspects",)),
+    Mutant("two aspects: a word everyday requests use counts as one kernel's own", DECIDE,
+           "stems(w) - common for w in text.split()", "stems(w) for w in text.split()",
+           ("tests/federation/test_triage_learning.py::"
+            "test_words_of_its_own_are_typed_words_the_other_kernel_lacks_that_no_everyday_request_uses",)),
+    Mutant("two aspects: one word of its own is enough", DECIDE,
+           "OWN_WORDS = 2 ", "OWN_WORDS = 1 ",
+           ("tests/federation/test_triage_learning.py::"
+            "test_words_of_its_own_are_typed_words_the_other_kernel_lacks_that_no_everyday_request_uses",)),
     Mutant("vocabulary: a term wrapped onto the next line is cut in two", VOCABULARY,
            'for t in " ".join(lines).split(",")', 'for t in ",".join(lines).split(",")',
            ("tests/federation/test_triage.py::test_a_vocabulary_term_wrapped_onto_the_next_line_is_one_term",)),

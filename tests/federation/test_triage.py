@@ -464,15 +464,17 @@ def test_about_names_the_subject_of_one_request_and_is_no_cut_between_two(tmp_pa
 
 
 def test_two_clauses_no_clause_split_takes_are_still_looked_at_for_two_aspects(tmp_path):
-    """Terse routes: "check le boamp pour les AO IoT" leans to IoT as well as to tenders, so the
-    clause split finds no clause of tenders' own; the two aspects cut before "pour" do belong to
-    tenders and to the client kernel, and the prompt is split between them."""
-    r = _fewshot(tmp_path, "routes_terse.yml",
-                 (("check le boamp pour les AO IoT et répond au mail du client", [EPSILON, GAMMA]),))
+    """Terse routes: neither clause of this prompt is clearly one kernel's (the second, "vérifie si
+    nos capteurs répondent au cahier des charges", leans to tenders as well as to IoT), so the
+    clause split finds nothing; the whole prompt's two kernels each name words of their own
+    ("d'offres", "BOAMP" / "IoT", "capteurs"), and it is split between them."""
+    prompt = "trouve les appels d'offres IoT sur le BOAMP et vérifie si nos capteurs répondent au cahier des charges"
+    r = _fewshot(tmp_path, "routes_terse.yml", ((prompt, [EPSILON, DELTA]),))
     (p,) = r["predictions"]
-    assert (p["decision"], set(p["routed"])) == ("split", {EPSILON, GAMMA}), p
-    assert decide.clauses("check le boamp pour les AO IoT et répond au mail du client") == [
-        "check le boamp pour les AO IoT", "répond au mail du client"]
+    assert (p["decision"], set(p["routed"])) == ("split", {EPSILON, DELTA}), p
+    assert "each names words of its own" in p["reason"], p
+    assert decide.clauses(prompt) == ["trouve les appels d'offres IoT sur le BOAMP",
+                                      "vérifie si nos capteurs répondent au cahier des charges"]
 
 
 def test_a_single_kernel_and_no_examples_still_route(tmp_path, git_env):

@@ -12,7 +12,7 @@ import pytest
 from nika_brain.brain import is_state_path
 from nika_brain.federation.triage import corrections, goals
 from nika_brain.federation.triage.decide import HEAD, LONG_TOKENS, TAIL, bound_tokens, represent, representative, triage
-from tests.federation.triagekit import ALPHA, BETA, DELTA, GAMMA, GENERALIST, ROOT, policy_config, seed_kernels
+from tests.federation.triagekit import ALPHA, BETA, DELTA, EPSILON, GAMMA, GENERALIST, ROOT, policy_config, seed_kernels
 from tests.kit.brain import make_brain
 
 CONFIG = "version: 1\nlock_poll: 0.01\nfederation:\n  triage: {default: kernel-generalist}\n"
@@ -171,6 +171,44 @@ def test_a_tie_splits_only_two_kernels_both_far_above_and_close():
     assert Triage._tie(pair(far + 1.0, far + 0.99 - TIE_GAP), "p") is None       # one kernel ahead
     assert Triage._tie(pair(far + 0.1, far - 0.1), "p") is None                 # the second not far enough
     assert Triage._tie(pair(far - 0.01, far - 0.02), "p") is None
+
+
+def test_two_kernels_each_naming_words_of_their_own_split_a_prompt_no_cut_divides(tmp_path, git_env):
+    """No cut, no tie (IoT well ahead of the client kernel), but each names words the other lacks:
+    "télémétrie", "capteurs" are the IoT kernel's, "client", "rapport" the client kernel's."""
+    brain = make_brain(tmp_path / "b", CONFIG)
+    seed_kernels(brain)
+    prompt = "envoie au client le rapport de télémétrie des capteurs de son usine"
+    d = triage(brain, prompt)
+    assert d.decision == "split" and set(d.kernels) == {DELTA, GAMMA}, d.reason
+    assert all(p.text == prompt and p.clause == prompt for p in d.parts)
+    assert "each names words of its own" in d.reason and "capteurs" in d.reason and "client" in d.reason
+
+
+def test_words_of_its_own_are_typed_words_the_other_kernel_lacks_that_no_everyday_request_uses():
+    from types import SimpleNamespace
+
+    from nika_brain.federation.triage.decide import OWN_WORDS, Score, Triage
+    from nika_brain.federation.triage.router import everyday_stems, stems
+    assert OWN_WORDS == 2
+    common = everyday_stems()
+    assert stems("réponse") <= common and stems("message") <= common     # any request's words
+    assert not stems("firmware capteurs veille boamp rapport") & common
+    t = Triage.__new__(Triage)
+    vocab = [frozenset(stems("firmware capteurs pare-feu réponse message rapport")),
+             frozenset(stems("veille boamp appels offres rapport"))]
+    t.index = SimpleNamespace(model=SimpleNamespace(kernels=[DELTA, EPSILON], vocab=vocab))
+    top = [Score(DELTA, 6.0, 2.5, True), Score(EPSILON, 4.5, 2.5, True)]
+
+    def split(text):
+        return t._own_words(top, text, text)
+    parts = split("mets à jour le firmware des capteurs pour la veille BOAMP")
+    assert parts is not None and [p.kernel for p in parts] == [DELTA, EPSILON]
+    assert parts[0].because == "each names words of its own: " + f"{DELTA} firmware, capteurs; {EPSILON} veille, BOAMP"
+    assert split("une réponse au message sur le firmware pour la veille boamp") is None   # everyday words
+    assert split("vérifie le pare-feu pour la veille boamp") is None           # "pare-feu" is one word
+    assert split("le rapport du firmware pour la veille boamp") is None         # both kernels' word
+    assert split("le firmware des capteurs pour la veille") is None             # one word of its own
 
 
 def test_the_hints_decision_skips_the_aspect_split_and_its_second_embedding(tmp_path, git_env):

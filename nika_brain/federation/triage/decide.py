@@ -27,7 +27,10 @@ The decision, for a prompt and the goals index (goals.py, router.py), one model 
      "pour/for/avec/with/sur/..." (not "about": a subject, not a second request) its head and its
      tail each belong clearly to a different one of them;
      or, with no such cut ("le firewall bloque la passerelle edge qui n'envoie plus rien"), the two
-     are both far above their thresholds (>= threshold + TIE_MARGIN) and tied (within TIE_GAP).
+     are both far above their thresholds (>= threshold + TIE_MARGIN) and tied (within TIE_GAP),
+     or each of the two names OWN_WORDS words of its own: words of its texts (vocabulary included)
+     that the other's texts lack and that no everyday request uses ("prépare", "réponse" are any
+     request's; "firmware", "boamp" are one kernel's aspect).
      Each part then carries the whole prompt.
    A part that cannot stand alone (a dependent clause) carries the whole prompt too.
 6. Long prompts: the embedder sees a bounded, representative part (symbols such as emoji dropped,
@@ -68,6 +71,7 @@ ASPECT_LEAD = 1.5    # ... and each aspect this far ahead of any other kernel
 TIE_MARGIN = 4.0     # two-aspect hybrid with no cut: the two kernels this far above their thresholds ...
 TIE_GAP = 0.35       # ... and this close to each other (a prompt of one kernel rarely scores a
                      # second one as high: 3.7 above was the highest seen on the dev sets)
+OWN_WORDS = 2        # two-aspect hybrid with no cut: words of its own each of the two kernels names
 WRONG_GAP = 2.0      # the wrong-kernel hint: the context kernel this far behind the routed one
 ASPECT_WORDS = 30    # longer prompts are not looked at for aspects (bounded latency)
 _SEPARATORS = re.compile(
@@ -123,6 +127,7 @@ class Part:
     score: float
     threshold: float
     clause: str = ""      # the words of the prompt this part stands for
+    because: str = ""     # why a part carries the whole prompt when nothing cut it (a tie, words of its own)
 
 
 @dataclass(frozen=True)
@@ -385,8 +390,8 @@ class Triage:
         if split:
             ks = tuple(dict.fromkeys(p.kernel for p in split))
             reason = "split: " + "; ".join(f"{p.kernel} {p.score:.2f} >= {p.threshold:.2f}" for p in split)
-            if all(p.clause == prompt for p in split):   # _tie: no words of its own for either part
-                reason += f" (nothing to cut at: the two kernels tie within {TIE_GAP})"
+            if split[0].because:   # nothing cut the prompt: why each kernel takes it whole
+                reason += f" (nothing to cut at: {split[0].because})"
             return self._finish(Decision(prompt, "split", ks, reason, tuple(scores), tuple(split),
                                          dc.name, context, extra=extra))
         chosen = self._pick(scores, self.index.default)
@@ -459,7 +464,7 @@ class Triage:
         spans = [(text[:c].strip(), text[c:].strip()) for c in cuts]
         spans = [(h, t) for h, t in spans if len(h.split()) >= 2 and len(t.split()) >= 2]
         if not spans:
-            return self._tie(top, prompt)
+            return self._uncut(top, text, prompt)
         flat = [x for pair in spans for x in pair]
         vecs = self.embedder.embed(flat, kind=EMBED_KIND)
         m = self.index.model
@@ -477,7 +482,12 @@ class Triage:
             if len(picks) == 2 and picks[0].kernel != picks[1].kernel:
                 return [Part(prompt, s.kernel, s.score, s.threshold, clause)
                         for s, clause in zip(picks, spans[i])]
-        return self._tie(top, prompt)
+        return self._uncut(top, text, prompt)
+
+    def _uncut(self, top: list[Score], text: str, prompt: str) -> list[Part] | None:
+        """Two aspects no cut divides, the two kernels both clearly passing: a tie, or words of
+        each one's own."""
+        return self._tie(top, prompt) or self._own_words(top, text, prompt)
 
     @staticmethod
     def _tie(top: list[Score], prompt: str) -> list[Part] | None:
@@ -485,8 +495,27 @@ class Triage:
         ("le firewall bloque la passerelle edge qui n'envoie plus rien": IT and IoT): one aspect
         each, both parts carry the whole prompt."""
         if all(s.score >= s.threshold + TIE_MARGIN for s in top) and top[0].score - top[1].score < TIE_GAP:
-            return [Part(prompt, s.kernel, s.score, s.threshold, prompt) for s in top]
+            why = f"the two kernels tie within {TIE_GAP}"
+            return [Part(prompt, s.kernel, s.score, s.threshold, prompt, why) for s in top]
         return None
+
+    def _own_words(self, top: list[Score], text: str, prompt: str) -> list[Part] | None:
+        """Each of the two kernels names OWN_WORDS words of the prompt that the other's texts lack
+        and that no everyday request uses ("mets à jour le firmware des capteurs et la veille BOAMP":
+        "firmware", "capteurs" are the IoT kernel's, "veille", "boamp" the tenders kernel's): one
+        aspect each, both parts carry the whole prompt."""
+        from nika_brain.federation.triage.router import everyday_stems, stems
+        m = self.index.model
+        a, b = (m.kernels.index(s.kernel) for s in top)
+        common = everyday_stems()
+        # a word as typed ("pare-feu" is one), by the stems of its parts
+        typed = {w.strip(".,;:!?()\"'«»"): stems(w) - common for w in text.split()}
+        own = [[w for w, st in typed.items() if st & m.vocab[x] - m.vocab[y]] for x, y in ((a, b), (b, a))]
+        if any(len(o) < OWN_WORDS for o in own):
+            return None
+        why = "each names words of its own: " + "; ".join(
+            f"{s.kernel} {', '.join(o)}" for s, o in zip(top, own))
+        return [Part(prompt, s.kernel, s.score, s.threshold, prompt, why) for s in top]
 
     def _finish(self, d: Decision) -> Decision:
         if d.context is None:

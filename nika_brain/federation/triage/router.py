@@ -106,6 +106,12 @@ def stems(text: str) -> set[str]:
 
 
 @lru_cache(maxsize=1)
+def everyday_stems() -> frozenset[str]:
+    """The word stems of the everyday requests: words any request may use, no kernel's own."""
+    return frozenset(s for t in background() for s in stems(t))
+
+
+@lru_cache(maxsize=1)
 def background() -> tuple[str, ...]:
     """The everyday requests shipped with the package (everyday.txt)."""
     raw = resources.files("nika_brain.federation.triage").joinpath("everyday.txt").read_text("utf-8")
