@@ -284,6 +284,11 @@ MUTANTS: list[Mutant] = [
            "        if split is None and aspects and not cut:",
            "        if split is None and len(parts) == 1 and aspects and not cut:",
            ("tests/federation/test_triage.py::test_two_clauses_no_clause_split_takes_are_still_looked_at_for_two_aspects",)),
+    Mutant("kernel work: a bus error while serving ends it", "nika_brain/federation/stealing/protocol.py",
+           "        except BrainError as exc:\n            worker = None\n",
+           "        except BrainError as exc:\n            raise\n",
+           ("tests/federation/test_stealing.py::"
+            "test_kernel_work_outlives_a_bus_error_with_a_fresh_worker_and_gives_up_on_one_that_lasts",)),
     Mutant("two aspects: a word everyday requests use counts as one kernel's own", DECIDE,
            "stems(w) - common for w in text.split()", "stems(w) for w in text.split()",
            ("tests/federation/test_triage_learning.py::"

@@ -77,4 +77,4 @@ def kernel_work(kernel_id: str):
         got = kernel_invoke(brain, kernel_id, task["prompt"], wait=True)
         return {"answer": got.get("answer"), "session": got.get("session")}
 
-    stealing.worker_for(brain, kernel_id, run).serve()
+    stealing.serve_kernel(lambda: stealing.worker_for(brain, kernel_id, run))

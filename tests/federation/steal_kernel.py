@@ -14,7 +14,7 @@ import sys
 import time
 
 from nika_brain.brain import Brain
-from nika_brain.federation.stealing.protocol import worker_for
+from nika_brain.federation.stealing.protocol import serve_kernel, worker_for
 
 
 def main() -> None:
@@ -28,7 +28,8 @@ def main() -> None:
         time.sleep(ms / 1000)
         return {"by": kernel}
 
-    worker_for(Brain.at(root), kernel, run, on_start=started).serve()
+    brain = Brain.at(root)
+    serve_kernel(lambda: worker_for(brain, kernel, run, on_start=started))   # as `kernel work` serves
 
 
 if __name__ == "__main__":

@@ -360,11 +360,15 @@ def stress(brain, env: dict, tmp: Path, n: int = STRESS_N, seed: int = 7, kills:
     full = {**os.environ, **env, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
 
     def start(k):
-        return subprocess.Popen(
-            [sys.executable, str(PROGRAM), str(brain.root), k, str(TASK_MS[k]), str(log)],
-            env=full,
-            stderr=subprocess.DEVNULL,
-        )
+        with open(tmp / f"{k}.stderr", "ab") as err:   # what a kernel that exited by itself said
+            return subprocess.Popen(
+                [sys.executable, str(PROGRAM), str(brain.root), k, str(TASK_MS[k]), str(log)],
+                env=full,
+                stderr=err,
+            )
+
+    def said(k) -> str:
+        return (tmp / f"{k}.stderr").read_text(errors="replace")[-3000:]
 
     def working() -> list[str]:
         """Kernels whose current process has started a task (said so in the log): a kill lands in work."""
@@ -390,7 +394,7 @@ def stress(brain, env: dict, tmp: Path, n: int = STRESS_N, seed: int = 7, kills:
         while (done := len(bus.keys("ws:done:"))) < total:
             assert time.monotonic() < deadline, f"only {done} tasks done"
             for k, p in procs.items():
-                assert p.poll() is None or p.pid in killed, f"kernel {k} exited by itself"
+                assert p.poll() is None or p.pid in killed, f"kernel {k} exited by itself: {said(k)}"
             due = len(killed) < kills and done >= marks[len(killed)]
             extra = kills <= len(killed) < 2 * kills and not landed  # none landed in a task yet: more
             if (due or extra) and (ready := working()):
@@ -490,6 +494,49 @@ def test_visible_in_observe_journal_and_index(tmp_path, git_env, monkeypatch):
     assert "## Federation" in text and "| `beta` |" in text
     o = kernel_observe(brain, "alpha")
     assert o["federation"]["stealing"]["granted_away"] >= 1
+
+
+def test_kernel_work_outlives_a_bus_error_with_a_fresh_worker_and_gives_up_on_one_that_lasts(monkeypatch):
+    """`kernel work` (serve_kernel): a bus error while serving is said in one line and a fresh worker
+    takes over (the failed one is never stepped again); an error at the start, or errors that last
+    `give_up` seconds, end it with that error."""
+    from nika_brain.errors import BrainError
+    monkeypatch.setattr(stealing, "SERVE_PAUSE", 0.0)
+    monkeypatch.setattr(stealing, "SERVE_PAUSE_MAX", 0.0)
+    made, said = [], []
+
+    class Flaky:
+        def __init__(self, fails: bool):
+            self.fails, self.served = fails, 0
+
+        def serve(self, stop):
+            self.served += 1
+            if self.fails:
+                raise BrainError("bus: sqlite store x is locked by another process")
+
+    plan = [True, True, False]   # two workers fail while serving, the third serves until stopped
+
+    def make():
+        w = Flaky(plan[len(made)])
+        made.append(w)
+        return w
+    stealing.serve_kernel(make, say=said.append)
+    assert [w.served for w in made] == [1, 1, 1]          # each failed worker served once, then dropped
+    assert len(said) == 2 and all(line.startswith("work stealing: bus: sqlite store x is locked") for line in said)
+
+    def broken():
+        raise BrainError("bus: redis at 127.0.0.1:1 does not answer")
+    with pytest.raises(BrainError, match="does not answer"):
+        stealing.serve_kernel(broken, say=said.append)    # no worker at all: the error at once
+    lasting = []
+
+    def always():
+        w = Flaky(True)
+        lasting.append(w)
+        return w
+    with pytest.raises(BrainError, match="locked"):
+        stealing.serve_kernel(always, give_up=0.05, say=lambda _: time.sleep(0.01))
+    assert len(lasting) >= 2
 
 
 def test_kernel_work_runs_tasks_through_the_kernel(tmp_path, git_env, monkeypatch):

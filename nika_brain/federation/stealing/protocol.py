@@ -933,6 +933,43 @@ def worker_for(brain: Any, kernel_id: str, run: Callable[[dict], dict | None], *
     )
 
 
+SERVE_PAUSE = 0.1     # first pause after a bus error while serving; doubled up to SERVE_PAUSE_MAX
+SERVE_PAUSE_MAX = 2.0
+SERVE_GIVE_UP = 60.0  # seconds of bus errors in a row that end `kernel work`
+SERVE_RECOVERED = 5.0  # a worker that served this long before its error ends a run of errors
+
+
+def serve_kernel(make: Callable[[], Worker], *, stop: Callable[[], bool] = lambda: False,
+                 give_up: float = SERVE_GIVE_UP,
+                 say: Callable[[str], None] | None = None) -> None:
+    """Serve one kernel's side of work stealing (`kernel work`) until `stop()`. A bus error while
+    serving (Redis restarting, the embedded store locked past its timeout) is said in one line and a
+    fresh worker from `make()` takes over after a pause, reclaiming what the last one held, as after a
+    restart (the worker that failed mid-step is dropped, never stepped again). An error before the
+    first worker exists, or errors for `give_up` seconds in a row, end it with that error."""
+    import sys
+    tell = say or (lambda line: print(line, file=sys.stderr, flush=True))
+    worker: Worker | None = make()
+    pause, failing_since = SERVE_PAUSE, None
+    while True:
+        began = time.monotonic()
+        try:
+            if worker is None:
+                worker = make()
+            worker.serve(stop)
+            return
+        except BrainError as exc:
+            worker = None
+            now = time.monotonic()
+            if failing_since is None or now - began > SERVE_RECOVERED:
+                failing_since, pause = now, SERVE_PAUSE
+            elif now - failing_since > give_up:
+                raise
+            tell(f"work stealing: {exc} (a fresh worker in {pause:g}s)")
+            time.sleep(pause)
+            pause = min(pause * 2, SERVE_PAUSE_MAX)
+
+
 def journal_summary(brain: Any, kernel: str | None = None) -> dict[str, dict[str, int]]:
     """Per kernel: tasks granted away and in, run for another (stole), revoked, from the journal."""
     from nika_brain.engine.index import stealing_counts
