@@ -293,6 +293,9 @@ def text_key(model_id: str, kind: str, text: str) -> bytes:
     return hashlib.sha256(f"{model_id}\0{kind}\0{text}".encode()).digest()
 
 
+_VECTORS = "CREATE TABLE IF NOT EXISTS vectors (key BLOB PRIMARY KEY, vec BLOB NOT NULL)"
+
+
 class CachedEmbedder:
     """Wraps an Embedder: vectors keyed by sha256(model id, kind, text); only misses are embedded.
 
@@ -316,8 +319,14 @@ class CachedEmbedder:
         if self._db is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             db = sqlite3.connect(str(self.path), timeout=30, check_same_thread=False)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("CREATE TABLE IF NOT EXISTS vectors (key BLOB PRIMARY KEY, vec BLOB NOT NULL)")
+            if db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                # a new file: processes opening it at once trip over each other switching it to WAL
+                # ("database is locked", no busy wait for that switch), so one at a time
+                from nika_brain.support import fsio
+                with fsio.mutex(self.path.parent / "mutex" / f"{self.path.name}.lock"):
+                    db.execute("PRAGMA journal_mode=WAL")
+                    db.execute(_VECTORS)
+            db.execute(_VECTORS)   # once WAL, a write like any other (waits on the busy timeout)
             self._db = db
         return self._db
 

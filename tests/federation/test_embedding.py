@@ -1,6 +1,7 @@
 """The embedder registry: the real e5 model, an ONNX model folder the test builds, and the cache."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -148,6 +149,53 @@ def test_cache_embeds_each_text_once_across_processes(tmp_path):
     again = CachedEmbedder(other, path).embed(["b", "aa"], kind="passage")
     assert other.calls == []
     np.testing.assert_array_equal(again, a[[1, 0]])
+
+
+def _open_fresh_cache(path: str, go, out) -> None:
+    go.wait()
+    try:
+        CachedEmbedder(Counting(), Path(path)).embed([f"text of {os.getpid()}"], kind="query")
+        out.put("ok")
+    except Exception as exc:  # noqa: BLE001 (what the test reports)
+        out.put(f"{type(exc).__name__}: {exc}")
+
+
+def test_a_new_cache_file_is_switched_to_wal_by_one_opener_at_a_time(tmp_path):
+    """Processes opening a cache file that does not exist yet all switch it to WAL; SQLite answers
+    "database is locked" at once (no busy wait) to all but one of those who try together, which
+    ended a kernel starting beside two others (the work-stealing stress test, once in CI). The
+    switch is made under a file mutex: held here, an opener waits for it."""
+    import threading
+
+    from nika_brain.support import fsio
+    path = tmp_path / "fresh.sqlite"
+    done = threading.Event()
+
+    def open_it():
+        CachedEmbedder(Counting(), path).embed(["x"], kind="query")
+        done.set()
+    with fsio.mutex(tmp_path / "mutex" / "fresh.sqlite.lock"):
+        t = threading.Thread(target=open_it, daemon=True)
+        t.start()
+        assert not done.wait(0.5), "the new file was switched to WAL without its mutex"
+    assert done.wait(60)
+    import sqlite3
+    assert sqlite3.connect(path).execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    # and for real: eight processes at once on new files, every one of them opens it
+    import multiprocessing as mp
+    ctx = mp.get_context("fork")
+    said = []
+    for trial in range(10):
+        go, out = ctx.Event(), ctx.Queue()
+        procs = [ctx.Process(target=_open_fresh_cache, args=(str(tmp_path / f"t{trial}.sqlite"), go, out))
+                 for _ in range(8)]
+        for p in procs:
+            p.start()
+        go.set()
+        said += [out.get(timeout=120) for _ in procs]
+        for p in procs:
+            p.join(60)
+    assert said == ["ok"] * 80, [s for s in said if s != "ok"][:3]
 
 
 def test_e5_default_backend_is_real_and_bilingual():
