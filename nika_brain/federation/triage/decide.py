@@ -501,9 +501,9 @@ class Triage:
 
     def _own_words(self, top: list[Score], text: str, prompt: str) -> list[Part] | None:
         """Each of the two kernels names OWN_WORDS words of the prompt that the other's texts lack
-        and that no everyday request uses ("mets à jour le firmware des capteurs et la veille BOAMP":
-        "firmware", "capteurs" are the IoT kernel's, "veille", "boamp" the tenders kernel's): one
-        aspect each, both parts carry the whole prompt."""
+        and that no everyday request uses ("envoie au client le rapport de télémétrie des capteurs
+        de son usine": "télémétrie", "capteurs" are the IoT kernel's, "client", "rapport" the client
+        kernel's): one aspect each, both parts carry the whole prompt."""
         from nika_brain.federation.triage.router import everyday_stems, stems
         m = self.index.model
         a, b = (m.kernels.index(s.kernel) for s in top)
