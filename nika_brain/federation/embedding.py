@@ -319,14 +319,15 @@ class CachedEmbedder:
         if self._db is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             db = sqlite3.connect(str(self.path), timeout=30, check_same_thread=False)
-            if db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+            if db.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal":
+                db.execute(_VECTORS)   # in WAL, a write like any other (waits on the busy timeout)
+            else:
                 # a new file: processes opening it at once trip over each other switching it to WAL
                 # ("database is locked", no busy wait for that switch), so one at a time
                 from nika_brain.support import fsio
                 with fsio.mutex(self.path.parent / "mutex" / f"{self.path.name}.lock"):
                     db.execute("PRAGMA journal_mode=WAL")
                     db.execute(_VECTORS)
-            db.execute(_VECTORS)   # once WAL, a write like any other (waits on the busy timeout)
             self._db = db
         return self._db
 

@@ -44,6 +44,7 @@ journaled (journal/signals.jsonl: TASK_GRANTED, TASK_REVOKED, TASK_DONE).
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 import uuid
@@ -947,7 +948,6 @@ def serve_kernel(make: Callable[[], Worker], *, stop: Callable[[], bool] = lambd
     fresh worker from `make()` takes over after a pause, reclaiming what the last one held, as after a
     restart (the worker that failed mid-step is dropped, never stepped again). An error before the
     first worker exists, or errors for `give_up` seconds in a row, end it with that error."""
-    import sys
     tell = say or (lambda line: print(line, file=sys.stderr, flush=True))
     worker: Worker | None = make()
     pause, failing_since = SERVE_PAUSE, None

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 from nika_brain.errors import BrainError, Invalid
 from nika_brain.federation.triage.goals import EMBED_KIND, DataClass, Index, Settings
-from nika_brain.federation.triage.router import EVERYDAY_MARGIN
+from nika_brain.federation.triage.router import EVERYDAY_MARGIN, everyday_stems, stems
 
 if TYPE_CHECKING:  # pragma: no cover
     from nika_brain.brain import Brain
@@ -504,7 +504,6 @@ class Triage:
         and that no everyday request uses ("envoie au client le rapport de télémétrie des capteurs
         de son usine": "télémétrie", "capteurs" are the IoT kernel's, "client", "rapport" the client
         kernel's): one aspect each, both parts carry the whole prompt."""
-        from nika_brain.federation.triage.router import everyday_stems, stems
         m = self.index.model
         a, b = (m.kernels.index(s.kernel) for s in top)
         common = everyday_stems()
