@@ -469,12 +469,17 @@ def test_two_clauses_no_clause_split_takes_are_still_looked_at_for_two_aspects(t
     clause split finds nothing; the whole prompt's two kernels each name words of their own
     ("d'offres", "BOAMP" / "IoT", "capteurs"), and it is split between them."""
     prompt = "trouve les appels d'offres IoT sur le BOAMP et vérifie si nos capteurs répondent au cahier des charges"
-    r = _fewshot(tmp_path, "routes_terse.yml", ((prompt, [EPSILON, DELTA]),))
-    (p,) = r["predictions"]
+    # the test's first prompt, which the clause split has found by itself since the vocabulary's
+    # wrapped terms were read whole: still split between tenders and the client kernel
+    first = "check le boamp pour les AO IoT et répond au mail du client"
+    r = _fewshot(tmp_path, "routes_terse.yml", ((prompt, [EPSILON, DELTA]), (first, [EPSILON, GAMMA])))
+    p, q = r["predictions"]
     assert (p["decision"], set(p["routed"])) == ("split", {EPSILON, DELTA}), p
     assert "each names words of its own" in p["reason"], p
     assert decide.clauses(prompt) == ["trouve les appels d'offres IoT sur le BOAMP",
                                       "vérifie si nos capteurs répondent au cahier des charges"]
+    assert (q["decision"], set(q["routed"])) == ("split", {EPSILON, GAMMA}), q
+    assert decide.clauses(first) == ["check le boamp pour les AO IoT", "répond au mail du client"]
 
 
 def test_a_single_kernel_and_no_examples_still_route(tmp_path, git_env):
