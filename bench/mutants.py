@@ -297,6 +297,10 @@ MUTANTS: list[Mutant] = [
            "stems(w) - common for w in text.split()", "stems(w) for w in text.split()",
            ("tests/federation/test_triage_learning.py::"
             "test_words_of_its_own_are_typed_words_the_other_kernel_lacks_that_no_everyday_request_uses",)),
+    Mutant("two aspects: a word both kernels' texts name counts as each one's own", DECIDE,
+           "only = (m.vocab[a] - m.vocab[b], m.vocab[b] - m.vocab[a])", "only = (m.vocab[a], m.vocab[b])",
+           ("tests/federation/test_triage_learning.py::"
+            "test_words_of_its_own_are_typed_words_the_other_kernel_lacks_that_no_everyday_request_uses",)),
     Mutant("two aspects: one word of its own is enough", DECIDE,
            "OWN_WORDS = 2 ", "OWN_WORDS = 1 ",
            ("tests/federation/test_triage_learning.py::"

@@ -324,7 +324,7 @@ class CachedEmbedder:
             else:
                 # a new file: processes opening it at once trip over each other switching it to WAL
                 # ("database is locked", no busy wait for that switch), so one at a time
-                from nika_brain.support import fsio
+                from ..support import fsio
                 with fsio.mutex(self.path.parent / "mutex" / f"{self.path.name}.lock"):
                     db.execute("PRAGMA journal_mode=WAL")
                     db.execute(_VECTORS)

@@ -509,7 +509,8 @@ class Triage:
         common = everyday_stems()
         # a word as typed ("pare-feu" is one), by the stems of its parts
         typed = {w.strip(".,;:!?()\"'«»"): stems(w) - common for w in text.split()}
-        own = [[w for w, st in typed.items() if st & m.vocab[x] - m.vocab[y]] for x, y in ((a, b), (b, a))]
+        only = (m.vocab[a] - m.vocab[b], m.vocab[b] - m.vocab[a])   # each kernel's stems the other lacks
+        own = [[w for w, st in typed.items() if st & mine] for mine in only]
         if any(len(o) < OWN_WORDS for o in own):
             return None
         why = "each names words of its own: " + "; ".join(
