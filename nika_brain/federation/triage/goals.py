@@ -42,11 +42,12 @@ if TYPE_CHECKING:  # pragma: no cover
 
 COLLECTION = "nika_federation_goals"
 INDEX_NAME = "goals-index.npz"
-FORMAT = 7  # 2: background-calibrated scores, corrections (issue 21); 3: sub-topic centroids;
+FORMAT = 8  # 2: background-calibrated scores, corrections (issue 21); 3: sub-topic centroids;
             # 4: the everyday background competes (router.py, 5); 5: elided words stemmed ("état"), the
             # shipped vocabulary of work domains (vocabulary.py); 6: the lexical share weighs 0.2 (an
             # index's background statistics were taken with the weight it was built with); 7: a
-            # vocabulary term may wrap onto the next line of vocabulary.txt (nine were cut in two)
+            # vocabulary term may wrap onto the next line of vocabulary.txt (nine were cut in two);
+            # 8: a text votes for a work domain from 0.39 (vocabulary.VOTE_SIMILARITY), not 0.4
 ROUTED_STATUSES = ("starting", "active", "paused", "dead")  # a dead kernel's prompts queue for it
 DEFAULT_KERNEL = "generalist"
 EMBED_KIND: Kind = everyday.EMBED_KIND  # every goals index embeds its texts and the background so
