@@ -117,3 +117,28 @@ def github_standin():
     """A started GitHubStandin for one test, stopped afterwards."""
     with GitHubStandin() as standin:
         yield standin
+
+
+@pytest.fixture(scope="session", autouse=True)
+def door_services_end_with_the_session(tmp_path_factory) -> Iterator[None]:
+    """A kernel's door service (`python -m nika_brain.federation.doors BRAIN`, kernels/sandbox.py)
+    exits once no kernel of its brain is live; a test that ends with a kernel still "active" in its
+    brain left it running after the suite (seven a run). Those whose brain lies under this session's
+    temporary folder are stopped when the session ends."""
+    yield
+    import signal
+    base = tmp_path_factory.getbasetemp().resolve()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            args = [a.decode(errors="replace") for a in (proc / "cmdline").read_bytes().split(b"\0") if a]
+        except OSError:
+            continue
+        if len(args) < 2 or "nika_brain.federation.doors" not in args[:-1]:
+            continue
+        if Path(args[-1]).resolve().is_relative_to(base):
+            try:
+                os.kill(int(proc.name), signal.SIGTERM)
+            except OSError:
+                pass
