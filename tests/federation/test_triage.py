@@ -480,6 +480,52 @@ def test_about_names_the_subject_of_one_request_and_is_no_cut_between_two(tmp_pa
         "génère un plan technique ISO", "pour le client X"]
 
 
+def _fewshot_triage(routes: str) -> decide.Triage:
+    """A Triage over the few-shot routes file `routes`, the real embedder."""
+    from nika_brain.federation.embedding import open_embedder
+    from nika_brain.federation.triage import bench
+    default, entries = bench.read_routes(ROOT / "bench" / "triage_fr" / "fewshot" / routes)
+    emb, st = open_embedder(None), goals.Settings(default=default)
+    return decide.Triage(goals.build(entries, emb, st, digest_="test"), emb, st)
+
+
+def _clearly(tri: decide.Triage, clause: str) -> decide.Score:
+    """The kernel `clause` alone would split off to: clearly above its threshold, ahead of the rest."""
+    first, second = [s for s in tri.decide(clause, aspects=False).scores if s.kernel != GENERALIST][:2]
+    assert first.score >= first.threshold + decide.CLAUSE_MARGIN, first
+    assert first.score >= second.score + decide.CLAUSE_LEAD, (first, second)
+    return first
+
+
+def test_a_clause_the_whole_prompt_does_not_reach_is_context_not_a_second_request():
+    """Terse routes: the second clause alone is clearly the client-mail kernel's, but the whole prompt
+    does not pass that kernel's threshold: the clause is how to answer the patent examiner (the lab's
+    work), not a second request. Before the rule it was split between the lab and the client kernel,
+    as prompts of one kernel were on dev5 (9 of its 160 in-scope prompts over the two routes files)."""
+    tri = _fewshot_triage("routes_terse.yml")
+    prompt = "l'examinateur refuse la revendication 3 du brevet KTW, aide-moi à lui répondre"
+    assert clauses(prompt) == ["l'examinateur refuse la revendication 3 du brevet KTW", "aide-moi à lui répondre"]
+    assert _clearly(tri, clauses(prompt)[0]).kernel == BETA
+    assert _clearly(tri, clauses(prompt)[1]).kernel == GAMMA
+    d = tri.decide(prompt)
+    assert (d.decision, d.kernels) == ("kernel", (BETA,)), d.reason
+    gamma = next(s for s in d.scores if s.kernel == GAMMA)
+    assert not gamma.passes, gamma
+
+
+def test_a_clause_that_opens_on_a_preposition_is_a_complement_and_never_a_request_of_its_own():
+    """Seed routes: "with the action items" alone is clearly the IoT kernel's (its examples name
+    readings and values), and the whole prompt even passes that kernel's threshold; a clause opening
+    on "with", "pour", "avec" completes the request before it and stays with it."""
+    tri = _fewshot_triage("routes.yml")
+    prompt = "draft a follow-up email to the client after this morning's demo, with the action items"
+    assert clauses(prompt)[1] == "with the action items"
+    assert _clearly(tri, clauses(prompt)[0]).kernel == GAMMA
+    assert _clearly(tri, clauses(prompt)[1]).kernel != GAMMA
+    d = tri.decide(prompt)
+    assert (d.decision, d.kernels) == ("kernel", (GAMMA,)), d.reason
+
+
 def test_two_clauses_no_clause_split_takes_are_still_looked_at_for_two_aspects(tmp_path):
     """Terse routes: neither clause of this prompt is clearly one kernel's (the second, "vérifie si
     nos capteurs répondent au cahier des charges", leans to tenders as well as to IoT), so the

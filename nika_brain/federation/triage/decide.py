@@ -18,8 +18,12 @@ The decision, for a prompt and the goals index (goals.py, router.py), one model 
    - clauses (connectives, "avant de", "donc", sentence breaks, commas, gerund clauses "en y
      intégrant ...") that each clearly pass a different kernel (score >= threshold + CLAUSE_MARGIN)
      and have MIN_CLAUSE_CONTENT content words of their own; clauses no kernel takes ("dis-moi
-     pourquoi", "tell me what's on it") stay with their neighbour, adjacent clauses for one kernel
-     stay together;
+     pourquoi", "tell me what's on it") or that open on a preposition ("..., with the action items":
+     a complement, not a request) stay with their neighbour, adjacent clauses for one kernel stay
+     together; and the whole prompt passes the threshold of each kernel a clause goes to (in
+     "l'examinateur refuse la revendication 3 du brevet KTW, aide-moi à lui répondre" the second
+     clause alone reads as the client-mail kernel's, the whole prompt does not: context, not a
+     second request);
    - two aspects, when no clause split was found (one clause, "génère un plan technique ISO pour
      le client X", or clauses that do not each clearly belong to one kernel, "check le boamp pour
      les AO IoT et répond au mail du client"): the whole prompt's two best kernels each clearly
@@ -65,7 +69,8 @@ MIN_CLAUSE_CONTENT = 2  # content words a clause needs to split off to a kernel 
                         # on it", "but i have no idea why" only continue the clause before them)
 MAX_CLAUSES = 6      # more "requests" than that is a document or a brief: routed whole
 CLAUSE_MARGIN = 1.0  # a clause splits off only when it clearly passes its kernel's threshold ...
-CLAUSE_LEAD = 0.5    # ... and no other kernel comes within this of it
+CLAUSE_LEAD = 0.5    # ... and no other kernel comes within this of it (and the whole prompt passes the
+                     # threshold of every kernel a clause splits off to)
 ASPECT_MARGIN = 1.5  # two-aspect hybrid: the two kernels this far above their thresholds ...
 ASPECT_LEAD = 1.5    # ... and each aspect this far ahead of any other kernel
 TIE_MARGIN = 4.0     # two-aspect hybrid with no cut: the two kernels this far above their thresholds ...
@@ -87,7 +92,10 @@ _LEADING = re.compile(r"^(?:(?:et|and|then|puis|ensuite|also|aussi|après|apres|
 # ("déploie le firmware sur les contrôleurs") and stays one
 _ASPECT = re.compile(r"\s+(?=(?:pour|for|avec|with|sur|de\s+(?:son|sa|ses|leur|leurs|notre|nos))\s)",
                      re.IGNORECASE)
-_DEPENDENT = re.compile(r"^(?:en\s+(?:y\s+|les?\s+|la\s+)?\w+ant|pour|avec|sans|using|with|including|by)\b",
+# a clause that opens on a preposition is a complement of the request before it ("..., with the action
+# items"), never a request of its own: the two-aspect rule, with its stricter margins, looks at those
+_COMPLEMENT = re.compile(r"^(?:pour|avec|sans|using|with|including|by)\b", re.IGNORECASE)
+_DEPENDENT = re.compile(r"^(?:en\s+(?:y\s+|les?\s+|la\s+)?\w+ant\b|(?:pour|avec|sans|using|with|including|by)\b)",
                         re.IGNORECASE)
 
 
@@ -384,7 +392,7 @@ class Triage:
                 f"{top.threshold:.2f})"), scores, dc, context, extra))
         split = None
         if len(parts) > 1:
-            split = self._clause_split(parts, z[1:], raw[1:], dc, prompt)
+            split = self._clause_split(parts, z[1:], raw[1:], dc, prompt, scores)
         if split is None and aspects and not cut:   # no clause split: two aspects? (a cut prompt is a brief)
             split = self._aspects(text, scores, dc, prompt)
         if split:
@@ -420,14 +428,16 @@ class Triage:
         return Decision(prompt, "fallback", (default,), f"fallback: {why}", tuple(scores), (), dc.name,
                         context, extra=extra or {})
 
-    def _clause_split(self, parts: list[str], z, raw, dc: DataClass, prompt: str) -> list[Part] | None:
+    def _clause_split(self, parts: list[str], z, raw, dc: DataClass, prompt: str,
+                      whole: list[Score]) -> list[Part] | None:
         groups: list[tuple[list[str], Score | None]] = []
         for text, zr, rr in zip(parts, z, raw):
             sc = [s for s in self._scores(zr, rr, dc) if s.kernel != self.index.default]
             chosen = next((s for s in sc if s.allowed), None)
             if chosen is not None and (chosen.score < chosen.threshold + CLAUSE_MARGIN or any(
                     s.score > chosen.score - CLAUSE_LEAD for s in sc if s is not chosen)
-                    or content_words(text) < MIN_CLAUSE_CONTENT):
+                    or content_words(text) < MIN_CLAUSE_CONTENT
+                    or _COMPLEMENT.match(text)):
                 chosen = None  # not clearly one kernel's: stays with its neighbour
             if chosen is None or (groups and groups[-1][1] is not None and groups[-1][1].kernel == chosen.kernel):
                 if groups:
@@ -441,6 +451,9 @@ class Triage:
         routed = [(g, s) for g, s in groups if s is not None]
         if len({s.kernel for _, s in routed}) < 2 or len(routed) != len(groups):
             return None
+        on_whole = {s.kernel: s for s in whole}
+        if not all(on_whole[s.kernel].passes for _, s in routed):
+            return None   # a kernel the whole prompt does not reach: that clause is context, not a request
         out = []
         for texts, s in routed:
             clause = ", ".join(texts)
