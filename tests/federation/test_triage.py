@@ -171,6 +171,13 @@ def test_clauses_cut_at_request_boundaries_only():
         "renouvelle le certificat du portail avant vendredi"]
     assert clauses("ping et pong") == ["ping et pong"]          # fragments are not requests
     assert clauses("une seule demande sans conjonction") == ["une seule demande sans conjonction"]
+    # enumerations and bullets, as users list their requests; a number inside a request is no marker
+    assert clauses("1) crée le compte AD de Léa 2) relance le benchmark sWELU 3) écris au client") == [
+        "crée le compte AD de Léa", "relance le benchmark sWELU", "écris au client"]
+    assert clauses("- redémarre le serveur de messagerie - flashe le firmware des passerelles") == [
+        "redémarre le serveur de messagerie", "flashe le firmware des passerelles"]
+    assert clauses("passe la v3.2 sur les contrôleurs du lot 2 ce soir") == [
+        "passe la v3.2 sur les contrôleurs du lot 2 ce soir"]
 
 
 def test_a_clause_without_content_words_of_its_own_never_takes_a_kernel(fed):
@@ -511,6 +518,20 @@ def test_a_clause_the_whole_prompt_does_not_reach_is_context_not_a_second_reques
     assert (d.decision, d.kernels) == ("kernel", (BETA,)), d.reason
     gamma = next(s for s in d.scores if s.kernel == GAMMA)
     assert not gamma.passes, gamma
+
+
+def test_three_requests_split_in_three_even_when_the_whole_prompt_reaches_one_of_them_less():
+    """Terse routes: a list of three requests; the lab's is a third of the prompt and the whole prompt
+    does not pass the lab kernel's threshold, yet each clause clearly is one kernel's: the rule that a
+    two-way split needs both kernels on the whole prompt does not apply to three."""
+    tri = _fewshot_triage("routes_terse.yml")
+    prompt = ("tu peux créer les boites mail des deux alternants, reprendre l'état de l'art sur les activations "
+              "lisses pour le papier, et me sortir les marchés publics de maintenance informatique publiés "
+              "cette semaine ?")
+    assert [_clearly(tri, c).kernel for c in clauses(prompt)] == [ALPHA, BETA, EPSILON]
+    d = tri.decide(prompt)
+    assert not next(s for s in d.scores if s.kernel == BETA).passes
+    assert (d.decision, set(d.kernels)) == ("split", {ALPHA, BETA, EPSILON}), d.reason
 
 
 def test_a_clause_that_opens_on_a_preposition_is_a_complement_and_never_a_request_of_its_own():

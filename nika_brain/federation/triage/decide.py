@@ -16,14 +16,15 @@ The decision, for a prompt and the goals index (goals.py, router.py), one model 
    (below its own threshold, or the policy). Nothing passes: the default generalist ("fallback").
 5. Split, when the prompt carries requests for several kernels:
    - clauses (connectives, "avant de", "donc", sentence breaks, commas, gerund clauses "en y
-     intégrant ...") that each clearly pass a different kernel (score >= threshold + CLAUSE_MARGIN)
-     and have MIN_CLAUSE_CONTENT content words of their own; clauses no kernel takes ("dis-moi
-     pourquoi", "tell me what's on it") or that open on a preposition ("..., with the action items":
-     a complement, not a request) stay with their neighbour, adjacent clauses for one kernel stay
-     together; and the whole prompt passes the threshold of each kernel a clause goes to (in
-     "l'examinateur refuse la revendication 3 du brevet KTW, aide-moi à lui répondre" the second
-     clause alone reads as the client-mail kernel's, the whole prompt does not: context, not a
-     second request);
+     intégrant ...", enumerations "1) ... 2) ...", bullets) that each clearly pass a different
+     kernel (score >= threshold + CLAUSE_MARGIN) and have MIN_CLAUSE_CONTENT content words of their
+     own; clauses no kernel takes ("dis-moi pourquoi", "tell me what's on it") or that open on a
+     preposition ("..., with the action items": a complement, not a request) stay with their
+     neighbour, adjacent clauses for one kernel stay together. Split in two, the whole prompt must
+     pass the threshold of both kernels: in "l'examinateur refuse la revendication 3 du brevet KTW,
+     aide-moi à lui répondre" the second clause alone reads as the client-mail kernel's, the whole
+     prompt does not (context, not a second request). In a list of three requests or more each is
+     a small share of the prompt, and the whole prompt's scores say little of any one;
    - two aspects, when no clause split was found (one clause, "génère un plan technique ISO pour
      le client X", or clauses that do not each clearly belong to one kernel, "check le boamp pour
      les AO IoT et répond au mail du client"): the whole prompt's two best kernels each clearly
@@ -69,8 +70,8 @@ MIN_CLAUSE_CONTENT = 2  # content words a clause needs to split off to a kernel 
                         # on it", "but i have no idea why" only continue the clause before them)
 MAX_CLAUSES = 6      # more "requests" than that is a document or a brief: routed whole
 CLAUSE_MARGIN = 1.0  # a clause splits off only when it clearly passes its kernel's threshold ...
-CLAUSE_LEAD = 0.5    # ... and no other kernel comes within this of it (and the whole prompt passes the
-                     # threshold of every kernel a clause splits off to)
+CLAUSE_LEAD = 0.5    # ... and no other kernel comes within this of it (and, split in two, the whole
+                     # prompt passes the threshold of both kernels)
 ASPECT_MARGIN = 1.5  # two-aspect hybrid: the two kernels this far above their thresholds ...
 ASPECT_LEAD = 1.5    # ... and each aspect this far ahead of any other kernel
 TIE_MARGIN = 4.0     # two-aspect hybrid with no cut: the two kernels this far above their thresholds ...
@@ -84,8 +85,9 @@ _SEPARATORS = re.compile(
     r",?\s+(?:et(?:\s+(?:aussi|ensuite|puis|en\s+parall[eè]le))?|puis|ensuite|apr[eè]s\s+(?:[cç]a|cela)|"
     r"au\s+passage|en\s+parall[eè]le|and(?:\s+(?:also|then))?|then|also|as\s+well\s+as|"
     r"after\s+that|meanwhile|avant\s+de|donc)\s+|"
-    r",\s+|\s+(?=en\s+(?:y\s+|les?\s+|la\s+)?\w+ant\b))\s*", re.IGNORECASE)
-_LEADING = re.compile(r"^(?:(?:et|and|then|puis|ensuite|also|aussi|après|apres|after)\s+)+",
+    r",\s+|\s+(?=en\s+(?:y\s+|les?\s+|la\s+)?\w+ant\b)|"
+    r"\s+(?=(?:\(?\d{1,2}[).]|[•*-])\s))\s*", re.IGNORECASE)   # "1) ... 2) ...", "- ...", "• ..."
+_LEADING = re.compile(r"^(?:(?:et|and|then|puis|ensuite|also|aussi|après|apres|after|\(?\d{1,2}[).]|[•*-])\s+)+",
                       re.IGNORECASE)
 # "about"/"concernant" only name the subject of one kernel's request ("find tenders on the BOAMP about
 # data centers" is the tenders kernel's): no cut there; "sur" also names where the work is done
@@ -452,7 +454,7 @@ class Triage:
         if len({s.kernel for _, s in routed}) < 2 or len(routed) != len(groups):
             return None
         on_whole = {s.kernel: s for s in whole}
-        if not all(on_whole[s.kernel].passes for _, s in routed):
+        if len(routed) == 2 and not all(on_whole[s.kernel].passes for _, s in routed):
             return None   # a kernel the whole prompt does not reach: that clause is context, not a request
         out = []
         for texts, s in routed:
