@@ -163,6 +163,49 @@ def test_resident_embedder_triage_and_hint_without_a_model_in_the_client(dbrain)
     assert json.loads(out)["decision"] == "kernel" and json.loads(last) == [8, []], ask.stderr
 
 
+def test_the_resident_model_runs_on_two_long_lived_threads_and_a_prompt_never_waits_behind_chunks(dbrain):
+    """Prompts (triage, hint, one query text) run on one long-lived thread, batches of chunks on
+    another (OpenMP builds a team of worker threads per calling thread: a new caller per request
+    built one every time): the same thread answers every prompt, and a prompt is answered while a
+    batch is still being embedded."""
+    import threading
+
+    from nika_brain.federation.daemon.embedder import EmbedderService
+    svc = EmbedderService(dbrain)
+    svc.start()
+    seen: list[tuple[str, str]] = []
+    batch_running, release = threading.Event(), threading.Event()
+    real = svc.answer
+
+    def answer(req: dict) -> dict:
+        seen.append((req.get("op", ""), threading.current_thread().name))
+        if req.get("op") == "embed" and len(req.get("texts", [])) > 1:
+            batch_running.set()
+            assert release.wait(120), "the test never released the batch"
+        return real(req)
+    svc.answer = answer  # type: ignore[method-assign]
+    try:
+        batch: dict = {}
+        t = threading.Thread(target=lambda: batch.update(answer=resident.request(
+            dbrain.state_dir, "embed", timeout=120, texts=["chunk one", "chunk two"], kind="passage")))
+        t.start()
+        assert batch_running.wait(120)
+        d = resident.request(dbrain.state_dir, "triage", timeout=120, prompt="mets à jour le firmware des passerelles")
+        one = resident.request(dbrain.state_dir, "embed", timeout=120, texts=["une requête"], kind="query")
+        d2 = resident.request(dbrain.state_dir, "triage", timeout=120, prompt="relance le benchmark sWELU")
+        assert t.is_alive() and not batch  # both prompts were answered while the batch was held
+        assert d["decision"]["decision"] == "kernel" and d2["decision"]["decision"] == "kernel" and one["n"] == 1
+        release.set()
+        t.join(120)
+        assert batch["answer"]["n"] == 2
+    finally:
+        release.set()
+        svc.stop()
+    threads = {op: {name for o, name in seen if o == op} for op in ("triage", "embed")}
+    assert len(threads["triage"]) == 1 and next(iter(threads["triage"])).startswith("embedder-prompts")
+    assert {n.split("_")[0] for n in threads["embed"]} == {"embedder-prompts", "embedder-bulk"}
+
+
 def test_redelivery_stealing_and_handover_run_by_themselves(dbrain, cli):
     _start(dbrain, ALPHA, GAMMA)
     host.up(dbrain)

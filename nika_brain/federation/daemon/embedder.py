@@ -10,6 +10,7 @@ import json
 import os
 import socketserver
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from nika_brain.brain import Brain
@@ -28,6 +29,12 @@ class EmbedderService:
         self.server: socketserver.ThreadingUnixStreamServer | None = None
         self.lock = threading.Lock()
         self._triage: tuple[Any, Any] | None = None
+        # the model runs on two long-lived threads, not on each request's own: OpenMP keeps a team of
+        # worker threads per calling thread, and a new caller per request builds one every time.
+        # Prompts (triage, hint, one query text) and bulk embedding (the vault's chunks) each have
+        # their own, so a prompt never waits behind a batch of chunks.
+        self.pools = {"prompt": ThreadPoolExecutor(1, thread_name_prefix="embedder-prompts"),
+                      "bulk": ThreadPoolExecutor(1, thread_name_prefix="embedder-bulk")}
 
     def start(self) -> None:
         from nika_brain.federation.embedding import open_embedder
@@ -44,7 +51,8 @@ class EmbedderService:
                 raw = self.rfile.readline(MAX_REQUEST)
                 try:
                     req = json.loads(raw)
-                    answer = svc.answer(req if isinstance(req, dict) else {})
+                    req = req if isinstance(req, dict) else {}
+                    answer = svc.pools[svc.pool_of(req)].submit(svc.answer, req).result()
                 except (ValueError, BrainError) as exc:
                     answer = {"error": str(exc)}
                 except Exception as exc:  # noqa: BLE001 (an answer, never a dead server thread)
@@ -64,12 +72,20 @@ class EmbedderService:
         if self.server is not None:
             self.server.shutdown()
             self.server.server_close()
+            for pool in self.pools.values():
+                pool.shutdown(wait=False, cancel_futures=True)
             try:
                 resident.socket_path(self.brain.state_dir).unlink()
             except OSError:
                 pass
 
     # ---- requests ----------------------------------------------------------------------------
+    @staticmethod
+    def pool_of(req: dict) -> str:
+        """A batch of texts to embed is bulk work; a prompt, a hint or one query text is a prompt's."""
+        texts = req.get("texts")
+        return "bulk" if req.get("op") == "embed" and isinstance(texts, list) and len(texts) > 1 else "prompt"
+
     def triage(self) -> Any:
         """The Triage on the current goals index (reopened when the index file changed)."""
         from nika_brain.federation.triage import goals
