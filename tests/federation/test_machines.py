@@ -251,6 +251,40 @@ def test_a_machine_cut_off_from_redis_is_lost_and_reconciles_when_its_path_comes
         proxy.cut()
 
 
+def test_a_machine_whose_redis_is_unreachable_when_its_daemon_starts_joins_once_its_path_is_back(machines,
+                                                                                             redis_server):
+    """The machine boots in a network outage: its daemon's machine service cannot start (Redis
+    unreachable) and says so in the status; it is tried again, and once the path is back the machine
+    is on the bus without a restart of its daemon (it used to stay off it until one)."""
+    from nika_brain.federation.daemon import host
+    from tests.kit.redis import Proxy
+    (m1, _m2, m3), procs = machines
+    proxy = Proxy(int(redis_server.rsplit(":", 1)[1].split("/")[0]))
+    spec = "nika_brain.federation.daemon.machines:service"
+    try:
+        (m3.root / "nika-brain.yml").write_text(_config(m3.root.parent, proxy.url, "m3"))
+        m3 = Brain.at(m3.root)
+        until(lambda: not remote.machines(m1).get("m3", {}).get("up"), what="m3 off the bus before the test")
+        proxy.cut()
+        env = {**os.environ, "NIKA_BRAIN_DIR": str(m3.root),
+               "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+        env.pop("NIKA_FAULT", None)
+        with open(m3.state_dir / "daemon-test.log", "ab") as log:
+            p = subprocess.Popen([sys.executable, "-m", "nika_brain.federation.daemon.host"], cwd=m3.root, env=env,
+                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+        procs.append(p)
+        error = until(lambda: host.status(m3)["services"].get(spec, {}).get("error"),
+                      what="m3's machine service refused")
+        assert "did not start" in error and "unreachable" in error and "tried again" in error, error
+        assert not remote.machines(m1).get("m3", {}).get("up")
+        proxy.restore()
+        until(lambda: remote.machines(m1).get("m3", {}).get("up"), what="m3 on the bus once its path is back")
+        until(lambda: host.status(m3)["services"].get("machine", {}).get("running"), what="m3's machine service")
+        assert p.poll() is None and spec not in host.status(m3)["services"]
+    finally:
+        proxy.cut()
+
+
 def test_a_region_fr_kernel_spawned_on_a_machine_elsewhere_is_placed_on_the_fr_machine(machines):
     """Placement by region through the bus: spawned on m1 (region de) while m3 (region fr) is up, the
     kernel is spawned by m3's daemon, on m3; the request carries the operator's signature over what is

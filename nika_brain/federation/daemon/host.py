@@ -47,12 +47,16 @@ def log(msg: str) -> None:
     print(f"{clock.iso(clock.now())} {msg}", file=sys.stderr, flush=True)
 
 
+START_RETRY = 5.0   # seconds between two tries of a service that did not start
+
+
 class Host:
     def __init__(self, brain: Brain):
         self.brain = brain
         self.stopping = threading.Event()
         self.services: list[service.Service] = []
         self.state: dict[str, dict] = {}
+        self.pending: dict[str, tuple[service.Service, float]] = {}   # spec -> (service, next try)
 
     def _write_status(self) -> None:
         doc = {"pid": os.getpid(), "started": self.started, "services": self.state}
@@ -96,24 +100,44 @@ class Host:
         for spec in service.specs(self.brain):
             try:
                 svc = service.load(spec, self.brain)
-                svc.start()
             except Exception as exc:  # noqa: BLE001 (reported; the other services run)
                 self.state[spec] = {"running": False, "error": f"did not start: {exc}"}
                 log(f"{spec}: did not start: {exc}")
                 continue
-            self.services.append(svc)
-            self.state[svc.name] = {"running": True, "spec": spec, "every": svc.every, "ticks": 0,
-                                    "last_tick": None, "error": None}
-            log(f"{svc.name}: started")
+            self._start(spec, svc)
         self._write_status()
+
+    def _start(self, spec: str, svc: service.Service) -> None:
+        """Start one service; one that fails (Redis unreachable while the machine boots in a network
+        outage, say) is tried again every START_RETRY seconds, never given up: the daemon must not
+        need a restart to join once its path is back."""
+        try:
+            svc.start()
+        except Exception as exc:  # noqa: BLE001 (reported and retried; the other services run)
+            error = f"did not start: {exc} (tried again every {START_RETRY:g} s)"
+            if self.state.get(spec, {}).get("error") != error:
+                log(f"{spec}: {error}")
+            self.state[spec] = {"running": False, "error": error}
+            self.pending[spec] = (svc, time.monotonic() + START_RETRY)
+            return
+        self.state.pop(spec, None)
+        self.services.append(svc)
+        self.state[svc.name] = {"running": True, "spec": spec, "every": svc.every, "ticks": 0,
+                                "last_tick": None, "error": None}
+        log(f"{svc.name}: started")
 
     def _loop(self) -> None:
         due = {svc.name: 0.0 for svc in self.services}
         written = 0.0
         while not self.stopping.is_set():
             now = time.monotonic()
+            for spec, (later, at) in list(self.pending.items()):
+                if now >= at:
+                    del self.pending[spec]
+                    self._start(spec, later)
+                    written = 0.0   # the status says so at once
             for svc in self.services:
-                if now < due[svc.name]:
+                if now < due.setdefault(svc.name, 0.0):
                     continue
                 st = self.state[svc.name]
                 try:
@@ -129,7 +153,7 @@ class Host:
             if time.monotonic() - written > 10:
                 self._write_status()
                 written = time.monotonic()
-            wait = min(due.values(), default=now + 5) - time.monotonic()
+            wait = min([*due.values(), *(at for _, at in self.pending.values())], default=now + 5) - time.monotonic()
             self.stopping.wait(max(0.05, min(wait, 5.0)))
 
 
