@@ -80,14 +80,16 @@ TIE_GAP = 0.35       # ... and this close to each other (a prompt of one kernel 
 OWN_WORDS = 2        # two-aspect hybrid with no cut: words of its own each of the two kernels names
 WRONG_GAP = 2.0      # the wrong-kernel hint: the context kernel this far behind the routed one
 ASPECT_WORDS = 30    # longer prompts are not looked at for aspects (bounded latency)
+_GERUND = r"en\s+(?:y\s+|les?\s+|la\s+)?\w+ant\b"   # "en y intégrant ...": a clause of its own
+_MARKER = r"\(?\d{1,2}[).]|[•*-]"                    # an item of a list: "1) ... 2) ...", "- ...", "• ..."
+_PREPOSITION = r"(?:pour|avec|sans|using|with|including|by)\b"
 _SEPARATORS = re.compile(
     r"\s*(?:;|\n+|(?<=[.!?])\s+|"
     r",?\s+(?:et(?:\s+(?:aussi|ensuite|puis|en\s+parall[eè]le))?|puis|ensuite|apr[eè]s\s+(?:[cç]a|cela)|"
     r"au\s+passage|en\s+parall[eè]le|and(?:\s+(?:also|then))?|then|also|as\s+well\s+as|"
     r"after\s+that|meanwhile|avant\s+de|donc)\s+|"
-    r",\s+|\s+(?=en\s+(?:y\s+|les?\s+|la\s+)?\w+ant\b)|"
-    r"\s+(?=(?:\(?\d{1,2}[).]|[•*-])\s))\s*", re.IGNORECASE)   # "1) ... 2) ...", "- ...", "• ..."
-_LEADING = re.compile(r"^(?:(?:et|and|then|puis|ensuite|also|aussi|après|apres|after|\(?\d{1,2}[).]|[•*-])\s+)+",
+    r",\s+|\s+(?=" + _GERUND + r")|\s+(?=(?:" + _MARKER + r")\s))\s*", re.IGNORECASE)
+_LEADING = re.compile(r"^(?:(?:et|and|then|puis|ensuite|also|aussi|après|apres|after|" + _MARKER + r")\s+)+",
                       re.IGNORECASE)
 # "about"/"concernant" only name the subject of one kernel's request ("find tenders on the BOAMP about
 # data centers" is the tenders kernel's): no cut there; "sur" also names where the work is done
@@ -96,9 +98,8 @@ _ASPECT = re.compile(r"\s+(?=(?:pour|for|avec|with|sur|de\s+(?:son|sa|ses|leur|l
                      re.IGNORECASE)
 # a clause that opens on a preposition is a complement of the request before it ("..., with the action
 # items"), never a request of its own: the two-aspect rule, with its stricter margins, looks at those
-_COMPLEMENT = re.compile(r"^(?:pour|avec|sans|using|with|including|by)\b", re.IGNORECASE)
-_DEPENDENT = re.compile(r"^(?:en\s+(?:y\s+|les?\s+|la\s+)?\w+ant\b|(?:pour|avec|sans|using|with|including|by)\b)",
-                        re.IGNORECASE)
+_COMPLEMENT = re.compile("^" + _PREPOSITION, re.IGNORECASE)
+_DEPENDENT = re.compile(f"^(?:{_GERUND}|{_PREPOSITION})", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
