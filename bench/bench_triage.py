@@ -457,7 +457,7 @@ def misses(r: dict) -> str:
     """Where the set's in-scope prompts were lost, and how often the highest score alone was right:
     how much of the gap is the ranking's (the embedding) and how much the rules' (threshold, everyday
     rule, splits)."""
-    default = "kernel-generalist"
+    default = r["default"]
     ins = [p for p in r["predictions"] if isinstance(p["expected"], str) and p["expected"] != default]
     kinds = {"wrong kernel": 0, "split": 0, "below threshold": 0, "everyday rule": 0, "refused": 0}
     for p in ins:

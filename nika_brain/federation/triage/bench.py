@@ -9,7 +9,7 @@ CAL.jsonl:    optional, the same shape (hybrids ignored): labelled prompts refin
 A throw-away federation is built in a temporary folder from ROUTES.yml alone (thresholds calibrated
 from the examples, refined by CAL.jsonl when given), every query is routed, and one JSON object is
 returned: in_scope_accuracy, oos_recall, oos_precision, split_accuracy, p50_ms, p95_ms, n,
-predictions (plus model_id and the calibrated thresholds, for people reading it).
+predictions (plus model_id, the default kernel and the calibrated thresholds, for people reading it).
 """
 from __future__ import annotations
 
@@ -188,7 +188,7 @@ def run(routes: Path, queries: Path, calibration: Path | None = None, *,
         "split_accuracy": ratio(sum(d.decision == "split" and set(d.kernels) == set(q.expected or ())
                                     for q, d in hyb), len(hyb)),
         "p50_ms": _pct(times, 0.5), "p95_ms": _pct(times, 0.95), "n": len(qs), "peers": peers,
-        "model_id": emb.model_id,
+        "model_id": emb.model_id, "default": default,
         "thresholds": {k: round(float(t), 4) for k, t in zip(index.model.kernels, index.model.thresholds)},
         "predictions": [{
             "text": q.text, "line": q.line,
