@@ -42,7 +42,8 @@ def _config(tmp: Path, url: str, name: str) -> str:
             "federation: " + json.dumps(fed) + "\n")
 
 
-def _daemon(b: Brain, fault: str | None = None, wrap=lambda argv: argv) -> subprocess.Popen:
+def _daemon(b: Brain, fault: str | None = None, wrap=lambda argv: argv, *, on_bus: bool = True) -> subprocess.Popen:
+    """The machine's daemon, started; by default once it is on the bus (`on_bus=False`: at once)."""
     env = {**os.environ, "NIKA_BRAIN_DIR": str(b.root),
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     env.pop("NIKA_FAULT", None)
@@ -51,6 +52,8 @@ def _daemon(b: Brain, fault: str | None = None, wrap=lambda argv: argv) -> subpr
     log = open(b.state_dir / "daemon-test.log", "ab")
     p = subprocess.Popen(wrap([sys.executable, "-m", "nika_brain.federation.daemon.host"]), cwd=b.root, env=env,
                          stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+    if not on_bus:
+        return p
     until(lambda: p.poll() is not None or remote.alive(b, machine.load(b).id) is not None,
           what=f"{b.root.name}'s daemon on the bus")
     assert p.poll() is None, (b.state_dir / "daemon-test.log").read_text()[-2000:]
@@ -266,12 +269,7 @@ def test_a_machine_whose_redis_is_unreachable_when_its_daemon_starts_joins_once_
         m3 = Brain.at(m3.root)
         until(lambda: not remote.machines(m1).get("m3", {}).get("up"), what="m3 off the bus before the test")
         proxy.cut()
-        env = {**os.environ, "NIKA_BRAIN_DIR": str(m3.root),
-               "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-        env.pop("NIKA_FAULT", None)
-        with open(m3.state_dir / "daemon-test.log", "ab") as log:
-            p = subprocess.Popen([sys.executable, "-m", "nika_brain.federation.daemon.host"], cwd=m3.root, env=env,
-                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+        p = _daemon(m3, on_bus=False)   # it cannot get on the bus: Redis is cut
         procs.append(p)
         error = until(lambda: host.status(m3)["services"].get(spec, {}).get("error"),
                       what="m3's machine service refused")
